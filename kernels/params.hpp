@@ -1,0 +1,62 @@
+// One params struct per operation, shared by every backend (CPU and CUDA). Passed by value.
+#pragma once
+
+#include <cstdint>
+
+#include "ringattn/types.hpp"
+
+namespace ringattn {
+
+// What a flash call does with its result.
+enum class StateMode : uint8_t {
+  Write,  // state := this call's partial state (rows that see no key get the empty state)
+  Fold,   // state := merge(state, this call's partial state)
+};
+
+// Attention of q [B, Hq, T, D] against k, v [B, Hkv, S, D], producing an fp32 (o, lse) state.
+// Query head h reads KV head h / (Hq / Hkv). Causal: key j is visible to query i when
+// j <= i + q_offset (indices within the views; q_offset = pos(q_0) - pos(k_0) for contiguous
+// runs, and the schedule expresses strided shards in the same form).
+struct FlashParams {
+  TensorView q, k, v;
+  StateView state;             // [B, Hq, T, D] and [B, Hq, T]
+  float scale = 0.f;           // softmax scale, usually 1/sqrt(D)
+  bool causal = false;
+  int64_t q_offset = 0;
+  StateMode mode = StateMode::Write;
+  int tile_q = 0, tile_k = 0;  // CPU tile sizes; 0 picks the default. GPU kernels pick their own.
+};
+
+// state := merge(state, other), row by row. Shapes must match.
+struct MergeParams {
+  StateView state;
+  StateView other;
+};
+
+// Split-KV decode: the keys are split into `splits` chunks, each chunk's partial state is
+// computed separately and the partial states are merged. Same result as one flash call.
+struct DecodeParams {
+  FlashParams flash;
+  int splits = 0;  // 0 picks a default
+};
+
+// Casts the normalized fp32 state output into `out` (same shape, out.dtype).
+struct FinalizeParams {
+  StateView state;
+  TensorView out;
+};
+
+// Checks a flash call before any work. Throws InvalidArgument naming the offending value and
+// what is allowed. `complete` asks that every query row sees at least one key (a complete
+// attention); partial calls allow rows with no visible key.
+void validate_flash(const FlashParams& p, bool complete);
+
+// Number of keys visible to query row i (0 when none).
+inline int64_t visible_keys(const FlashParams& p, int64_t i) {
+  if (!p.causal) return p.k.len;
+  const int64_t last = i + p.q_offset;  // last visible key index
+  if (last < 0) return 0;
+  return last + 1 < p.k.len ? last + 1 : p.k.len;
+}
+
+}  // namespace ringattn

@@ -1,0 +1,76 @@
+// Helpers shared by the tests: fresh random inputs, poisoned outputs and error norms.
+#pragma once
+
+#include <cmath>
+#include <cstdint>
+#include <limits>
+#include <random>
+#include <vector>
+
+#include "kernels/params.hpp"
+
+namespace ringattn::test {
+
+// A fresh seed per call, so every run draws new inputs; printed by the failing assertion's caller.
+inline uint64_t fresh_seed() {
+  static std::random_device rd;
+  return (uint64_t(rd()) << 32) ^ rd();
+}
+
+// Owns the bytes of a [B, H, T, D] tensor in `dtype` with normal(0, 1) entries.
+struct HostTensor {
+  std::vector<uint8_t> bytes;
+  TensorView view;
+  HostTensor(DType dtype, int64_t b, int64_t h, int64_t t, int64_t d, std::mt19937_64& rng, bool bthd = false)
+      : bytes(static_cast<size_t>(b * h * t * d * dtype_size(dtype))) {
+    view = bthd ? bthd_view(bytes.data(), dtype, b, h, t, d) : bhtd_view(bytes.data(), dtype, b, h, t, d);
+    std::normal_distribution<float> n(0.f, 1.f);
+    for (int64_t i = 0; i < b * h * t * d; ++i) store_from_float(bytes.data(), dtype, i, n(rng));
+  }
+};
+
+// An fp32 (o, lse) state, poisoned with NaN so unwritten elements are caught.
+struct HostState {
+  std::vector<float> o, lse;
+  StateView view;
+  HostState(int64_t b, int64_t h, int64_t t, int64_t d)
+      : o(static_cast<size_t>(b * h * t * d), std::numeric_limits<float>::quiet_NaN()),
+        lse(static_cast<size_t>(b * h * t), std::numeric_limits<float>::quiet_NaN()) {
+    view = contiguous_state(o.data(), lse.data(), b, h, t, d);
+  }
+};
+
+// ||a - ref|| / ||ref|| over all elements; NaN anywhere in `a` gives +inf.
+template <typename A>
+double rel_error(const A& a, const std::vector<double>& ref) {
+  double num = 0, den = 0;
+  for (size_t i = 0; i < ref.size(); ++i) {
+    const double x = double(a[i]);
+    if (std::isnan(x)) return std::numeric_limits<double>::infinity();
+    if (std::isinf(ref[i]) || std::isinf(x)) {
+      if (x != ref[i]) return std::numeric_limits<double>::infinity();
+      continue;
+    }
+    num += (x - ref[i]) * (x - ref[i]);
+    den += ref[i] * ref[i];
+  }
+  return den > 0 ? std::sqrt(num / den) : std::sqrt(num);
+}
+
+// Max |a - ref| over finite entries; infinities must match exactly, NaN gives +inf.
+template <typename A>
+double max_abs_error(const A& a, const std::vector<double>& ref) {
+  double m = 0;
+  for (size_t i = 0; i < ref.size(); ++i) {
+    const double x = double(a[i]);
+    if (std::isnan(x)) return std::numeric_limits<double>::infinity();
+    if (std::isinf(ref[i]) || std::isinf(x)) {
+      if (x != ref[i]) return std::numeric_limits<double>::infinity();
+      continue;
+    }
+    m = std::max(m, std::abs(x - ref[i]));
+  }
+  return m;
+}
+
+}  // namespace ringattn::test
