@@ -1,0 +1,42 @@
+// A transport moves K/V blocks around the ring and runs the few small collectives the runner
+// needs. The ring runner talks only to this interface; a new transport is a new file in comm/.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+
+namespace ringattn {
+
+class Transport {
+ public:
+  virtual ~Transport() = default;
+  virtual std::string name() const = 0;
+  virtual int rank() const = 0;
+  virtual int size() const = 0;
+
+  // True when exchange buffers may be device memory (NCCL, CUDA-aware MPI). When false and the
+  // backend's buffers are on a device, the runner stages blocks through host memory.
+  virtual bool accepts_device_memory() const = 0;
+  // The compute stream that device-side exchanges are ordered after (NCCL); ignored otherwise.
+  virtual void set_stream(void* /*stream*/) {}
+
+  // Posts one ring hop: send `bytes` from `send` to rank (r + 1) mod P and receive `bytes` from
+  // rank (r - 1) mod P into `recv` (a different buffer). Returns at once; wait_exchange()
+  // completes it (for stream-ordered transports: orders later compute after the receive).
+  virtual void start_exchange(const void* send, void* recv, size_t bytes) = 0;
+  virtual void wait_exchange() = 0;
+
+  // Blocking collectives on host memory.
+  virtual void allgather(const void* send, void* recv, size_t bytes_per_rank) = 0;
+  virtual void barrier() = 0;
+
+  // Bytes this rank has sent through start_exchange since construction.
+  virtual uint64_t bytes_sent() const = 0;
+};
+
+// The world of one: no MPI at all. An exchange with itself copies send into recv.
+std::unique_ptr<Transport> make_local_transport();
+
+}  // namespace ringattn

@@ -1,0 +1,87 @@
+// A compute backend: where buffers live and how flash, decode, merge and the final cast run.
+// The ring runner talks only to this interface (DESIGN.md section 1); a new backend is a new
+// file under kernels/, not an edit of the runner.
+#pragma once
+
+#include <cstddef>
+#include <memory>
+#include <string>
+
+#include "kernels/params.hpp"
+
+namespace ringattn {
+
+class Backend {
+ public:
+  virtual ~Backend() = default;
+  virtual std::string name() const = 0;
+  // True when buffers live in device memory (the host cannot dereference them).
+  virtual bool device_memory() const = 0;
+
+  // Buffers in the backend's memory.
+  virtual void* allocate(size_t bytes) = 0;
+  virtual void deallocate(void* p) = 0;
+  virtual void copy_from_host(void* dst, const void* host_src, size_t bytes) = 0;
+  virtual void copy_to_host(void* host_dst, const void* src, size_t bytes) = 0;
+  virtual void copy(void* dst, const void* src, size_t bytes) = 0;
+
+  // Operations. On a GPU they are queued on the compute stream and return at once;
+  // synchronize() waits for everything queued. Each validates its params first.
+  virtual void flash(const FlashParams& p) = 0;
+  virtual void decode(const DecodeParams& p) = 0;
+  virtual void merge(const MergeParams& p) = 0;
+  virtual void finalize(const FinalizeParams& p) = 0;
+  virtual void fill_empty(const StateView& s) = 0;
+  virtual void synchronize() = 0;
+
+  // The compute stream (a cudaStream_t) for transports that order their work on it; null on CPU.
+  virtual void* stream() const { return nullptr; }
+};
+
+// The CPU engine (kernels/cpu) behind the interface; OpenMP threads as set by OMP_NUM_THREADS.
+std::unique_ptr<Backend> make_cpu_backend();
+
+// The CUDA backend on `device` (kernels/cuda). Throws RuntimeError when the build has no CUDA
+// or the device does not exist.
+std::unique_ptr<Backend> make_cuda_backend(int device);
+
+// True when this build has the CUDA backend and at least one GPU is visible.
+bool cuda_available();
+
+// RAII buffer in a backend's memory.
+class DeviceBuffer {
+ public:
+  DeviceBuffer() = default;
+  DeviceBuffer(Backend& b, size_t bytes) : backend_(&b), ptr_(bytes ? b.allocate(bytes) : nullptr), bytes_(bytes) {}
+  DeviceBuffer(const DeviceBuffer&) = delete;
+  DeviceBuffer& operator=(const DeviceBuffer&) = delete;
+  DeviceBuffer(DeviceBuffer&& o) noexcept { *this = std::move(o); }
+  DeviceBuffer& operator=(DeviceBuffer&& o) noexcept {
+    if (this != &o) {
+      reset();
+      backend_ = o.backend_;
+      ptr_ = o.ptr_;
+      bytes_ = o.bytes_;
+      o.ptr_ = nullptr;
+      o.bytes_ = 0;
+    }
+    return *this;
+  }
+  ~DeviceBuffer() { reset(); }
+  void reset() {
+    if (ptr_ && backend_) backend_->deallocate(ptr_);
+    ptr_ = nullptr;
+    bytes_ = 0;
+  }
+  void* get() const { return ptr_; }
+  template <typename T>
+  T* as() const { return static_cast<T*>(ptr_); }
+  size_t bytes() const { return bytes_; }
+
+ private:
+  Backend* backend_ = nullptr;
+  void* ptr_ = nullptr;
+  size_t bytes_ = 0;
+};
+
+}  // namespace ringattn

@@ -1,0 +1,45 @@
+// The CPU engine behind the Backend interface. Buffers are host memory.
+#include <cstdlib>
+#include <cstring>
+
+#include "kernels/backend.hpp"
+#include "kernels/cpu/cpu_kernels.hpp"
+#include "ringattn/error.hpp"
+
+namespace ringattn {
+namespace {
+
+class CpuBackend final : public Backend {
+ public:
+  std::string name() const override { return "cpu"; }
+  bool device_memory() const override { return false; }
+  void* allocate(size_t bytes) override {
+    // 64-byte alignment for vector loads; aligned_alloc needs a multiple of the alignment.
+    void* p = std::aligned_alloc(64, (bytes + 63) / 64 * 64);
+    if (!p) fail_runtime("cpu backend: could not allocate {} bytes", bytes);
+    return p;
+  }
+  void deallocate(void* p) override { std::free(p); }
+  void copy_from_host(void* dst, const void* src, size_t bytes) override { std::memcpy(dst, src, bytes); }
+  void copy_to_host(void* dst, const void* src, size_t bytes) override { std::memcpy(dst, src, bytes); }
+  void copy(void* dst, const void* src, size_t bytes) override { std::memmove(dst, src, bytes); }
+  void flash(const FlashParams& p) override { cpu::flash_forward(p); }
+  void decode(const DecodeParams& p) override { cpu::decode_split_kv(p); }
+  void merge(const MergeParams& p) override { cpu::merge_states(p); }
+  void finalize(const FinalizeParams& p) override { cpu::finalize(p); }
+  void fill_empty(const StateView& s) override { cpu::fill_empty(s); }
+  void synchronize() override {}
+};
+
+}  // namespace
+
+std::unique_ptr<Backend> make_cpu_backend() { return std::make_unique<CpuBackend>(); }
+
+#ifndef RINGATTN_HAVE_CUDA
+std::unique_ptr<Backend> make_cuda_backend(int) {
+  fail_runtime("this ringattn was built without CUDA (configure with nvcc present and -DRINGATTN_CUDA=ON)");
+}
+bool cuda_available() { return false; }
+#endif
+
+}  // namespace ringattn
