@@ -4,6 +4,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <cstdlib>
 #include <memory>
 #include <string>
 
@@ -34,6 +35,14 @@ class Transport {
 
   // Bytes this rank has sent through start_exchange since construction.
   virtual uint64_t bytes_sent() const = 0;
+
+  // Seconds the last completed exchange took from post to completion, as the transport saw it
+  // (a helper thread can time it; a nonblocking MPI exchange cannot): -1 when unknown.
+  virtual double last_exchange_seconds() const { return -1.0; }
+
+  // Ends every rank of the world at once (MPI_Abort), so that a failing rank never leaves the
+  // others waiting in a collective. The world of one just exits.
+  [[noreturn]] virtual void abort(int exit_code) { std::_Exit(exit_code); }
 };
 
 // The world of one: no MPI at all. An exchange with itself copies send into recv.
