@@ -1,0 +1,272 @@
+// NCCL transport. One ncclSend/ncclRecv pair per hop inside one group on a communication stream;
+// events order it after the compute that produced the block and order later compute after the
+// receive. The communicator is non-blocking so that every wait is bounded: the host polls the
+// completion event and ncclCommGetAsyncError under a deadline, and an error or a timeout aborts
+// the communicator (ncclCommAbort, never destroy after an error).
+#include "comm/nccl_transport.hpp"
+
+#include <cuda_runtime.h>
+#include <nccl.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdlib>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <spdlog/spdlog.h>
+
+#include "ringattn/error.hpp"
+
+namespace ringattn {
+namespace {
+
+std::string host_name() {
+  char buf[256] = {0};
+  gethostname(buf, sizeof(buf) - 1);
+  return buf;
+}
+
+#define RA_MPI(call)                                                                          \
+  do {                                                                                        \
+    const int rc_ = (call);                                                                   \
+    if (rc_ != MPI_SUCCESS) {                                                                 \
+      char msg_[MPI_MAX_ERROR_STRING];                                                        \
+      int len_ = 0;                                                                           \
+      MPI_Error_string(rc_, msg_, &len_);                                                     \
+      fail_runtime("{} failed at {}:{}: {}", #call, __FILE__, __LINE__, std::string(msg_, len_)); \
+    }                                                                                         \
+  } while (0)
+
+#define RA_CUDA(call)                                                                            \
+  do {                                                                                           \
+    const cudaError_t e_ = (call);                                                               \
+    if (e_ != cudaSuccess)                                                                       \
+      fail_runtime("{} failed at {}:{}: {} ({})", #call, __FILE__, __LINE__, cudaGetErrorString(e_), \
+                   cudaGetErrorName(e_));                                                        \
+  } while (0)
+
+int env_int(const char* name, int fallback) {
+  const char* v = std::getenv(name);
+  if (!v || !*v) return fallback;
+  char* end = nullptr;
+  const long x = std::strtol(v, &end, 10);
+  return (end && *end == 0) ? int(x) : fallback;
+}
+
+struct LocalInfo {
+  int local_rank, local_size, devices;
+};
+
+LocalInfo local_info(MPI_Comm comm) {
+  MPI_Comm node;
+  int rank;
+  RA_MPI(MPI_Comm_rank(comm, &rank));
+  RA_MPI(MPI_Comm_split_type(comm, MPI_COMM_TYPE_SHARED, rank, MPI_INFO_NULL, &node));
+  LocalInfo li{};
+  RA_MPI(MPI_Comm_rank(node, &li.local_rank));
+  RA_MPI(MPI_Comm_size(node, &li.local_size));
+  MPI_Comm_free(&node);
+  li.local_rank = env_int("OMPI_COMM_WORLD_LOCAL_RANK", env_int("SLURM_LOCALID", li.local_rank));
+  if (cudaGetDeviceCount(&li.devices) != cudaSuccess) li.devices = 0;
+  return li;
+}
+
+class NcclTransport final : public Transport {
+ public:
+  NcclTransport(MPI_Comm comm, const NcclOptions& opts) : opts_(opts) {
+    RA_MPI(MPI_Comm_dup(comm, &mpi_));
+    RA_MPI(MPI_Comm_rank(mpi_, &rank_));
+    RA_MPI(MPI_Comm_size(mpi_, &size_));
+    RA_CUDA(cudaGetDevice(&device_));
+    ncclUniqueId id;
+    if (rank_ == 0) check(ncclGetUniqueId(&id), "ncclGetUniqueId", __LINE__);
+    RA_MPI(MPI_Bcast(&id, sizeof(id), MPI_BYTE, 0, mpi_));
+    ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
+    config.blocking = 0;  // every call returns; we poll with a deadline
+    check(ncclCommInitRankConfig(&comm_, size_, id, rank_, &config), "ncclCommInitRankConfig", __LINE__);
+    poll_until_ready("ncclCommInitRankConfig", opts_.first_hop_timeout_s);
+    RA_CUDA(cudaStreamCreateWithFlags(&comm_stream_, cudaStreamNonBlocking));
+    RA_CUDA(cudaEventCreateWithFlags(&ready_, cudaEventDisableTiming));
+    RA_CUDA(cudaEventCreateWithFlags(&done_, cudaEventDisableTiming));
+    int nccl_version = 0, cuda_version = 0, mpi_len = 0;
+    ncclGetVersion(&nccl_version);
+    cudaRuntimeGetVersion(&cuda_version);
+    char mpi_version[MPI_MAX_LIBRARY_VERSION_STRING];
+    MPI_Get_library_version(mpi_version, &mpi_len);
+    std::string mpi_first_line(mpi_version, size_t(mpi_len));
+    mpi_first_line = mpi_first_line.substr(0, mpi_first_line.find_first_of(",\n"));
+    if (rank_ == 0)
+      spdlog::info("nccl transport: {} ranks, NCCL {}, CUDA runtime {}, {}", size_, nccl_version, cuda_version,
+                   mpi_first_line);
+    spdlog::debug("nccl transport: rank {} on host {} uses GPU {}", rank_, host_name(), device_);
+  }
+
+  ~NcclTransport() override {
+    if (comm_) {
+      if (failed_) {
+        ncclCommAbort(comm_);
+      } else {
+        // A clean shutdown is still bounded: finalize is polled, and an error turns into abort.
+        ncclResult_t st = ncclCommFinalize(comm_);
+        const auto t0 = std::chrono::steady_clock::now();
+        while ((st == ncclSuccess || st == ncclInProgress) && seconds_since(t0) < opts_.timeout_s) {
+          if (ncclCommGetAsyncError(comm_, &st) != ncclSuccess) break;
+          if (st != ncclInProgress) break;
+          std::this_thread::yield();
+        }
+        if (st == ncclSuccess)
+          ncclCommDestroy(comm_);
+        else
+          ncclCommAbort(comm_);
+      }
+    }
+    if (done_) cudaEventDestroy(done_);
+    if (ready_) cudaEventDestroy(ready_);
+    if (comm_stream_) cudaStreamDestroy(comm_stream_);
+    MPI_Comm_free(&mpi_);
+  }
+
+  std::string name() const override { return "nccl"; }
+  int rank() const override { return rank_; }
+  int size() const override { return size_; }
+  bool accepts_device_memory() const override { return true; }
+  void set_stream(void* stream) override { compute_ = static_cast<cudaStream_t>(stream); }
+
+  void start_exchange(const void* send, void* recv, size_t bytes) override {
+    if (pending_) fail_runtime("rank {}: start_exchange called twice without wait_exchange", rank_);
+    RA_CUDA(cudaEventRecord(ready_, compute_));
+    RA_CUDA(cudaStreamWaitEvent(comm_stream_, ready_, 0));
+    if (size_ == 1) {
+      RA_CUDA(cudaMemcpyAsync(recv, send, bytes, cudaMemcpyDeviceToDevice, comm_stream_));
+    } else {
+      const int next = (rank_ + 1) % size_, prev = (rank_ + size_ - 1) % size_;
+      check(ncclGroupStart(), "ncclGroupStart", __LINE__);
+      check(ncclSend(send, bytes, ncclInt8, next, comm_, comm_stream_), "ncclSend", __LINE__);
+      check(ncclRecv(recv, bytes, ncclInt8, prev, comm_, comm_stream_), "ncclRecv", __LINE__);
+      const ncclResult_t r = ncclGroupEnd();
+      if (r != ncclInProgress) check(r, "ncclGroupEnd", __LINE__);
+      poll_until_ready("ncclGroupEnd", timeout());
+      bytes_sent_ += bytes;
+    }
+    RA_CUDA(cudaEventRecord(done_, comm_stream_));
+    pending_ = true;
+    pending_bytes_ = bytes;
+  }
+
+  void wait_exchange() override {
+    if (!pending_) return;
+    // Bounded wait: the receive's completion event, the communicator's async error, a deadline.
+    const auto t0 = std::chrono::steady_clock::now();
+    const double limit = timeout();
+    for (;;) {
+      const cudaError_t q = cudaEventQuery(done_);
+      if (q == cudaSuccess) break;
+      if (q != cudaErrorNotReady) RA_CUDA(q);
+      ncclResult_t st = ncclSuccess;
+      ncclCommGetAsyncError(comm_, &st);
+      if (st != ncclSuccess && st != ncclInProgress) check(st, "ncclCommGetAsyncError (exchange)", __LINE__);
+      if (seconds_since(t0) > limit) {
+        failed_ = true;
+        fail_runtime("rank {} on {}: hop {}: timed out after {:.0f} s waiting for the NCCL exchange of {} bytes "
+                     "(send to rank {}, receive from rank {})",
+                     rank_, host_name(), hops_, limit, pending_bytes_, (rank_ + 1) % size_, (rank_ + size_ - 1) % size_);
+      }
+      std::this_thread::sleep_for(std::chrono::microseconds(20));
+    }
+    RA_CUDA(cudaStreamWaitEvent(compute_, done_, 0));
+    pending_ = false;
+    ++hops_;
+  }
+
+  void allgather(const void* send, void* recv, size_t bytes_per_rank) override {
+    RA_MPI(MPI_Allgather(send, int(bytes_per_rank), MPI_BYTE, recv, int(bytes_per_rank), MPI_BYTE, mpi_));
+  }
+  void barrier() override { RA_MPI(MPI_Barrier(mpi_)); }
+  uint64_t bytes_sent() const override { return bytes_sent_; }
+
+ private:
+  static double seconds_since(std::chrono::steady_clock::time_point t0) {
+    return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  }
+  double timeout() const { return hops_ == 0 ? opts_.first_hop_timeout_s : opts_.timeout_s; }
+
+  void check(ncclResult_t r, const char* what, int line) {
+    if (r == ncclSuccess || r == ncclInProgress) return;
+    failed_ = true;
+    const char* last = comm_ ? ncclGetLastError(comm_) : "";
+    fail_runtime("rank {} on {}: {} failed at {}:{}: {}{}{}", rank_, host_name(), what, __FILE__, line,
+                 ncclGetErrorString(r), (last && *last) ? ": " : "", last ? last : "");
+  }
+
+  // Non-blocking communicators report ncclInProgress until an operation is issued.
+  void poll_until_ready(const char* what, double limit) {
+    const auto t0 = std::chrono::steady_clock::now();
+    ncclResult_t st = ncclInProgress;
+    while (true) {
+      check(ncclCommGetAsyncError(comm_, &st), "ncclCommGetAsyncError", __LINE__);
+      if (st != ncclInProgress) break;
+      if (seconds_since(t0) > limit) {
+        failed_ = true;
+        fail_runtime("rank {} on {}: {} still in progress after {:.0f} s", rank_, host_name(), what, limit);
+      }
+      std::this_thread::yield();
+    }
+    check(st, what, __LINE__);
+  }
+
+  NcclOptions opts_;
+  MPI_Comm mpi_ = MPI_COMM_NULL;
+  int rank_ = 0, size_ = 1, device_ = 0;
+  ncclComm_t comm_ = nullptr;
+  cudaStream_t comm_stream_ = nullptr, compute_ = nullptr;
+  cudaEvent_t ready_ = nullptr, done_ = nullptr;
+  bool pending_ = false, failed_ = false;
+  size_t pending_bytes_ = 0;
+  uint64_t bytes_sent_ = 0;
+  int hops_ = 0;
+};
+
+}  // namespace
+
+bool every_rank_has_own_gpu(MPI_Comm comm) {
+  const LocalInfo li = local_info(comm);
+  int ok = li.local_rank < li.devices && li.local_size <= li.devices ? 1 : 0, all = 0;
+  RA_MPI(MPI_Allreduce(&ok, &all, 1, MPI_INT, MPI_MIN, comm));
+  return all == 1;
+}
+
+int select_local_gpu(MPI_Comm comm) {
+  const LocalInfo li = local_info(comm);
+  int rank, size;
+  RA_MPI(MPI_Comm_rank(comm, &rank));
+  RA_MPI(MPI_Comm_size(comm, &size));
+  // Every rank learns every rank's verdict, so all throw the same message.
+  struct Verdict {
+    int local_rank, local_size, devices;
+    char host[64];
+  } mine{li.local_rank, li.local_size, li.devices, {}};
+  const std::string h = host_name();
+  h.copy(mine.host, sizeof(mine.host) - 1);
+  std::vector<Verdict> all(static_cast<size_t>(size));
+  RA_MPI(MPI_Allgather(&mine, sizeof(Verdict), MPI_BYTE, all.data(), sizeof(Verdict), MPI_BYTE, comm));
+  for (int r = 0; r < size; ++r) {
+    const Verdict& v = all[static_cast<size_t>(r)];
+    if (v.devices == 0)
+      fail_arg("rank {} on host {} sees no GPU: the NCCL transport needs one GPU per rank (use --transport mpi or "
+               "--device cpu)", r, v.host);
+    if (v.local_rank >= v.devices || v.local_size > v.devices)
+      fail_arg("rank {} on host {} is local rank {} of {} but the host has {} GPU(s): NCCL needs one GPU per rank; "
+               "launch at most {} ranks per host, or use --transport mpi to share GPUs", r, v.host, v.local_rank,
+               v.local_size, v.devices, v.devices);
+  }
+  RA_CUDA(cudaSetDevice(li.local_rank));
+  return li.local_rank;
+}
+
+std::unique_ptr<Transport> make_nccl_transport(MPI_Comm comm, const NcclOptions& opts) {
+  return std::make_unique<NcclTransport>(comm, opts);
+}
+
+}  // namespace ringattn
