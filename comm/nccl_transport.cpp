@@ -186,6 +186,14 @@ class NcclTransport final : public Transport {
   void barrier() override { RA_MPI(MPI_Barrier(mpi_)); }
   uint64_t bytes_sent() const override { return bytes_sent_; }
 
+  // Abort the communicator first (never destroy after an error), then the whole MPI job.
+  [[noreturn]] void abort(int exit_code) override {
+    if (comm_) ncclCommAbort(comm_);
+    comm_ = nullptr;
+    MPI_Abort(MPI_COMM_WORLD, exit_code);
+    std::_Exit(exit_code);
+  }
+
  private:
   static double seconds_since(std::chrono::steady_clock::time_point t0) {
     return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
