@@ -1,0 +1,174 @@
+// The ring runner (DESIGN.md sections 1-2): each rank keeps its queries and an fp32 (o, lse)
+// state; the K/V blocks travel around the ring, one hop at a time, and each hop's exchange is
+// posted before the hop's compute so the two overlap. Backend- and transport-agnostic.
+#include <algorithm>
+#include <chrono>
+#include <vector>
+
+#include "ringattn/agree.hpp"
+#include "ringattn/error.hpp"
+#include "ringattn/ring.hpp"
+#include "ringattn/ring_buffers.hpp"
+#include "ringattn/schedule.hpp"
+
+namespace ringattn {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+// The local checks of a ring run; "" when the tensors fit the problem and the layout.
+std::string check_ring_tensors(const GlobalProblem& p, const LocalTensors& x, int64_t tokens) {
+  for (const auto& [what, v, heads] : {std::tuple{"q", &x.q, p.q_heads}, std::tuple{"k", &x.k, p.kv_heads},
+                                       std::tuple{"v", &x.v, p.kv_heads}, std::tuple{"out", &x.out, p.q_heads}})
+    if (std::string e = check_view(what, *v, p.batch, heads, tokens, p.head_dim, p.dtype); !e.empty()) return e;
+  return "";
+}
+
+}  // namespace
+
+uint64_t expected_ring_bytes(const GlobalProblem& p, int world) {
+  const uint64_t block = 2ull * uint64_t(p.batch * p.kv_heads * (p.kv_len / world) * p.head_dim) *
+                         uint64_t(dtype_size(p.dtype));
+  return uint64_t(world - 1) * block;
+}
+
+double RankStats::hidden_fraction() const {
+  if (transfer_s <= 0 || hops.size() < 2) return -1.0;
+  return std::clamp(1.0 - exposed_comm_s / transfer_s, 0.0, 1.0);
+}
+
+RankStats run_ring_attention(const GlobalProblem& p, const LocalTensors& x, Backend& b, Transport& t,
+                             const RunOptions& opt) {
+  const auto t_start = Clock::now();
+  const int P = t.size(), r = t.rank();
+  if (!p.is_ring())
+    fail_arg("ring attention needs self-attention (q_len == kv_len, q_offset 0); got q_len={}, kv_len={}, "
+             "q_offset={}: use run_distributed_decode", p.q_len, p.kv_len, p.resolved_q_offset());
+  // Rejected locally, before any communication: identical on every rank that has this problem.
+  validate_problem(p, P);
+  const RingSchedule sched(p.sharding, p.q_len, p.causal, r, P);
+  const int64_t T = sched.local_layout().tokens();
+
+  LocalVerdict verdict;
+  verdict.error = check_ring_tensors(p, x, T);
+  verdict.k_layout = uint32_t(layout_of(x.k));
+  verdict.v_layout = uint32_t(layout_of(x.v));
+  RankStats st;
+  st.rank = r;
+  st.world = P;
+  if (opt.check_agreement) {
+    const auto t0 = Clock::now();
+    agree_on_run(p, verdict, t);
+    st.agree_s = seconds_since(t0);
+  } else if (!verdict.error.empty()) {
+    fail_arg("rank {}: {}", r, verdict.error);
+  }
+
+  // ---- buffers, all allocated before the hop loop ----
+  const auto t_setup = Clock::now();
+  const int64_t B = p.batch, Hq = p.q_heads, D = p.head_dim;
+  const size_t es = size_t(dtype_size(p.dtype));
+  const size_t k_bytes = size_t(block_elems(x.k)) * es, block_bytes = 2 * k_bytes;
+  DeviceBuffer blocks[2] = {DeviceBuffer(b, block_bytes), DeviceBuffer(b, P > 1 ? block_bytes : 0)};
+  DeviceBuffer state_o(b, size_t(B * Hq * T * D) * sizeof(float));
+  DeviceBuffer state_lse_owned;
+  float* lse = x.lse;
+  if (lse == nullptr) {
+    state_lse_owned = DeviceBuffer(b, size_t(B * Hq * T) * sizeof(float));
+    lse = state_lse_owned.as<float>();
+  }
+  const StateView state = contiguous_state(state_o.as<float>(), lse, B, Hq, T, D);
+  // Device blocks travel through host memory when the transport cannot take device pointers.
+  const bool staged = b.device_memory() && !t.accepts_device_memory();
+  std::vector<unsigned char> host[2];
+  if (staged && P > 1) host[0].resize(block_bytes), host[1].resize(block_bytes);
+  if (b.stream() != nullptr) t.set_stream(b.stream());
+
+  pack_block(b, blocks[0].get(), x.k);
+  pack_block(b, static_cast<char*>(blocks[0].get()) + k_bytes, x.v);
+  if (staged && P > 1) b.copy_to_host(host[0].data(), blocks[0].get(), block_bytes);
+  b.fill_empty(state);
+  const BlockLayout k_layout = layout_of(x.k), v_layout = layout_of(x.v);
+  b.synchronize();
+  st.setup_s = seconds_since(t_setup);
+
+  FlashParams base;
+  base.q = x.q;
+  base.state = state;
+  base.scale = p.resolved_scale();
+  base.mode = StateMode::Fold;  // every call folds into the state emptied above
+  base.tile_q = opt.tile_q;
+  base.tile_k = opt.tile_k;
+
+  st.hops.reserve(size_t(P));
+  st.transfer_s = P > 1 ? 0.0 : -1.0;
+  const uint64_t bytes_before = t.bytes_sent();
+  int cur = 0;
+  for (int s = 0; s < P; ++s) {
+    const HopPlan& plan = sched.hops()[size_t(s)];
+    HopStats hs;
+    hs.hop = s;
+    hs.source_rank = plan.source_rank;
+    hs.kernel_calls = int(plan.calls.size());
+    hs.visible_pairs = plan.visible_pairs * B * Hq;
+    // The block of hop s goes on to the next rank while this rank computes with it; the last hop
+    // has nothing left to pass on.
+    const bool exchange = s + 1 < P;
+    if (exchange) {
+      const uint64_t before = t.bytes_sent();
+      if (staged)
+        t.start_exchange(host[cur].data(), host[1 - cur].data(), block_bytes);
+      else
+        t.start_exchange(blocks[cur].get(), blocks[1 - cur].get(), block_bytes);
+      hs.bytes_sent = t.bytes_sent() - before;
+    }
+    const auto t0 = Clock::now();
+    const TensorView kb = block_view(blocks[cur].get(), x.k, k_layout);
+    const TensorView vb = block_view(static_cast<char*>(blocks[cur].get()) + k_bytes, x.v, v_layout);
+    for (const PairCall& c : plan.calls) {
+      FlashParams f = base;
+      f.q = x.q.rows(c.q_row0, c.q_rows);
+      f.state = state.rows(c.q_row0, c.q_rows);
+      f.k = kb.rows(c.k_row0, c.k_rows);
+      f.v = vb.rows(c.k_row0, c.k_rows);
+      f.causal = c.causal;
+      f.q_offset = c.q_offset;
+      b.flash(f);
+    }
+    b.synchronize();
+    const auto t1 = Clock::now();
+    hs.compute_s = std::chrono::duration<double>(t1 - t0).count();
+    if (exchange) {
+      t.wait_exchange();
+      if (staged) {
+        b.copy_from_host(blocks[1 - cur].get(), host[1 - cur].data(), block_bytes);
+        b.synchronize();
+      }
+      hs.exposed_comm_s = seconds_since(t1);
+      hs.transfer_s = t.last_exchange_seconds();
+      if (hs.transfer_s < 0) st.transfer_s = -1.0;
+      else if (st.transfer_s >= 0) st.transfer_s += hs.transfer_s;
+    }
+    st.compute_s += hs.compute_s;
+    st.exposed_comm_s += hs.exposed_comm_s;
+    st.visible_pairs += hs.visible_pairs;
+    st.kernel_calls += hs.kernel_calls;
+    st.hops.push_back(hs);
+    cur = 1 - cur;
+  }
+  st.bytes_sent = t.bytes_sent() - bytes_before;
+
+  const auto t_fin = Clock::now();
+  b.finalize(FinalizeParams{state, x.out});
+  b.synchronize();
+  st.finalize_s = seconds_since(t_fin);
+  st.total_s = seconds_since(t_start);
+  return st;
+}
+
+RankStats run_attention(const GlobalProblem& p, const LocalTensors& x, Backend& b, Transport& t,
+                        const RunOptions& opt) {
+  return p.is_ring() ? run_ring_attention(p, x, b, t, opt) : run_distributed_decode(p, x, b, t, opt);
+}
+
+}  // namespace ringattn

@@ -1,0 +1,37 @@
+// Helpers the ring and decode runners share: timing, packing a K or V view into a block that
+// travels in one piece, and the local checks of the tensors a rank passes in.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <string>
+
+#include "kernels/backend.hpp"
+#include "ringattn/ring.hpp"
+
+namespace ringattn {
+
+inline double seconds_since(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+// How a K or V view is laid out in its block: dense [B,H,T,D] and dense [B,T,H,D] travel as they
+// are (one copy); anything else is packed into [B,H,T,D] row by row.
+enum class BlockLayout : uint32_t { Bhtd = 0, Bthd = 1, Strided = 2 };
+
+BlockLayout layout_of(const TensorView& x);
+
+// Elements of one block of shape `x` (B * H * T * D).
+inline int64_t block_elems(const TensorView& x) { return x.batch * x.heads * x.len * x.dim; }
+
+// The view of a block at `data` holding a tensor shaped like `x` that was packed from layout `l`.
+TensorView block_view(void* data, const TensorView& x, BlockLayout l);
+
+// Copies view `x` into the block at `dst` (backend memory) in its block layout.
+void pack_block(Backend& b, void* dst, const TensorView& x);
+
+// "" when `x` has the given shape and dtype, else a message naming `what` and both shapes.
+std::string check_view(const char* what, const TensorView& x, int64_t batch, int64_t heads, int64_t len,
+                       int64_t dim, DType dtype);
+
+}  // namespace ringattn

@@ -1,0 +1,64 @@
+// The ring schedule: for every hop, which (query segment, key segment) pairs of this rank are
+// computed and how. Pure logic over absolute positions (no tensors, no communication), so the
+// classification is unit-tested on its own (tests/unit/test_schedule.cpp).
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "ringattn/ring.hpp"
+
+namespace ringattn {
+
+enum class PairVisibility : uint8_t {
+  Full,       // every key visible to every query: no mask
+  Diagonal,   // some keys visible: causal mask with q_offset
+  Invisible,  // no key visible to any query: never computed
+};
+
+struct PairClass {
+  PairVisibility visibility = PairVisibility::Invisible;
+  int64_t q_offset = 0;       // Diagonal: key j visible to query i iff j <= i + q_offset
+  int64_t visible_pairs = 0;  // query-key pairs the call computes
+};
+
+// Classifies queries at positions q.start + q.stride*i against keys at k.start + k.stride*j.
+// Both runs must share a stride S (contiguous: 1, striped: P): key j is visible to query i iff
+// k.start + S*j <= q.start + S*i, i.e. j <= i + floor((q.start - k.start) / S), one kernel call.
+// Non-causal pairs are always Full.
+PairClass classify_pair(const Segment& q, const Segment& k, bool causal);
+
+// Sum over i in [0, rows) of clamp(i + a, 0, cols): visible keys per query row, summed.
+int64_t sum_clamped(int64_t rows, int64_t a, int64_t cols);
+
+// One flash call: local query rows [q_row0, q_row0 + q_rows) against rows [k_row0, k_row0 + k_rows)
+// of the K/V block that this hop holds.
+struct PairCall {
+  int64_t q_row0 = 0, q_rows = 0, k_row0 = 0, k_rows = 0;
+  bool causal = false;  // false for Full pairs: the kernel pays no masking cost
+  int64_t q_offset = 0;
+  int64_t visible_pairs = 0;
+};
+
+struct HopPlan {
+  int source_rank = 0;          // where the K/V block of this hop originated: (r - s) mod P
+  std::vector<PairCall> calls;  // empty: the hop only forwards the block
+  int64_t visible_pairs = 0;
+};
+
+class RingSchedule {
+ public:
+  // Validates the sharding of seq_len (check_shardable) first.
+  RingSchedule(Sharding sharding, int64_t seq_len, bool causal, int rank, int world);
+
+  const std::vector<HopPlan>& hops() const { return hops_; }
+  const ShardLayout& local_layout() const { return local_; }
+  int64_t visible_pairs() const;  // over all hops, per (batch, head)
+  int kernel_calls() const;
+
+ private:
+  ShardLayout local_;
+  std::vector<HopPlan> hops_;
+};
+
+}  // namespace ringattn

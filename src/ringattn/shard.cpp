@@ -1,0 +1,120 @@
+// Sharding of a global sequence over ranks: the segments of global positions each rank holds.
+#include <cmath>
+
+#include "ringattn/error.hpp"
+#include "ringattn/ring.hpp"
+
+namespace ringattn {
+
+const char* sharding_name(Sharding s) {
+  switch (s) {
+    case Sharding::Contiguous: return "contiguous";
+    case Sharding::Zigzag: return "zigzag";
+    case Sharding::Striped: return "striped";
+  }
+  return "?";
+}
+
+Sharding parse_sharding(const std::string& name) {
+  if (name == "contiguous") return Sharding::Contiguous;
+  if (name == "zigzag") return Sharding::Zigzag;
+  if (name == "striped") return Sharding::Striped;
+  fail_arg("unknown sharding '{}': allowed are contiguous, zigzag, striped", name);
+}
+
+int64_t ShardLayout::tokens() const {
+  int64_t n = 0;
+  for (const Segment& s : segments) n += s.len;
+  return n;
+}
+
+int64_t ShardLayout::global_position(int64_t local_row) const {
+  if (local_row >= 0) {
+    int64_t row = local_row;
+    for (const Segment& s : segments) {
+      if (row < s.len) return s.position(row);
+      row -= s.len;
+    }
+  }
+  fail_arg("local row {} is outside this shard of {} tokens", local_row, tokens());
+}
+
+int64_t ShardLayout::first_row(size_t segment) const {
+  if (segment >= segments.size()) fail_arg("segment {} does not exist: the shard has {}", segment, segments.size());
+  int64_t row = 0;
+  for (size_t i = 0; i < segment; ++i) row += segments[i].len;
+  return row;
+}
+
+int64_t required_multiple(Sharding s, int world) {
+  return s == Sharding::Zigzag ? 2 * int64_t(world) : int64_t(world);
+}
+
+void check_shardable(Sharding s, int64_t seq_len, int world) {
+  if (world < 1) fail_arg("the world must have at least one rank (got {})", world);
+  if (seq_len < 1) fail_arg("sequence length must be >= 1 (got {})", seq_len);
+  const int64_t m = required_multiple(s, world);
+  if (seq_len % m != 0) {
+    const int64_t down = seq_len / m * m, up = down + m;
+    if (s == Sharding::Zigzag)
+      fail_arg("sequence length {} cannot be split by zigzag sharding over {} ranks: it must be a multiple of 2 x "
+               "ranks = {} (nearest: {}{}{})", seq_len, world, m, down > 0 ? std::to_string(down) : "",
+               down > 0 ? " or " : "", up);
+    fail_arg("sequence length {} cannot be split by {} sharding over {} ranks: it must be a multiple of the rank "
+             "count {} (nearest: {}{}{})", seq_len, sharding_name(s), world, m, down > 0 ? std::to_string(down) : "",
+             down > 0 ? " or " : "", up);
+  }
+}
+
+ShardLayout shard_layout(Sharding s, int64_t seq_len, int rank, int world) {
+  check_shardable(s, seq_len, world);
+  if (rank < 0 || rank >= world) fail_arg("rank {} is outside the world of {} ranks", rank, world);
+  const int64_t P = world, r = rank;
+  ShardLayout l;
+  switch (s) {
+    case Sharding::Contiguous:
+      l.segments.push_back({r * seq_len / P, seq_len / P, 1});
+      break;
+    case Sharding::Zigzag: {
+      const int64_t c = seq_len / (2 * P);
+      l.segments.push_back({r * c, c, 1});
+      l.segments.push_back({(2 * P - 1 - r) * c, c, 1});
+      break;
+    }
+    case Sharding::Striped:
+      l.segments.push_back({r, seq_len / P, P});
+      break;
+  }
+  return l;
+}
+
+Segment kv_shard(int64_t kv_len, int rank, int world) {
+  if (world < 1 || rank < 0 || rank >= world) fail_arg("rank {} is outside the world of {} ranks", rank, world);
+  const int64_t b = int64_t(rank) * kv_len / world, e = (int64_t(rank) + 1) * kv_len / world;
+  return {b, e - b, 1};
+}
+
+float GlobalProblem::resolved_scale() const {
+  return scale != 0.f ? scale : float(1.0 / std::sqrt(double(head_dim > 0 ? head_dim : 1)));
+}
+
+void validate_problem(const GlobalProblem& p, int world) {
+  if (world < 1) fail_arg("the world must have at least one rank (got {})", world);
+  if (p.batch < 1) fail_arg("batch must be >= 1 (got {})", p.batch);
+  if (p.q_heads < 1) fail_arg("q_heads must be >= 1 (got {})", p.q_heads);
+  if (p.kv_heads < 1) fail_arg("kv_heads must be >= 1 (got {})", p.kv_heads);
+  if (p.q_heads % p.kv_heads != 0)
+    fail_arg("q_heads={} is not a multiple of kv_heads={}: grouped-query attention needs q_heads = g * kv_heads",
+             p.q_heads, p.kv_heads);
+  if (p.head_dim < 1) fail_arg("head_dim must be >= 1 (got {})", p.head_dim);
+  if (p.q_len < 1) fail_arg("q_len must be >= 1 (got {})", p.q_len);
+  if (p.kv_len < 1) fail_arg("kv_len must be >= 1 (got {})", p.kv_len);
+  if (!std::isfinite(p.scale)) fail_arg("softmax scale must be finite (got {})", p.scale);
+  const int64_t off = p.resolved_q_offset();
+  if (p.causal && off < 0)
+    fail_arg("causal attention with q_offset={} leaves query 0 with no visible key; it needs q_offset >= 0 (the "
+             "default is kv_len - q_len = {})", off, p.kv_len - p.q_len);
+  if (p.is_ring()) check_shardable(p.sharding, p.q_len, world);
+}
+
+}  // namespace ringattn
