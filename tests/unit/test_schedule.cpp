@@ -1,0 +1,156 @@
+// The ring schedule's classification of (query segment, key segment) pairs, checked against a
+// brute-force walk over absolute positions.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <map>
+#include <random>
+#include <set>
+
+#include "common/test_util.hpp"
+#include "ringattn/error.hpp"
+#include "ringattn/schedule.hpp"
+
+namespace ringattn {
+namespace {
+
+TEST(RingSchedule, SumClampedMatchesLoop) {
+  for (int64_t rows = 0; rows < 9; ++rows)
+    for (int64_t a = -12; a < 12; ++a)
+      for (int64_t cols = 0; cols < 9; ++cols) {
+        int64_t want = 0;
+        for (int64_t i = 0; i < rows; ++i) want += std::clamp<int64_t>(i + a, 0, cols);
+        EXPECT_EQ(sum_clamped(rows, a, cols), want) << rows << " " << a << " " << cols;
+      }
+}
+
+// For random runs of a shared stride, the class, the q_offset and the pair count reproduce the
+// causal mask on absolute positions exactly.
+TEST(RingSchedule, ClassifyPairMatchesPositions) {
+  const uint64_t seed = test::fresh_seed();
+  std::mt19937_64 rng(seed);
+  int seen[3] = {0, 0, 0};
+  for (int trial = 0; trial < 4000; ++trial) {
+    const int64_t S = 1 + int64_t(rng() % 5);
+    Segment q{int64_t(rng() % 40), 1 + int64_t(rng() % 9), S};
+    Segment k{int64_t(rng() % 40), 1 + int64_t(rng() % 9), S};
+    if (trial % 3 == 0) k.len = q.len;  // striped shards have equal lengths
+    for (bool causal : {false, true}) {
+      const PairClass c = classify_pair(q, k, causal);
+      int64_t visible = 0;
+      bool all = true;
+      for (int64_t i = 0; i < q.len; ++i)
+        for (int64_t j = 0; j < k.len; ++j) {
+          const bool vis = !causal || k.position(j) <= q.position(i);
+          visible += vis;
+          all = all && vis;
+          if (causal && c.visibility == PairVisibility::Diagonal)
+            ASSERT_EQ(vis, j <= i + c.q_offset) << "seed " << seed << " q " << q.start << "/" << q.len << " k "
+                                                << k.start << "/" << k.len << " S " << S;
+        }
+      ASSERT_EQ(c.visible_pairs, visible) << "seed " << seed;
+      const PairVisibility want = visible == 0 ? PairVisibility::Invisible
+                                  : all        ? PairVisibility::Full
+                                               : PairVisibility::Diagonal;
+      ASSERT_EQ(int(c.visibility), int(want)) << "seed " << seed << " q " << q.start << " k " << k.start;
+      ++seen[int(c.visibility)];
+    }
+  }
+  EXPECT_GT(seen[0], 0);
+  EXPECT_GT(seen[1], 0);
+  EXPECT_GT(seen[2], 0);
+}
+
+TEST(RingSchedule, StripedOffsetsAreZeroOrMinusOne) {
+  const int P = 4;
+  const int64_t n = 6;
+  for (int r = 0; r < P; ++r)
+    for (int rs = 0; rs < P; ++rs) {
+      const PairClass c = classify_pair({r, n, P}, {rs, n, P}, true);
+      EXPECT_EQ(c.visibility, PairVisibility::Diagonal);
+      EXPECT_EQ(c.q_offset, rs <= r ? 0 : -1) << r << " " << rs;
+    }
+}
+
+TEST(RingSchedule, UnequalStridesAreRejected) {
+  EXPECT_THROW(classify_pair({0, 4, 1}, {0, 4, 2}, true), InvalidArgument);
+}
+
+// Over all ranks and hops, every visible (query, key) position pair is computed exactly once,
+// no invisible pair is computed, and no call is made for a pair with nothing visible.
+TEST(RingSchedule, CoversTheMaskExactlyOnce) {
+  for (Sharding sh : {Sharding::Contiguous, Sharding::Zigzag, Sharding::Striped})
+    for (int P = 1; P <= 5; ++P)
+      for (bool causal : {false, true}) {
+        const int64_t N = required_multiple(sh, P) * 3;
+        std::map<std::pair<int64_t, int64_t>, int> count;
+        int64_t total = 0;
+        for (int r = 0; r < P; ++r) {
+          const RingSchedule s(sh, N, causal, r, P);
+          ASSERT_EQ(int(s.hops().size()), P);
+          for (int h = 0; h < P; ++h) {
+            const HopPlan& hop = s.hops()[size_t(h)];
+            ASSERT_EQ(hop.source_rank, ((r - h) % P + P) % P);
+            const ShardLayout remote = shard_layout(sh, N, hop.source_rank, P);
+            for (const PairCall& c : hop.calls) {
+              ASSERT_GT(c.visible_pairs, 0);
+              for (int64_t i = 0; i < c.q_rows; ++i)
+                for (int64_t j = 0; j < c.k_rows; ++j) {
+                  if (c.causal && j > i + c.q_offset) continue;
+                  const int64_t qp = s.local_layout().global_position(c.q_row0 + i);
+                  const int64_t kp = remote.global_position(c.k_row0 + j);
+                  ASSERT_TRUE(!causal || kp <= qp) << sharding_name(sh) << " P=" << P;
+                  ++count[{qp, kp}];
+                }
+            }
+          }
+          total += s.visible_pairs();
+        }
+        const int64_t want = causal ? N * (N + 1) / 2 : N * N;
+        EXPECT_EQ(int64_t(count.size()), want) << sharding_name(sh) << " P=" << P << " causal=" << causal;
+        EXPECT_EQ(total, want);
+        for (const auto& [pair, n] : count) ASSERT_EQ(n, 1) << pair.first << "," << pair.second;
+      }
+}
+
+TEST(RingSchedule, ContiguousCausalOnlyForwardsBlocksFromLaterRanks) {
+  const int P = 4;
+  for (int r = 0; r < P; ++r) {
+    const RingSchedule s(Sharding::Contiguous, 64, true, r, P);
+    for (const HopPlan& h : s.hops()) {
+      EXPECT_EQ(h.calls.empty(), h.source_rank > r) << "rank " << r << " source " << h.source_rank;
+      if (h.source_rank == r) {
+        ASSERT_EQ(h.calls.size(), 1u);
+        EXPECT_TRUE(h.calls[0].causal);
+        EXPECT_EQ(h.calls[0].q_offset, 0);
+      }
+      if (h.source_rank < r) {
+        ASSERT_EQ(h.calls.size(), 1u);
+        EXPECT_FALSE(h.calls[0].causal);  // fully visible: no mask cost
+      }
+    }
+  }
+}
+
+// Zigzag balances causal work exactly: every rank computes the same number of visible pairs;
+// contiguous does not (rank P-1 does 2P-1 times the work of rank 0).
+TEST(RingSchedule, ZigzagBalancesCausalWork) {
+  for (int P : {2, 3, 4, 8}) {
+    const int64_t N = 2 * P * 16;
+    std::set<int64_t> zig;
+    int64_t cmin = INT64_MAX, cmax = 0;
+    for (int r = 0; r < P; ++r) {
+      zig.insert(RingSchedule(Sharding::Zigzag, N, true, r, P).visible_pairs());
+      const int64_t c = RingSchedule(Sharding::Contiguous, N, true, r, P).visible_pairs();
+      cmin = std::min(cmin, c);
+      cmax = std::max(cmax, c);
+    }
+    EXPECT_EQ(zig.size(), 1u) << "P=" << P;
+    const int64_t C = N / P;
+    EXPECT_EQ(cmin, C * (C + 1) / 2);
+    EXPECT_EQ(cmax, (P - 1) * C * C + C * (C + 1) / 2);
+  }
+}
+
+}  // namespace
+}  // namespace ringattn
