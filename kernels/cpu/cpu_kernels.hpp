@@ -9,8 +9,8 @@
 
 namespace ringattn::cpu {
 
-inline constexpr int kDefaultTileQ = 64;
-inline constexpr int kDefaultTileK = 64;
+inline constexpr int kDefaultTileQ = 128;
+inline constexpr int kDefaultTileK = 128;
 
 // Tiled flash forward (online softmax). Never allocates anything of size q_len x kv_len.
 // Validates `p` first (complete = false: rows with no visible key get the empty state).
@@ -20,6 +20,10 @@ void flash_forward(const FlashParams& p);
 // tile (and the tile's values v[n][D]) into the running max m, sum l and unnormalized acc[D].
 // Overwrites s with exp(s - m_new).
 void online_softmax_step(float& m, float& l, float* acc, float* s, int64_t n, const float* v, int64_t D);
+
+// The softmax half of that step: updates m and l, rescales acc[D] by exp(m_old - m_new) and
+// overwrites s[0..n) with exp(s - m_new). A row whose scores are all -inf is left unchanged.
+void softmax_rescale(float& m, float& l, float* acc, float* s, int64_t n, int64_t D);
 
 // Bytes of workspace flash_forward allocates for `p` with `threads` OpenMP threads. Depends on
 // the tile sizes, head_dim and threads only, never on q_len or kv_len.

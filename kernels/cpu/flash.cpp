@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <limits>
 #include <vector>
 
@@ -16,6 +17,8 @@ namespace {
 
 thread_local size_t g_last_workspace = 0;
 constexpr float kNegInf = -std::numeric_limits<float>::infinity();
+constexpr int64_t kRows = 4;    // query rows that share each K/V load
+constexpr int64_t kLanes = 16;  // scores or output columns kept in registers per row
 
 struct Tiles {
   int64_t tq, tk;
@@ -24,10 +27,12 @@ struct Tiles {
 Tiles tiles_of(const FlashParams& p) {
   return {p.tile_q > 0 ? p.tile_q : kDefaultTileQ, p.tile_k > 0 ? p.tile_k : kDefaultTileK};
 }
+// Row length of the transposed K tile and of the score rows: tk rounded up to whole lanes.
+int64_t padded(int64_t tk) { return (tk + kLanes - 1) / kLanes * kLanes; }
 
 // Per-thread workspace, in floats: q tile, transposed k tile, v tile, scores, acc, m, l.
 int64_t workspace_floats(const Tiles& t, int64_t D) {
-  return t.tq * D + D * t.tk + t.tk * D + t.tk + t.tq * D + 2 * t.tq;
+  return t.tq * D + D * padded(t.tk) + t.tk * D + kRows * padded(t.tk) + t.tq * D + 2 * t.tq;
 }
 
 // Widens rows [r0, r0 + n) of (b, h) into dst[n][D].
@@ -54,6 +59,93 @@ void load_rows_transposed(const TensorView& x, int64_t b, int64_t h, int64_t r0,
   }
 }
 
+// exp(x) for x <= 0 in a form the compiler vectorizes (libm's expf is a scalar call): x = n ln2 + r
+// with |r| <= ln2/2, exp(r) by its Taylor polynomial to degree 7 (relative error < 2e-8, under one
+// fp32 ulp), times 2^n built in the exponent bits. Arguments below -87 give 0.
+inline float exp_nonpositive(float x) {
+  const float kLog2e = 1.44269504f, kLn2Hi = 0.693145752f, kLn2Lo = 1.42860677e-6f;
+  const float xc = std::max(x, -87.f);
+  const float n = std::nearbyint(xc * kLog2e);
+  const float r = (xc - n * kLn2Hi) - n * kLn2Lo;
+  float p = 1.f / 5040.f;
+  p = p * r + 1.f / 720.f;
+  p = p * r + 1.f / 120.f;
+  p = p * r + 1.f / 24.f;
+  p = p * r + 1.f / 6.f;
+  p = p * r + 0.5f;
+  p = p * r + 1.f;
+  p = p * r + 1.f;
+  const int32_t bits = (static_cast<int32_t>(n) + 127) << 23;
+  float scale;
+  std::memcpy(&scale, &bits, 4);
+  return x < -87.f ? 0.f : p * scale;
+}
+
+// s[r][c] = q_r . k_c for rows r < rb (at most kRows) and keys c < n; k is transposed [D][ld]
+// with ld a multiple of kLanes. Each block of kLanes scores of the kRows rows stays in registers
+// for the whole dot product; columns past n are computed from stale data and never read.
+void score_rows(const float* q, int64_t rb, const float* kt, int64_t ld, int64_t n, int64_t D, float* s) {
+  const float* q1 = q + (rb > 1 ? D : 0);
+  const float* q2 = q + (rb > 2 ? 2 * D : 0);
+  const float* q3 = q + (rb > 3 ? 3 * D : 0);
+  for (int64_t c0 = 0; c0 < n; c0 += kLanes) {
+    float a0[kLanes] = {}, a1[kLanes] = {}, a2[kLanes] = {}, a3[kLanes] = {};
+    for (int64_t d = 0; d < D; ++d) {
+      const float* kr = kt + d * ld + c0;
+      const float x0 = q[d], x1 = q1[d], x2 = q2[d], x3 = q3[d];
+#pragma omp simd
+      for (int64_t c = 0; c < kLanes; ++c) {
+        a0[c] += x0 * kr[c];
+        a1[c] += x1 * kr[c];
+        a2[c] += x2 * kr[c];
+        a3[c] += x3 * kr[c];
+      }
+    }
+    std::copy(a0, a0 + kLanes, s + c0);
+    std::copy(a1, a1 + kLanes, s + ld + c0);
+    std::copy(a2, a2 + kLanes, s + 2 * ld + c0);
+    std::copy(a3, a3 + kLanes, s + 3 * ld + c0);
+  }
+}
+
+// acc[r] += sum_c p[r][c] v[c] for rows r < rb; p rows are `ld` apart and zero past each row's
+// keys (rows >= rb are never read). Each block of kLanes output columns stays in registers over
+// all keys. D is a multiple of kLanes or the tail is done lane by lane.
+void accumulate_pv(const float* p, int64_t ld, int64_t rb, int64_t n, const float* v, int64_t D, float* acc) {
+  const float* p1 = p + (rb > 1 ? ld : 0);
+  const float* p2 = p + (rb > 2 ? 2 * ld : 0);
+  const float* p3 = p + (rb > 3 ? 3 * ld : 0);
+  int64_t d0 = 0;
+  for (; d0 + kLanes <= D; d0 += kLanes) {
+    float a0[kLanes], a1[kLanes], a2[kLanes], a3[kLanes];
+    for (int64_t d = 0; d < kLanes; ++d) {
+      a0[d] = a1[d] = a2[d] = a3[d] = 0.f;
+    }
+    for (int64_t c = 0; c < n; ++c) {
+      const float* vr = v + c * D + d0;
+      const float x0 = p[c], x1 = p1[c], x2 = p2[c], x3 = p3[c];
+#pragma omp simd
+      for (int64_t d = 0; d < kLanes; ++d) {
+        a0[d] += x0 * vr[d];
+        a1[d] += x1 * vr[d];
+        a2[d] += x2 * vr[d];
+        a3[d] += x3 * vr[d];
+      }
+    }
+    float* rows[kRows] = {a0, a1, a2, a3};
+    for (int64_t r = 0; r < rb; ++r)
+      for (int64_t d = 0; d < kLanes; ++d) acc[r * D + d0 + d] += rows[r][d];
+  }
+  for (; d0 < D; ++d0) {  // head dims that are not a multiple of kLanes
+    const float* pr[kRows] = {p, p1, p2, p3};
+    for (int64_t r = 0; r < rb; ++r) {
+      float x = 0.f;
+      for (int64_t c = 0; c < n; ++c) x += pr[r][c] * v[c * D + d0];
+      acc[r * D + d0] += x;
+    }
+  }
+}
+
 // One (b, h, query tile) work item.
 void flash_tile(const FlashParams& p, const Tiles& t, int64_t b, int64_t h, int64_t i0, float* ws) {
   const int64_t D = p.q.dim, T = p.q.len, S = p.k.len;
@@ -61,10 +153,11 @@ void flash_tile(const FlashParams& p, const Tiles& t, int64_t b, int64_t h, int6
   const int64_t hk = h / (p.q.heads / p.k.heads);
 
   float* qf = ws;                // [tq][D], pre-scaled
-  float* kt = qf + t.tq * D;     // [D][tk]
-  float* vf = kt + D * t.tk;     // [tk][D]
-  float* s = vf + t.tk * D;      // [tk]
-  float* acc = s + t.tk;         // [tq][D]
+  float* kt = qf + t.tq * D;     // [D][ld]
+  const int64_t ld = padded(t.tk);
+  float* vf = kt + D * ld;       // [tk][D]
+  float* s = vf + t.tk * D;      // [kRows][ld]
+  float* acc = s + kRows * ld;   // [tq][D]
   float* m = acc + t.tq * D;     // [tq]
   float* l = m + t.tq;           // [tq]
 
@@ -81,21 +174,26 @@ void flash_tile(const FlashParams& p, const Tiles& t, int64_t b, int64_t h, int6
   for (int64_t j0 = 0; j0 < kend; j0 += t.tk) {
     const int64_t nk = std::min(t.tk, kend - j0);
     const bool full = !p.causal || (j0 + nk - 1 <= i0 + p.q_offset);
-    load_rows_transposed(p.k, b, hk, j0, nk, t.tk, kt);
+    load_rows_transposed(p.k, b, hk, j0, nk, ld, kt);
     load_rows(p.v, b, hk, j0, nk, vf);
-    for (int64_t r = 0; r < nq; ++r) {
-      // Visible keys of this row inside the tile: all of them for a fully visible tile.
-      const int64_t lim = full ? nk : std::clamp<int64_t>(i0 + r + p.q_offset - j0 + 1, 0, nk);
-      if (lim == 0) continue;
-      const float* qr = qf + r * D;
-      std::fill(s, s + lim, 0.f);
-      for (int64_t d = 0; d < D; ++d) {
-        const float qd = qr[d];
-        const float* krow = kt + d * t.tk;
-#pragma omp simd
-        for (int64_t c = 0; c < lim; ++c) s[c] += qd * krow[c];
+    // Rows in blocks of kRows: each K and V element loaded once serves all rows of the block.
+    for (int64_t r0 = 0; r0 < nq; r0 += kRows) {
+      const int64_t rb = std::min<int64_t>(kRows, nq - r0);
+      int64_t lim[kRows] = {0};
+      int64_t lim_max = 0;
+      for (int64_t r = 0; r < rb; ++r) {
+        // Visible keys of this row inside the tile: all of them for a fully visible tile.
+        lim[r] = full ? nk : std::clamp<int64_t>(i0 + r0 + r + p.q_offset - j0 + 1, 0, nk);
+        lim_max = std::max(lim_max, lim[r]);
       }
-      online_softmax_step(m[r], l[r], acc + r * D, s, lim, vf, D);
+      if (lim_max == 0) continue;
+      score_rows(qf + r0 * D, rb, kt, ld, lim_max, D, s);
+      for (int64_t r = 0; r < rb; ++r) {
+        float* sr = s + r * ld;
+        softmax_rescale(m[r0 + r], l[r0 + r], acc + (r0 + r) * D, sr, lim[r], D);
+        std::fill(sr + lim[r], sr + lim_max, 0.f);  // masked keys contribute nothing below
+      }
+      accumulate_pv(s, ld, rb, lim_max, vf, D, acc + r0 * D);
     }
   }
 
@@ -122,27 +220,30 @@ void flash_tile(const FlashParams& p, const Tiles& t, int64_t b, int64_t h, int6
 
 }  // namespace
 
-void online_softmax_step(float& m, float& l, float* acc, float* s, int64_t n, const float* v, int64_t D) {
+void softmax_rescale(float& m, float& l, float* acc, float* s, int64_t n, int64_t D) {
   float mt = kNegInf;
+#pragma omp simd reduction(max : mt)
   for (int64_t c = 0; c < n; ++c) mt = std::max(mt, s[c]);
   const float m_new = std::max(m, mt);
-  if (m_new == kNegInf) return;  // every score masked: nothing to add, and no (-inf) - (-inf)
-  const float alpha = m == kNegInf ? 0.f : std::exp(m - m_new);
-  float sum = 0.f;
-  for (int64_t c = 0; c < n; ++c) {
-    s[c] = std::exp(s[c] - m_new);
-    sum += s[c];
+  if (m_new == kNegInf) {  // every score masked: nothing to add, and no (-inf) - (-inf)
+    std::fill(s, s + n, 0.f);
+    return;
   }
+  const float alpha = m == kNegInf ? 0.f : std::exp(m - m_new);
+#pragma omp simd
+  for (int64_t c = 0; c < n; ++c) s[c] = exp_nonpositive(s[c] - m_new);
+  float sum = 0.f;
+#pragma omp simd reduction(+ : sum)
+  for (int64_t c = 0; c < n; ++c) sum += s[c];
   l = l * alpha + sum;
   m = m_new;
 #pragma omp simd
   for (int64_t d = 0; d < D; ++d) acc[d] *= alpha;
-  for (int64_t c = 0; c < n; ++c) {
-    const float pc = s[c];
-    const float* vr = v + c * D;
-#pragma omp simd
-    for (int64_t d = 0; d < D; ++d) acc[d] += pc * vr[d];
-  }
+}
+
+void online_softmax_step(float& m, float& l, float* acc, float* s, int64_t n, const float* v, int64_t D) {
+  softmax_rescale(m, l, acc, s, n, D);
+  accumulate_pv(s, n, 1, n, v, D, acc);
 }
 
 size_t flash_workspace_bytes(const FlashParams& p, int threads) {
