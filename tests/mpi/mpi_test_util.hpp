@@ -1,0 +1,149 @@
+// Helpers of the MPI tests: the gtest main under MPI, a seed shared by all ranks, inputs for a
+// rank's shard, and error norms reduced over all ranks (so every rank asserts the same verdict).
+#pragma once
+
+#include <gtest/gtest.h>
+#include <mpi.h>
+#include <fmt/format.h>
+
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <string>
+#include <vector>
+
+#include "common/test_util.hpp"
+#include "kernels/cpu/cpu_kernels.hpp"
+#include "ringattn/inputs.hpp"
+#include "ringattn/ring.hpp"
+
+namespace ringattn::test {
+
+inline int world_rank() {
+  int r = 0;
+  MPI_Comm_rank(MPI_COMM_WORLD, &r);
+  return r;
+}
+inline int world_size() {
+  int n = 1;
+  MPI_Comm_size(MPI_COMM_WORLD, &n);
+  return n;
+}
+
+// A fresh seed drawn on rank 0 and broadcast, so all ranks build the same global problem.
+inline uint64_t shared_seed() {
+  uint64_t s = fresh_seed();
+  MPI_Bcast(&s, 1, MPI_UINT64_T, 0, MPI_COMM_WORLD);
+  return s;
+}
+
+// A host [B, H, T, D] tensor whose local row i holds global token `positions[i]`.
+struct ShardTensor {
+  std::vector<uint8_t> bytes;
+  TensorView view;
+  ShardTensor(DType dt, int64_t b, int64_t h, int64_t t, int64_t d, bool bthd = false)
+      : bytes(size_t(std::max<int64_t>(1, b * h * t * d)) * size_t(dtype_size(dt))) {
+    view = bthd ? bthd_view(bytes.data(), dt, b, h, t, d) : bhtd_view(bytes.data(), dt, b, h, t, d);
+  }
+  // Fills rows segment by segment from the deterministic global inputs.
+  void fill(uint64_t seed, InputTensor which, const std::vector<Segment>& segs) {
+    int64_t row = 0;
+    for (const Segment& s : segs) {
+      if (s.len > 0) fill_input(view.rows(row, s.len), seed, which, s.start, s.stride);
+      row += s.len;
+    }
+  }
+  void poison() {  // NaN in every element: unwritten output is caught
+    for (int64_t i = 0; i < view.numel(); ++i) store_from_float(bytes.data(), view.dtype, i, NAN);
+  }
+  float at(int64_t b, int64_t h, int64_t t, int64_t d) const { return load_as_float(bytes.data(), view.dtype, view.offset(b, h, t) + d); }
+};
+
+// The whole problem on one host: Q [B,Hq,q_len,D], K and V [B,Hkv,kv_len,D], for the oracle.
+struct GlobalInputs {
+  ShardTensor q, k, v;
+  GlobalInputs(const GlobalProblem& p, uint64_t seed)
+      : q(p.dtype, p.batch, p.q_heads, p.q_len, p.head_dim),
+        k(p.dtype, p.batch, p.kv_heads, p.kv_len, p.head_dim),
+        v(p.dtype, p.batch, p.kv_heads, p.kv_len, p.head_dim) {
+    // Decode queries sit at positions q_offset + i relative to key 0.
+    const int64_t q0 = p.is_ring() ? 0 : p.resolved_q_offset();
+    q.fill(seed, InputTensor::Q, {{q0, p.q_len, 1}});
+    k.fill(seed, InputTensor::K, {{0, p.kv_len, 1}});
+    v.fill(seed, InputTensor::V, {{0, p.kv_len, 1}});
+  }
+  FlashParams params(const GlobalProblem& p) const {
+    FlashParams f;
+    f.q = q.view;
+    f.k = k.view;
+    f.v = v.view;
+    f.scale = p.resolved_scale();
+    f.causal = p.causal;
+    f.q_offset = p.resolved_q_offset();
+    return f;
+  }
+};
+
+// Sums of squared error and squared reference, reduced over ranks: the relative error of the
+// gathered output, identical on every rank.
+struct ErrorSums {
+  double num = 0, den = 0;
+  bool nan = false;
+  void add(double x, double ref) {
+    if (std::isnan(x) || std::isinf(x)) {
+      nan = true;
+      return;
+    }
+    num += (x - ref) * (x - ref);
+    den += ref * ref;
+  }
+  double reduced_rel() const {
+    double s[3] = {num, den, nan ? 1.0 : 0.0}, g[3];
+    MPI_Allreduce(s, g, 3, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD);
+    if (g[2] > 0) return std::numeric_limits<double>::infinity();
+    return g[1] > 0 ? std::sqrt(g[0] / g[1]) : std::sqrt(g[0]);
+  }
+};
+
+// True on every rank when the condition holds on every rank.
+inline bool all_ranks(bool ok) {
+  int v = ok ? 1 : 0, g = 0;
+  MPI_Allreduce(&v, &g, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
+  return g == 1;
+}
+
+// The same string on every rank?
+inline bool same_on_all_ranks(const std::string& s) {
+  uint64_t h = 1469598103934665603ull;  // FNV-1a
+  for (unsigned char c : s) h = (h ^ c) * 1099511628211ull;
+  uint64_t lo = h, hi = h;
+  uint64_t gmin = 0, gmax = 0;
+  MPI_Allreduce(&lo, &gmin, 1, MPI_UINT64_T, MPI_MIN, MPI_COMM_WORLD);
+  MPI_Allreduce(&hi, &gmax, 1, MPI_UINT64_T, MPI_MAX, MPI_COMM_WORLD);
+  return gmin == gmax;
+}
+
+// main() of every MPI test binary: MPI with the thread level the helper-thread transport needs.
+inline int run_all_tests_under_mpi(int argc, char** argv) {
+  int provided = 0;
+  MPI_Init_thread(&argc, &argv, MPI_THREAD_SERIALIZED, &provided);
+  ::testing::InitGoogleTest(&argc, argv);
+  if (world_rank() != 0) {
+    // Only rank 0 prints progress; every rank still prints its own failures.
+    auto& listeners = ::testing::UnitTest::GetInstance()->listeners();
+    delete listeners.Release(listeners.default_result_printer());
+    struct FailurePrinter : ::testing::EmptyTestEventListener {
+      void OnTestPartResult(const ::testing::TestPartResult& r) override {
+        if (r.failed())
+          std::fprintf(stderr, "[rank %d] %s:%d: %s\n", world_rank(), r.file_name() ? r.file_name() : "?",
+                       r.line_number(), r.summary());
+      }
+    };
+    listeners.Append(new FailurePrinter);
+  }
+  const int rc = RUN_ALL_TESTS();
+  MPI_Finalize();
+  return rc;
+}
+
+}  // namespace ringattn::test
