@@ -17,6 +17,9 @@ struct LocalVerdict {
   std::string error;
 };
 
+// validate_problem without the sharding check (decode splits KV of any length).
+void validate_problem_values(const GlobalProblem& p, int world);
+
 // Allgathers the description of `p` plus `local` and throws InvalidArgument on every rank, with
 // the same message, when a rank differs or reported an error.
 void agree_on_run(const GlobalProblem& p, const LocalVerdict& local, Transport& t);

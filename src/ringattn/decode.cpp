@@ -17,7 +17,7 @@ RankStats run_distributed_decode(const GlobalProblem& p, const LocalTensors& x, 
   using Clock = std::chrono::steady_clock;
   const auto t_start = Clock::now();
   const int P = t.size(), r = t.rank();
-  validate_problem(p, P);
+  validate_problem_values(p, P);
   const Segment kv = kv_shard(p.kv_len, r, P);
   const int64_t B = p.batch, Hq = p.q_heads, T = p.q_len, D = p.head_dim;
 

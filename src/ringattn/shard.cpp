@@ -1,6 +1,7 @@
 // Sharding of a global sequence over ranks: the segments of global positions each rank holds.
 #include <cmath>
 
+#include "ringattn/agree.hpp"
 #include "ringattn/error.hpp"
 #include "ringattn/ring.hpp"
 
@@ -98,7 +99,7 @@ float GlobalProblem::resolved_scale() const {
   return scale != 0.f ? scale : float(1.0 / std::sqrt(double(head_dim > 0 ? head_dim : 1)));
 }
 
-void validate_problem(const GlobalProblem& p, int world) {
+void validate_problem_values(const GlobalProblem& p, int world) {
   if (world < 1) fail_arg("the world must have at least one rank (got {})", world);
   if (p.batch < 1) fail_arg("batch must be >= 1 (got {})", p.batch);
   if (p.q_heads < 1) fail_arg("q_heads must be >= 1 (got {})", p.q_heads);
@@ -114,6 +115,10 @@ void validate_problem(const GlobalProblem& p, int world) {
   if (p.causal && off < 0)
     fail_arg("causal attention with q_offset={} leaves query 0 with no visible key; it needs q_offset >= 0 (the "
              "default is kv_len - q_len = {})", off, p.kv_len - p.q_len);
+}
+
+void validate_problem(const GlobalProblem& p, int world) {
+  validate_problem_values(p, world);
   if (p.is_ring()) check_shardable(p.sharding, p.q_len, world);
 }
 
