@@ -1,0 +1,197 @@
+// `ringattn bench`: a sweep over sequence lengths with an nccl-tests style table: a '#' header
+// with the configuration and one line per rank, one row per size (median time, FLOP rate,
+// hidden communication, error, NaNs), a footer that says OK or FAILED.
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+
+#include <fmt/format.h>
+#include <spdlog/spdlog.h>
+
+#include "cli/check.hpp"
+#include "cli/problem.hpp"
+#include "cli/report.hpp"
+#include "cli/run.hpp"
+#include "kernels/cpu/cpu_kernels.hpp"
+
+namespace ringattn::cli {
+namespace {
+
+double seconds_since(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+// The fp64 oracle as an implementation, for the flash-vs-naive comparison; writes the same
+// (out, lse) a run would.
+RankStats run_naive(const GlobalProblem& p, const LocalProblem& l) {
+  FlashParams fp;
+  fp.q = l.views.q;
+  fp.k = l.views.k;
+  fp.v = l.views.v;
+  fp.scale = p.resolved_scale();
+  fp.causal = p.causal;
+  fp.q_offset = p.resolved_q_offset();
+  const auto t0 = std::chrono::steady_clock::now();
+  const cpu::Reference ref = cpu::naive_attention(fp);
+  RankStats s;
+  s.compute_s = seconds_since(t0);
+  for (size_t i = 0; i < ref.o.size(); ++i) store_from_float(l.views.out.data, p.dtype, int64_t(i), float(ref.o[i]));
+  for (size_t i = 0; i < ref.lse.size(); ++i) l.views.lse[i] = float(ref.lse[i]);
+  return s;
+}
+
+struct SizeResult {
+  int64_t seq = 0;
+  std::string impl;
+  double median_s = 0, flops = 0, hidden = -1;
+  Summary sum;
+  bool pass = true;
+};
+
+// One size, one implementation, on every rank.
+SizeResult bench_size(const BenchOptions& o, GlobalProblem p, InputSource& src, World& w, const std::string& impl) {
+  Transport& t = *w.transport;
+  SizeResult r;
+  r.seq = p.q_len;
+  r.impl = impl;
+  r.flops = attention_flops(p);
+  LocalProblem local = load_local(p, src, *w.backend, w.rank, w.size);
+  ringattn::RunOptions ro;
+  ro.tile_q = o.problem.tile_q;
+  ro.tile_k = o.problem.tile_k;
+  std::vector<double> times;
+  RankStats stats;
+  for (int it = 0; it < o.warmup + o.iters; ++it) {
+    t.barrier();
+    const auto t0 = std::chrono::steady_clock::now();
+    if (impl == "naive") {
+      stats = run_naive(p, local);
+    } else {
+      try {
+        stats = run_attention(p, local.views, *w.backend, t, ro);
+      } catch (const InvalidArgument& e) {
+        throw CollectiveError(e.what());
+      }
+      w.backend->synchronize();
+    }
+    double dt = seconds_since(t0);
+    // The slowest rank sets the time of an iteration.
+    std::vector<double> all(size_t(w.size));
+    t.allgather(&dt, all.data(), sizeof(double));
+    if (it >= o.warmup) times.push_back(*std::max_element(all.begin(), all.end()));
+  }
+  std::sort(times.begin(), times.end());
+  r.median_s = times[times.size() / 2];
+  const HostResult result = copy_result(p, local, *w.backend);
+  CheckResult chk;
+  if (o.check && impl != "naive") {
+    chk = check_rows(p, src, local, result, w.rank, w.size, o.problem.check_rows, o.problem.seed + uint64_t(p.q_len));
+  } else {
+    chk.nan_count = count_nonfinite(p, result);
+  }
+  RankReport mine = make_rank_report(w, stats, r.median_s, w.counter->peak_bytes());
+  add_check(mine, chk);
+  r.sum = summarize(gather_reports(t, mine));
+  r.hidden = r.sum.hidden;
+  r.pass = r.sum.nan_count == 0 && r.sum.violations == 0;
+  return r;
+}
+
+void print_header(const BenchOptions& o, const GlobalProblem& p, const World& w, const std::vector<RankReport>& ranks) {
+  fmt::print("# ringattn bench: impl {}, device {}, transport {}, world {}\n", o.impl, o.problem.device,
+             w.transport_name, w.size);
+  fmt::print("# batch {} heads {}/{} dim {} dtype {} {} shard {} | seq {}..{} x{} | iters {} warmup {} | seed {}\n",
+             p.batch, p.q_heads, p.kv_heads, p.head_dim, dtype_name(p.dtype), p.causal ? "causal" : "full",
+             sharding_name(p.sharding), o.seq_min, o.seq_max, o.seq_factor, o.iters, o.warmup, o.problem.seed);
+  fmt::print("# check: {}\n", o.check ? "fp64 naive reference (all rows when small, a seeded sample when large)"
+                                       : "off (non-finite values still counted)");
+  fmt::print("#\n");
+  for (const RankReport& r : ranks) fmt::print("#  Rank {:>3} Host {:<20} Device {}\n", r.rank, r.host, r.device);
+  fmt::print("#\n");
+  fmt::print("# {:>9} {:>6} {:>11} {:>10} {:>8} {:>8} {:>10} {:>10} {:>6} {:>8} {:>7}\n", "seq", "impl", "time_ms",
+             "rate", "unit", "hidden%", "max_abs", "max_rel", "#nan", "rss", "check");
+}
+
+void print_row(const SizeResult& r) {
+  const double rate = r.median_s > 0 ? r.flops / r.median_s : 0;
+  const bool tera = rate >= 1e12;
+  fmt::print("  {:>9} {:>6} {:>11.3f} {:>10.2f} {:>8} {:>8} {:>10.2e} {:>10.2e} {:>6} {:>8} {:>7}\n", r.seq, r.impl,
+             r.median_s * 1e3, tera ? rate / 1e12 : rate / 1e9, tera ? "TFLOP/s" : "GFLOP/s",
+             r.hidden >= 0 ? fmt::format("{:.1f}", 100 * r.hidden) : std::string("n/a"), r.sum.max_abs, r.sum.max_rel,
+             r.sum.nan_count, human_bytes(double(r.sum.peak_rss)), r.pass ? "OK" : "FAILED");
+  std::fflush(stdout);
+}
+
+}  // namespace
+
+int bench_command(const BenchOptions& o, MpiSession& mpi) {
+  World w = make_world(o.problem, mpi);
+  Transport& t = *w.transport;
+  if (o.seq_max < o.seq_min) fail_arg("--seq-max {} is below --seq-min {}", o.seq_max, o.seq_min);
+  if ((o.impl == "naive" || o.impl == "both") && (w.size != 1 || o.problem.device != "cpu"))
+    fail_arg("--impl {} runs the fp64 oracle on one CPU process (got --device {} over {} ranks)", o.impl,
+             o.problem.device, w.size);
+  std::vector<int64_t> sizes;
+  for (double s = double(o.seq_min); s <= double(o.seq_max) * (1 + 1e-9); s *= o.seq_factor) {
+    // Round to the sharding's multiple so that every size splits over the ranks.
+    const int64_t m = required_multiple(parse_sharding(o.problem.shard), w.size);
+    const int64_t n = std::max<int64_t>(m, int64_t(std::llround(s / double(m))) * m);
+    if (sizes.empty() || sizes.back() != n) sizes.push_back(n);
+  }
+  ProblemSetup setup = setup_problem(o.problem);
+  const std::vector<std::string> impls = o.impl == "both" ? std::vector<std::string>{"flash", "naive"}
+                                                          : std::vector<std::string>{o.impl};
+  RankReport me = make_rank_report(w, RankStats{}, 0, 0);
+  const auto ranks = gather_reports(t, me);
+  if (w.rank == 0) print_header(o, setup.problem, w, ranks);
+
+  bool all_ok = true;
+  nlohmann::json rows = nlohmann::json::array();
+  for (int64_t n : sizes) {
+    GlobalProblem p = setup.problem;
+    p.q_len = p.kv_len = n;
+    p.q_offset = kDefaultQOffset;
+    try {
+      validate_problem(p, w.size);
+    } catch (const InvalidArgument& e) {
+      throw CollectiveError(e.what());
+    }
+    double flash_s = 0;
+    for (const std::string& impl : impls) {
+      const SizeResult r = bench_size(o, p, *setup.source, w, impl);
+      all_ok = all_ok && r.pass;
+      if (impl == "flash") flash_s = r.median_s;
+      if (w.rank != 0) continue;
+      print_row(r);
+      if (impl == "naive" && flash_s > 0)
+        fmt::print("# seq {}: flash is {:.1f}x the naive reference ({:.2f} vs {:.2f} GFLOP/s)\n", n,
+                   r.median_s / flash_s, r.flops / flash_s / 1e9, r.flops / r.median_s / 1e9);
+      rows.push_back({{"seq", n}, {"impl", impl}, {"median_s", r.median_s}, {"flops", r.flops},
+                      {"gflops_per_s", r.median_s > 0 ? r.flops / r.median_s / 1e9 : 0.0},
+                      {"hidden_fraction", r.hidden}, {"max_abs_error", r.sum.max_abs},
+                      {"max_rel_error", r.sum.max_rel}, {"nonfinite", r.sum.nan_count},
+                      {"peak_rss_bytes", r.sum.peak_rss}, {"workspace_bytes", r.sum.workspace}, {"pass", r.pass}});
+    }
+  }
+  int code = all_ok ? kExitOk : kExitCheckFailed;
+  if (w.rank == 0) {
+    fmt::print("# Out of tolerance or non-finite results: {}\n", all_ok ? "none" : "some (see the check column)");
+    fmt::print("# Result: {}\n", all_ok ? "OK" : "FAILED");
+    std::fflush(stdout);
+    if (!o.json_file.empty()) {
+      nlohmann::json j = {{"command", "bench"},  {"impl", o.impl},       {"device", o.problem.device},
+                          {"transport", w.transport_name}, {"world", w.size}, {"problem", problem_json(setup.problem)},
+                          {"iters", o.iters},    {"warmup", o.warmup},   {"sizes", rows},
+                          {"ranks", ranks_json(ranks)},    {"pass", all_ok}};
+      try {
+        write_json(o.json_file, j);
+      } catch (const std::exception& e) {
+        spdlog::error("{}", e.what());
+        code = kExitError;
+      }
+    }
+  }
+  return agree_exit_code(t, code);
+}
+
+}  // namespace ringattn::cli

@@ -1,0 +1,158 @@
+#include "cli/check.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <random>
+#include <unordered_set>
+
+#include "kernels/cpu/cpu_kernels.hpp"
+
+namespace ringattn::cli {
+namespace {
+
+// A few seconds of the fp64 oracle on two cores; above it the check samples rows.
+constexpr double kFullCheckFlops = 8e9;
+constexpr int64_t kMinSampleRows = 64;
+
+struct RowRef {
+  int64_t b, h, local_row, global_row;
+};
+
+}  // namespace
+
+Tolerance tolerance_for(DType t) {
+  switch (t) {
+    case DType::F32: return {1e-4, 1e-5, 1e-4};
+    case DType::F16: return {1e-2, 1e-2, 1e-2};
+    case DType::BF16: return {1e-2, 1e-2, 1e-2};
+  }
+  return {0, 0, 0};
+}
+
+HostResult copy_result(const GlobalProblem& p, const LocalProblem& l, Backend& b) {
+  HostResult r;
+  r.out.resize(l.out.bytes());
+  r.lse.resize(l.lse.bytes() / sizeof(float));
+  b.synchronize();
+  b.copy_to_host(r.out.data(), l.out.get(), r.out.size());
+  b.copy_to_host(r.lse.data(), l.lse.get(), l.lse.bytes());
+  (void)p;
+  return r;
+}
+
+int64_t count_nonfinite(const GlobalProblem& p, const HostResult& r) {
+  const int64_t n = int64_t(r.out.size()) / dtype_size(p.dtype);
+  int64_t bad = 0;
+#pragma omp parallel for reduction(+ : bad)
+  for (int64_t i = 0; i < n; ++i) bad += !std::isfinite(load_as_float(r.out.data(), p.dtype, i));
+  for (float x : r.lse) bad += !std::isfinite(x);
+  return bad;
+}
+
+CheckResult check_rows(const GlobalProblem& p, InputSource& src, const LocalProblem& l, const HostResult& r, int rank,
+                       int world, int64_t max_rows, uint64_t seed) {
+  CheckResult res;
+  res.nan_count = count_nonfinite(p, r);
+  const int64_t tq = l.q_layout.tokens(), D = p.head_dim, H = p.q_heads, S = p.kv_len;
+  const int64_t off = p.resolved_q_offset();
+  // The local rows this rank answers for.
+  std::vector<int64_t> mine;
+  for (int64_t i = 0; i < tq; ++i)
+    if (p.is_ring() || i % world == rank) mine.push_back(i);
+  res.rows_total = p.batch * H * int64_t(mine.size());
+  if (res.rows_total == 0) return res;
+
+  // The average row sees visible_pairs / q_len keys (about half of them under a causal mask).
+  const double row_flops = 4.0 * double(D) * std::max(1.0, visible_pairs(p) / double(p.q_len));
+  int64_t want = max_rows > 0 ? max_rows
+                 : double(res.rows_total) * row_flops <= kFullCheckFlops
+                     ? res.rows_total
+                     : std::max<int64_t>(kMinSampleRows, int64_t(kFullCheckFlops / row_flops));
+  want = std::min(want, res.rows_total);
+  std::vector<int64_t> picks;  // flat indices into (b, h, mine)
+  if (want == res.rows_total) {
+    picks.resize(size_t(want));
+    for (int64_t i = 0; i < want; ++i) picks[size_t(i)] = i;
+  } else {
+    std::mt19937_64 rng(seed * 0x9e3779b97f4a7c15ull + uint64_t(rank) + 1);
+    std::unordered_set<int64_t> seen;
+    while (int64_t(seen.size()) < want) seen.insert(int64_t(rng() % uint64_t(res.rows_total)));
+    picks.assign(seen.begin(), seen.end());
+  }
+  std::vector<RowRef> rows;
+  rows.reserve(picks.size());
+  for (int64_t f : picks) {
+    const int64_t per_bh = int64_t(mine.size());
+    const int64_t b = f / (H * per_bh), h = (f / per_bh) % H, lr = mine[size_t(f % per_bh)];
+    rows.push_back({b, h, lr, l.q_layout.global_position(lr)});
+  }
+  // Rows of one (batch, kv head) share the K/V slab the reference reads.
+  const int64_t group = H / p.kv_heads;
+  std::sort(rows.begin(), rows.end(), [&](const RowRef& a, const RowRef& c) {
+    return std::tuple(a.b, a.h / group, a.global_row) < std::tuple(c.b, c.h / group, c.global_row);
+  });
+  res.rows_checked = int64_t(rows.size());
+
+  const Tolerance tol = tolerance_for(p.dtype);
+  const int es = dtype_size(p.dtype);
+  const float scale = p.resolved_scale();
+  std::vector<uint8_t> kslab, vslab, qrows;
+  for (size_t g0 = 0; g0 < rows.size();) {
+    size_t g1 = g0;
+    while (g1 < rows.size() && rows[g1].b == rows[g0].b && rows[g1].h / group == rows[g0].h / group) ++g1;
+    const int64_t b = rows[g0].b, hk = rows[g0].h / group;
+    int64_t keys = 0;  // the most keys any row of the group sees
+    for (size_t i = g0; i < g1; ++i)
+      keys = std::max(keys, p.causal ? std::clamp<int64_t>(rows[i].global_row + off + 1, 0, S) : S);
+    kslab.resize(size_t(std::max<int64_t>(keys, 1) * D * es));
+    vslab.resize(kslab.size());
+    if (keys > 0) {
+      src.rows(InputTensor::K, b, hk, 0, keys, p.kv_heads, S, D, kslab.data(), p.dtype);
+      src.rows(InputTensor::V, b, hk, 0, keys, p.kv_heads, S, D, vslab.data(), p.dtype);
+    }
+    // The sources are not thread-safe (one file position each): read the query rows first.
+    qrows.resize(size_t((g1 - g0) * D * es));
+    for (size_t i = g0; i < g1; ++i)
+      src.rows(InputTensor::Q, b, rows[i].h, rows[i].global_row, 1, H, p.q_len, D, qrows.data() + (i - g0) * D * es,
+               p.dtype);
+    double g_abs = 0, g_rel = 0, g_lse = 0;
+    int64_t g_viol = 0;
+#pragma omp parallel for schedule(dynamic) reduction(max : g_abs, g_rel, g_lse) reduction(+ : g_viol)
+    for (size_t i = g0; i < g1; ++i) {
+      const RowRef& row = rows[i];
+      FlashParams fp;
+      fp.q = bhtd_view(qrows.data() + (i - g0) * D * es, p.dtype, 1, 1, 1, D);
+      fp.k = bhtd_view(kslab.data(), p.dtype, 1, 1, std::max<int64_t>(keys, 1), D);
+      fp.v = bhtd_view(vslab.data(), p.dtype, 1, 1, std::max<int64_t>(keys, 1), D);
+      fp.scale = scale;
+      fp.causal = p.causal;
+      fp.q_offset = row.global_row + off;  // row 0 of the one-row view is global row global_row
+      std::vector<double> ref(static_cast<size_t>(D));
+      double ref_lse = 0;
+      cpu::naive_row(fp, 0, 0, 0, ref.data(), &ref_lse);
+      const int64_t o0 = ((row.b * H + row.h) * tq + row.local_row) * D;
+      double num = 0, den = 0;
+      for (int64_t d = 0; d < D; ++d) {
+        const double x = load_as_float(r.out.data(), p.dtype, o0 + d);
+        const double e = std::abs(x - ref[size_t(d)]);
+        if (!(e <= tol.atol + tol.rtol * std::abs(ref[size_t(d)]))) ++g_viol;  // NaN counts too
+        g_abs = std::max(g_abs, std::isnan(e) ? INFINITY : e);
+        num += e * e;
+        den += ref[size_t(d)] * ref[size_t(d)];
+      }
+      const double rel = std::sqrt(num) / std::max(std::sqrt(den), 1e-30);
+      g_rel = std::max(g_rel, std::isnan(rel) ? INFINITY : rel);
+      const double le = std::abs(double(r.lse[size_t((row.b * H + row.h) * tq + row.local_row)]) - ref_lse);
+      if (!(le <= tol.lse_atol)) ++g_viol;
+      g_lse = std::max(g_lse, std::isnan(le) ? INFINITY : le);
+    }
+    res.max_abs = std::max(res.max_abs, g_abs);
+    res.max_rel = std::max(res.max_rel, g_rel);
+    res.max_lse_abs = std::max(res.max_lse_abs, g_lse);
+    res.violations += g_viol;
+    g0 = g1;
+  }
+  return res;
+}
+
+}  // namespace ringattn::cli

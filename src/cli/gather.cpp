@@ -1,0 +1,81 @@
+#include "cli/gather.hpp"
+
+#include <memory>
+
+#include <spdlog/spdlog.h>
+
+#include "cli/world.hpp"
+#include "ringattn/npy.hpp"
+
+namespace ringattn::cli {
+
+int write_global_outputs(const GlobalProblem& p, const LocalProblem& l, const HostResult& r, Transport& t,
+                         const std::string& out_file, const std::string& lse_file) {
+  if (out_file.empty() && lse_file.empty()) return 0;
+  const int P = t.size(), me = t.rank();
+  const int64_t B = p.batch, H = p.q_heads, T = p.q_len, D = p.head_dim, tq = l.q_layout.tokens();
+  std::unique_ptr<NpyWriter> out, lse;
+  int code = 0;
+  if (me == 0) {
+    try {
+      if (!out_file.empty()) out = std::make_unique<NpyWriter>(out_file, std::vector<int64_t>{B, H, T, D}, DType::F32);
+      if (!lse_file.empty()) lse = std::make_unique<NpyWriter>(lse_file, std::vector<int64_t>{B, H, T}, DType::F32);
+    } catch (const std::exception& e) {
+      spdlog::error("{}", e.what());
+      code = 1;
+    }
+  }
+  if (agree_exit_code(t, code) != 0) return 1;
+
+  // Decode problems hold every query on every rank already; the ring spreads them by layout.
+  const bool spread = p.is_ring() && P > 1;
+  std::vector<ShardLayout> layouts(static_cast<size_t>(P));
+  for (int q = 0; q < P; ++q) {
+    ShardLayout kv;
+    layouts_for(p, q, P, layouts[size_t(q)], kv);
+  }
+  // One (batch, head) at a time: tq rows of o and lse per rank, converted to fp32.
+  const int64_t per_rank = tq * D + tq;
+  std::vector<float> mine(static_cast<size_t>(per_rank)), all(spread ? static_cast<size_t>(per_rank * P) : 0),
+      o_row(static_cast<size_t>(T * D)), l_row(static_cast<size_t>(T));
+  // Only rank 0 writes; a write error stops its writing but not its part in the gathers, so the
+  // other ranks never wait for a partner that left.
+  auto guarded = [&](auto&& fn) {
+    if (code != 0) return;
+    try {
+      fn();
+    } catch (const std::exception& e) {
+      spdlog::error("{}", e.what());
+      code = 1;
+    }
+  };
+  if (!spread && me != 0) return agree_exit_code(t, code);
+  for (int64_t b = 0; b < B; ++b)
+    for (int64_t h = 0; h < H; ++h) {
+      const int64_t o0 = (b * H + h) * tq * D, l0 = (b * H + h) * tq;
+      for (int64_t i = 0; i < tq * D; ++i) mine[size_t(i)] = load_as_float(r.out.data(), p.dtype, o0 + i);
+      for (int64_t i = 0; i < tq; ++i) mine[size_t(tq * D + i)] = r.lse[size_t(l0 + i)];
+      const float* src = mine.data();
+      if (spread) t.allgather(mine.data(), all.data(), size_t(per_rank) * sizeof(float));
+      if (me != 0) continue;
+      for (int q = 0; q < (spread ? P : 1); ++q) {
+        if (spread) src = all.data() + q * per_rank;
+        for (int64_t i = 0; i < tq; ++i) {
+          const int64_t g = layouts[size_t(q)].global_position(i);
+          std::copy_n(src + i * D, D, o_row.data() + g * D);
+          l_row[size_t(g)] = src[tq * D + i];
+        }
+      }
+      guarded([&] {
+        if (out) out->write(o_row.data(), T * D);
+        if (lse) lse->write(l_row.data(), T);
+      });
+    }
+  guarded([&] {
+    if (out) out->close();
+    if (lse) lse->close();
+  });
+  return agree_exit_code(t, code);
+}
+
+}  // namespace ringattn::cli

@@ -1,0 +1,78 @@
+#include "cli/options.hpp"
+
+#include "ringattn/error.hpp"
+
+namespace ringattn::cli {
+
+void add_problem_flags(CLI::App& app, ProblemOptions& o, bool with_seq) {
+  app.add_option("--batch", o.batch, "batch size")->check(CLI::PositiveNumber)->capture_default_str();
+  app.add_option("--heads", o.heads, "query heads")->check(CLI::PositiveNumber)->capture_default_str();
+  app.add_option("--kv-heads", o.kv_heads, "key/value heads (heads must be a multiple: GQA, MQA when 1)")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  if (with_seq) {
+    app.add_option("--seq", o.seq, "query tokens (global)")->check(CLI::PositiveNumber)->capture_default_str();
+    app.add_option("--kv-seq", o.kv_seq, "key/value tokens (global; default: --seq)")->check(CLI::PositiveNumber);
+    app.add_option("--q-offset", o.q_offset, "position of query 0 minus position of key 0 (default kv-seq - seq)");
+    app.add_option("--q", o.q_file, "queries: .npy [batch, heads, q_len, dim], <f4 or <f2");
+    app.add_option("--k", o.k_file, "keys: .npy [batch, kv_heads, kv_len, dim]");
+    app.add_option("--v", o.v_file, "values: .npy [batch, kv_heads, kv_len, dim]");
+  }
+  app.add_option("--dim", o.dim, "head dimension")->check(CLI::PositiveNumber)->capture_default_str();
+  app.add_option("--seed", o.seed, "seed of the random inputs")->capture_default_str();
+  app.add_flag("--causal", o.causal, "causal mask (key j visible to query i when pos(j) <= pos(i))");
+  app.add_option("--device", o.device, "compute device")
+      ->check(CLI::IsMember({"cpu", "cuda"}))
+      ->capture_default_str();
+  app.add_option("--dtype", o.dtype, "input/output dtype (default: fp32 on cpu, bf16 on cuda, the files' dtype)")
+      ->check(CLI::IsMember({"fp32", "fp16", "bf16"}));
+  app.add_option("--tile-q", o.tile_q, "CPU query tile (0: default)")->check(CLI::NonNegativeNumber);
+  app.add_option("--tile-k", o.tile_k, "CPU key tile (0: default)")->check(CLI::NonNegativeNumber);
+  app.add_option("--shard", o.shard, "sequence sharding over ranks")
+      ->check(CLI::IsMember({"contiguous", "zigzag", "striped"}))
+      ->capture_default_str();
+  app.add_option("--transport", o.transport, "auto: nccl between GPUs when built, mpi under mpirun, else local")
+      ->check(CLI::IsMember({"auto", "mpi", "nccl", "local"}))
+      ->capture_default_str();
+  app.add_option("--check-rows", o.check_rows, "rows per rank the check compares (0: all when small, else a sample)")
+      ->check(CLI::NonNegativeNumber);
+  app.add_option("--log-level", o.log_level, "trace|debug|info|warn|error|off (default: $RINGATTN_LOG_LEVEL or info)");
+}
+
+void add_run_flags(CLI::App& app, RunOptions& o) {
+  add_problem_flags(app, o.problem, true);
+  app.add_flag("--check", o.check, "compare with the fp64 naive reference; exit 2 when over the tolerance");
+  app.add_option("--out", o.out_file, "write the output as <f4 .npy [batch, heads, q_len, dim]");
+  app.add_option("--lse", o.lse_file, "write the log-sum-exp as <f4 .npy [batch, heads, q_len]");
+  app.add_option("--json", o.json_file, "write one JSON record ('-' for stdout)");
+}
+
+void add_bench_flags(CLI::App& app, BenchOptions& o) {
+  add_problem_flags(app, o.problem, false);
+  app.add_option("-b,--seq-min", o.seq_min, "smallest sequence length")->check(CLI::PositiveNumber)->capture_default_str();
+  app.add_option("-e,--seq-max", o.seq_max, "largest sequence length")->check(CLI::PositiveNumber)->capture_default_str();
+  app.add_option("-f,--seq-factor", o.seq_factor, "multiply the length by this between sizes")
+      ->check(CLI::Range(1.01, 1e6))
+      ->capture_default_str();
+  app.add_option("-n,--iters", o.iters, "timed iterations per size")->check(CLI::PositiveNumber)->capture_default_str();
+  app.add_option("-w,--warmup", o.warmup, "untimed iterations per size")->check(CLI::NonNegativeNumber)->capture_default_str();
+  app.add_option("--impl", o.impl, "flash (the runtime), naive (the fp64 oracle; cpu, one process) or both (the ratio in one run)")
+      ->check(CLI::IsMember({"flash", "naive", "both"}))
+      ->capture_default_str();
+  app.add_flag("--naive", [&o](int64_t) { o.impl = "naive"; }, "same as --impl naive");
+  app.add_flag("!--no-check", o.check, "skip the per-size correctness check");
+  app.add_option("--json", o.json_file, "write one JSON record per size ('-' for stdout)");
+}
+
+void validate_problem_options(const ProblemOptions& o) {
+  if (o.heads % o.kv_heads != 0)
+    fail_arg("--heads {} is not a multiple of --kv-heads {}: grouped-query attention needs heads = g * kv-heads "
+             "(e.g. --heads {} --kv-heads {})", o.heads, o.kv_heads, o.kv_heads * std::max<int64_t>(1, o.heads / o.kv_heads),
+             o.kv_heads);
+  const int nfiles = int(!o.q_file.empty()) + int(!o.k_file.empty()) + int(!o.v_file.empty());
+  if (nfiles != 0 && nfiles != 3) fail_arg("--q, --k and --v go together: give all three files or none (got {})", nfiles);
+  if (o.device == "cpu" && o.transport == "nccl")
+    fail_arg("--transport nccl needs --device cuda (NCCL moves device buffers); use --transport mpi on cpu");
+}
+
+}  // namespace ringattn::cli

@@ -1,0 +1,56 @@
+// The flags of `ringattn run` and `ringattn bench`, parsed by CLI11 into plain structs.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+
+#include <CLI/CLI.hpp>
+
+namespace ringattn::cli {
+
+// The problem and where it runs: shared by run and bench.
+struct ProblemOptions {
+  int64_t batch = 1, heads = 8, kv_heads = 2, seq = 2048, dim = 64;
+  std::optional<int64_t> kv_seq;    // default: seq
+  std::optional<int64_t> q_offset;  // default: kv_len - q_len
+  uint64_t seed = 1;
+  std::string q_file, k_file, v_file;
+  bool causal = false;
+  std::string device = "cpu";       // cpu | cuda
+  std::string dtype;                // empty: fp32 on cpu, bf16 on cuda, the files' dtype for files
+  int tile_q = 0, tile_k = 0;
+  std::string shard = "zigzag";
+  std::string transport = "auto";   // auto | mpi | nccl | local
+  int64_t check_rows = 0;           // 0: all rows when small, a seeded sample when large
+  std::string log_level;            // empty: RINGATTN_LOG_LEVEL, else info
+
+  bool from_files() const { return !q_file.empty() || !k_file.empty() || !v_file.empty(); }
+};
+
+struct RunOptions {
+  ProblemOptions problem;
+  bool check = false;
+  std::string out_file, lse_file, json_file;
+};
+
+struct BenchOptions {
+  ProblemOptions problem;
+  int64_t seq_min = 1024, seq_max = 8192;
+  double seq_factor = 2.0;
+  int iters = 5, warmup = 1;
+  std::string impl = "flash";  // flash | naive (the fp64 oracle, CPU, one process)
+  bool check = true;
+  std::string json_file;
+};
+
+// Registers the problem flags on a subcommand. `with_seq` is false for bench (its sizes come
+// from the sweep flags).
+void add_problem_flags(CLI::App& app, ProblemOptions& o, bool with_seq);
+void add_run_flags(CLI::App& app, RunOptions& o);
+void add_bench_flags(CLI::App& app, BenchOptions& o);
+
+// Cross-flag checks CLI11 cannot express; throws InvalidArgument naming the flags.
+void validate_problem_options(const ProblemOptions& o);
+
+}  // namespace ringattn::cli

@@ -1,0 +1,184 @@
+#include "cli/problem.hpp"
+
+#include <algorithm>
+#include <limits>
+
+#include "ringattn/error.hpp"
+
+namespace ringattn::cli {
+namespace {
+
+// A [B, H, T, D] header, or an error naming the flag and the shape found.
+void expect_4d(const NpyHeader& h, const char* flag, const std::string& path, const char* layout) {
+  if (h.shape.size() != 4)
+    fail_arg("{} {}: expected 4 dimensions {} but the file holds shape {}", flag, path, layout, h.shape_string());
+  for (int64_t d : h.shape)
+    if (d < 1) fail_arg("{} {}: every dimension must be >= 1, the file holds shape {}", flag, path, h.shape_string());
+}
+
+}  // namespace
+
+InputSource::InputSource(const std::string& q, const std::string& k, const std::string& v) {
+  readers_.push_back(std::make_unique<NpyReader>(q));
+  readers_.push_back(std::make_unique<NpyReader>(k));
+  readers_.push_back(std::make_unique<NpyReader>(v));
+}
+
+void InputSource::rows(InputTensor which, int64_t b, int64_t h, int64_t t0, int64_t n, int64_t heads, int64_t len,
+                       int64_t dim, void* dst, DType dtype) {
+  if (from_files()) {
+    NpyReader& r = *readers_[size_t(which) - 1];
+    r.read(((b * heads + h) * len + t0) * dim, n * dim, dst, dtype);
+    return;
+  }
+  for (int64_t i = 0; i < n; ++i)
+    for (int64_t d = 0; d < dim; ++d) store_from_float(dst, dtype, i * dim + d, input_value(seed_, which, b, h, t0 + i, d));
+}
+
+void InputSource::fill(InputTensor which, const TensorView& x, const ShardLayout& layout, int64_t global_len) {
+  for (size_t s = 0; s < layout.segments.size(); ++s) {
+    const Segment& seg = layout.segments[s];
+    const TensorView part = x.rows(layout.first_row(s), seg.len);
+    if (!from_files()) {
+      fill_input(part, seed_, which, seg.start, seg.stride);
+      continue;
+    }
+    const int esize = dtype_size(x.dtype);
+    std::vector<uint8_t> span;
+    for (int64_t b = 0; b < x.batch; ++b)
+      for (int64_t h = 0; h < x.heads; ++h) {
+        auto* base = static_cast<uint8_t*>(part.data) + part.offset(b, h, 0) * esize;
+        if (seg.stride == 1 && part.stride_t == part.dim) {
+          rows(which, b, h, seg.start, seg.len, x.heads, global_len, x.dim, base, x.dtype);
+          continue;
+        }
+        // Strided shards: read spans of consecutive global rows and keep every stride-th one.
+        const int64_t chunk = std::max<int64_t>(1, 4096 / seg.stride) * seg.stride;
+        for (int64_t i0 = 0; i0 < seg.len;) {
+          const int64_t take = std::min(seg.len - i0, chunk / seg.stride);
+          const int64_t first = seg.position(i0), count = (take - 1) * seg.stride + 1;
+          span.resize(size_t(count * x.dim * esize));
+          rows(which, b, h, first, count, x.heads, global_len, x.dim, span.data(), x.dtype);
+          for (int64_t i = 0; i < take; ++i)
+            std::copy_n(span.data() + i * seg.stride * x.dim * esize, x.dim * esize, base + (i0 + i) * part.stride_t * esize);
+          i0 += take;
+        }
+      }
+  }
+}
+
+DType default_dtype(const ProblemOptions& o) { return o.device == "cuda" ? DType::BF16 : DType::F32; }
+
+ProblemSetup setup_problem(const ProblemOptions& o) {
+  ProblemSetup s;
+  GlobalProblem& p = s.problem;
+  p.causal = o.causal;
+  p.sharding = parse_sharding(o.shard);
+  if (!o.from_files()) {
+    p.batch = o.batch;
+    p.q_heads = o.heads;
+    p.kv_heads = o.kv_heads;
+    p.q_len = o.seq;
+    p.kv_len = o.kv_seq.value_or(o.seq);
+    p.head_dim = o.dim;
+    p.dtype = o.dtype.empty() ? default_dtype(o) : parse_dtype(o.dtype);
+    s.source = std::make_unique<InputSource>(o.seed);
+  } else {
+    s.source = std::make_unique<InputSource>(o.q_file, o.k_file, o.v_file);
+    NpyHeader hq = read_npy_header(o.q_file), hk = read_npy_header(o.k_file), hv = read_npy_header(o.v_file);
+    expect_4d(hq, "--q", o.q_file, "[batch, heads, q_len, dim]");
+    expect_4d(hk, "--k", o.k_file, "[batch, kv_heads, kv_len, dim]");
+    expect_4d(hv, "--v", o.v_file, "[batch, kv_heads, kv_len, dim]");
+    if (hk.shape != hv.shape)
+      fail_arg("--k {} has shape {} but --v {} has shape {}; they must be equal", o.k_file, hk.shape_string(), o.v_file,
+               hv.shape_string());
+    if (hq.shape[0] != hk.shape[0] || hq.shape[3] != hk.shape[3])
+      fail_arg("--q {} has shape {} and --k {} has shape {}: batch (dim 0) and head dim (dim 3) must be equal", o.q_file,
+               hq.shape_string(), o.k_file, hk.shape_string());
+    if (hq.shape[1] % hk.shape[1] != 0)
+      fail_arg("--q has {} heads and --k has {}: query heads must be a multiple of key/value heads", hq.shape[1],
+               hk.shape[1]);
+    p.batch = hq.shape[0];
+    p.q_heads = hq.shape[1];
+    p.q_len = hq.shape[2];
+    p.head_dim = hq.shape[3];
+    p.kv_heads = hk.shape[1];
+    p.kv_len = hk.shape[2];
+    // An <f2 file runs fp16 unless --dtype says otherwise; mixed files run in the widest.
+    const bool all_half = hq.dtype == DType::F16 && hk.dtype == DType::F16 && hv.dtype == DType::F16;
+    p.dtype = !o.dtype.empty() ? parse_dtype(o.dtype) : all_half ? DType::F16 : default_dtype(o);
+  }
+  if (o.q_offset) p.q_offset = *o.q_offset;
+  return s;
+}
+
+void layouts_for(const GlobalProblem& p, int rank, int world, ShardLayout& q_layout, ShardLayout& kv_layout) {
+  if (p.is_ring()) {
+    q_layout = shard_layout(p.sharding, p.q_len, rank, world);
+    kv_layout = q_layout;
+  } else {
+    q_layout.segments = {Segment{0, p.q_len, 1}};
+    kv_layout.segments = {kv_shard(p.kv_len, rank, world)};
+  }
+}
+
+LocalProblem load_local(const GlobalProblem& p, InputSource& src, Backend& b, int rank, int world) {
+  LocalProblem l;
+  layouts_for(p, rank, world, l.q_layout, l.kv_layout);
+  const int64_t tq = l.q_layout.tokens(), tk = l.kv_layout.tokens();
+  const int es = dtype_size(p.dtype);
+  const size_t qn = size_t(p.batch * p.q_heads * tq * p.head_dim), kn = size_t(p.batch * p.kv_heads * tk * p.head_dim);
+  l.q = DeviceBuffer(b, qn * es);
+  l.k = DeviceBuffer(b, kn * es);
+  l.v = DeviceBuffer(b, kn * es);
+  l.out = DeviceBuffer(b, qn * es);
+  l.lse = DeviceBuffer(b, size_t(p.batch * p.q_heads * tq) * sizeof(float));
+  auto& x = l.views;
+  x.q = bhtd_view(l.q.get(), p.dtype, p.batch, p.q_heads, tq, p.head_dim);
+  x.k = bhtd_view(l.k.get(), p.dtype, p.batch, p.kv_heads, tk, p.head_dim);
+  x.v = bhtd_view(l.v.get(), p.dtype, p.batch, p.kv_heads, tk, p.head_dim);
+  x.out = bhtd_view(l.out.get(), p.dtype, p.batch, p.q_heads, tq, p.head_dim);
+  x.lse = l.lse.as<float>();
+
+  // Fill on the host; the CPU backend's buffers are host memory already.
+  const bool staged = b.device_memory();
+  std::vector<uint8_t> host;
+  auto fill_one = [&](InputTensor which, const TensorView& dev, const ShardLayout& layout, int64_t len, size_t bytes) {
+    TensorView hv = dev;
+    if (staged) {
+      host.resize(bytes);
+      hv.data = host.data();
+    }
+    src.fill(which, hv, layout, len);
+    if (staged) b.copy_from_host(dev.data, host.data(), bytes);
+  };
+  fill_one(InputTensor::Q, x.q, l.q_layout, p.q_len, qn * es);
+  fill_one(InputTensor::K, x.k, l.kv_layout, p.kv_len, kn * es);
+  fill_one(InputTensor::V, x.v, l.kv_layout, p.kv_len, kn * es);
+
+  // NaN poison in the output dtype (0xFF bytes are NaN in fp32, fp16 and bf16 alike).
+  std::vector<uint8_t> poison(std::max(qn * es, l.lse.bytes()), 0xFF);
+  b.copy_from_host(l.out.get(), poison.data(), qn * es);
+  b.copy_from_host(l.lse.get(), poison.data(), l.lse.bytes());
+  b.synchronize();
+  return l;
+}
+
+double visible_pairs(const GlobalProblem& p) {
+  const int64_t T = p.q_len, S = p.kv_len;
+  if (!p.causal) return double(T) * double(S);
+  const int64_t off = p.resolved_q_offset();
+  // Row i sees min(S, max(0, i + off + 1)) keys: a ramp, then S from row S - off - 1 on.
+  double pairs = 0;
+  const int64_t full_from = std::clamp<int64_t>(S - off - 1, 0, T);  // first row that sees all S keys
+  const int64_t ramp_from = std::clamp<int64_t>(-off, 0, T);         // first row that sees any key
+  for (int64_t i = ramp_from; i < full_from; ++i) pairs += double(i + off + 1);
+  pairs += double(T - full_from) * double(S);
+  return pairs;
+}
+
+double attention_flops(const GlobalProblem& p) {
+  return 4.0 * double(p.batch) * double(p.q_heads) * double(p.head_dim) * visible_pairs(p);
+}
+
+}  // namespace ringattn::cli

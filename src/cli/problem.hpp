@@ -1,0 +1,70 @@
+// The global problem a command runs, where its inputs come from (the seed or .npy files), and
+// this rank's share of them in backend memory.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "cli/options.hpp"
+#include "kernels/backend.hpp"
+#include "ringattn/inputs.hpp"
+#include "ringattn/npy.hpp"
+#include "ringattn/ring.hpp"
+
+namespace ringattn::cli {
+
+// Produces rows of the global Q, K or V, whatever this rank holds: from (seed, indices) or from
+// the files. Every rank can rebuild any row, which is what the reference check needs.
+class InputSource {
+ public:
+  // Seeded inputs.
+  explicit InputSource(uint64_t seed) : seed_(seed) {}
+  // Files (headers already validated against the problem).
+  InputSource(const std::string& q, const std::string& k, const std::string& v);
+
+  bool from_files() const { return !readers_.empty(); }
+  // Writes global rows [t0, t0 + n) of head h of batch b of `which` into `dst` (contiguous
+  // [n, dim] in `dtype`). `heads`, `len`, `dim` describe the global tensor.
+  void rows(InputTensor which, int64_t b, int64_t h, int64_t t0, int64_t n, int64_t heads, int64_t len, int64_t dim,
+            void* dst, DType dtype);
+  // Fills the local view `x` (rows in `layout` order) from head/batch/global positions.
+  void fill(InputTensor which, const TensorView& x, const ShardLayout& layout, int64_t global_len);
+
+ private:
+  uint64_t seed_ = 0;
+  std::vector<std::unique_ptr<NpyReader>> readers_;  // q, k, v
+};
+
+// The problem from the flags, or from the files' headers (which fix the shapes and the default
+// dtype), and the source of its inputs. Throws InvalidArgument naming the file or flag at fault.
+struct ProblemSetup {
+  GlobalProblem problem;
+  std::unique_ptr<InputSource> source;
+};
+ProblemSetup setup_problem(const ProblemOptions& o);
+
+// This rank's tensors, in backend memory, with the poisoned output buffers.
+struct LocalProblem {
+  ShardLayout q_layout, kv_layout;  // local rows of q and of k/v as global positions
+  DeviceBuffer q, k, v, out, lse;
+  LocalTensors views;
+};
+
+// Which global rows this rank holds: the ring's shard_layout for self-attention, all queries
+// and the kv_shard for decode (DESIGN.md; ring.hpp).
+void layouts_for(const GlobalProblem& p, int rank, int world, ShardLayout& q_layout, ShardLayout& kv_layout);
+
+// Allocates and fills this rank's q, k, v and poisons out and lse with NaN, so that anything the
+// run does not write shows up in the check.
+LocalProblem load_local(const GlobalProblem& p, InputSource& src, Backend& b, int rank, int world);
+
+// Query-key pairs of the global problem (the causal mask applied): 4 * dim * pairs * batch * heads
+// is the flop count of a run.
+double visible_pairs(const GlobalProblem& p);
+double attention_flops(const GlobalProblem& p);
+
+// The ordinary dtype for a device when neither --dtype nor files say otherwise.
+DType default_dtype(const ProblemOptions& o);
+
+}  // namespace ringattn::cli

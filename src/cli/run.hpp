@@ -1,0 +1,17 @@
+// The subcommands. Each returns the process exit code: 0 ok, 1 bad input or an error, 2 a check
+// over its tolerance (every rank's error counts).
+#pragma once
+
+#include "cli/options.hpp"
+#include "cli/world.hpp"
+
+namespace ringattn::cli {
+
+inline constexpr int kExitOk = 0;
+inline constexpr int kExitError = 1;
+inline constexpr int kExitCheckFailed = 2;
+
+int run_command(const RunOptions& o, MpiSession& mpi);
+int bench_command(const BenchOptions& o, MpiSession& mpi);
+
+}  // namespace ringattn::cli

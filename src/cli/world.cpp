@@ -1,0 +1,155 @@
+#include "cli/world.hpp"
+
+#include <mpi.h>
+#include <omp.h>
+
+#include <cstdlib>
+#include <vector>
+
+#include <spdlog/spdlog.h>
+
+#include "ringattn/error.hpp"
+#include "ringattn/log.hpp"
+#include "ringattn/ring.hpp"
+#ifdef RINGATTN_HAVE_CUDA
+#include <cuda_runtime_api.h>
+#endif
+#ifdef RINGATTN_HAVE_NCCL
+#include "comm/nccl_transport.hpp"
+#endif
+
+namespace ringattn::cli {
+namespace {
+
+int env_int(std::initializer_list<const char*> names, int fallback) {
+  for (const char* n : names)
+    if (const char* v = std::getenv(n); v && *v) return std::atoi(v);
+  return fallback;
+}
+
+int cuda_device_count() {
+#ifdef RINGATTN_HAVE_CUDA
+  int n = 0;
+  if (cudaGetDeviceCount(&n) != cudaSuccess) return 0;
+  return n;
+#else
+  return 0;
+#endif
+}
+
+}  // namespace
+
+bool launched_by_launcher() {
+  for (const char* n : {"OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_RANK", "SLURM_NTASKS"})
+    if (const char* v = std::getenv(n); v && *v) return true;
+  return false;
+}
+
+int env_rank() { return env_int({"OMPI_COMM_WORLD_RANK", "PMI_RANK", "PMIX_RANK", "SLURM_PROCID"}, 0); }
+
+int env_local_rank() {
+  return env_int({"OMPI_COMM_WORLD_LOCAL_RANK", "MPI_LOCALRANKID", "PMI_LOCAL_RANK", "SLURM_LOCALID"}, 0);
+}
+
+MpiSession::MpiSession() {
+  if (!launched_by_launcher()) return;
+  int initialized = 0;
+  MPI_Initialized(&initialized);
+  if (!initialized) {
+    int provided = 0;
+    if (MPI_Init_thread(nullptr, nullptr, MPI_THREAD_SERIALIZED, &provided) != MPI_SUCCESS)
+      fail_runtime("MPI_Init_thread failed (launched by mpirun/srun, but MPI could not start)");
+  }
+  active_ = true;
+}
+
+void MpiSession::finish() {
+  if (!active_) return;
+  active_ = false;
+  int finalized = 0;
+  MPI_Finalized(&finalized);
+  if (!finalized) MPI_Finalize();
+}
+
+MpiSession::~MpiSession() { finish(); }
+
+void MpiSession::abort(int code) {
+  if (active_) MPI_Abort(MPI_COMM_WORLD, code);
+  std::_Exit(code);
+}
+
+World make_world(const ProblemOptions& o, const MpiSession& mpi) {
+  World w;
+  std::string kind = o.transport;
+  const bool cuda = o.device == "cuda";
+  if (cuda && !cuda_available())
+    fail_arg("--device cuda: {}; use --device cpu",
+#ifdef RINGATTN_HAVE_CUDA
+             "no GPU is visible (check nvidia-smi and CUDA_VISIBLE_DEVICES)"
+#else
+             "this ringattn was built without CUDA (rebuild with nvcc present and -DRINGATTN_CUDA=ON)"
+#endif
+    );
+  if (kind == "auto") {
+    kind = !mpi.active() ? "local" : "mpi";
+#ifdef RINGATTN_HAVE_NCCL
+    // NCCL when every rank has a GPU of its own; ranks that share a GPU fall back to MPI.
+    if (mpi.active() && cuda && every_rank_has_own_gpu(MPI_COMM_WORLD)) kind = "nccl";
+#endif
+  }
+  if (kind == "local") {
+    if (mpi.active()) {
+      int size = 1;
+      MPI_Comm_size(MPI_COMM_WORLD, &size);
+      if (size > 1) fail_arg("--transport local is a world of one, but mpirun started {} ranks; use mpi or auto", size);
+    }
+    w.transport = make_local_transport();
+  } else if (kind == "mpi") {
+    if (!mpi.active())
+      fail_arg("--transport mpi needs a launcher (mpirun/srun: none of OMPI_COMM_WORLD_SIZE, PMI_SIZE, PMIX_RANK, "
+               "SLURM_NTASKS is set); run under mpirun or use --transport auto");
+    w.transport = make_mpi_transport(MPI_COMM_WORLD);
+  } else if (kind == "nccl") {
+#ifdef RINGATTN_HAVE_NCCL
+    if (!cuda) fail_arg("--transport nccl needs --device cuda");
+    if (!mpi.active()) fail_arg("--transport nccl needs a launcher (mpirun/srun); use --transport auto for one GPU");
+    w.gpu = select_local_gpu(MPI_COMM_WORLD);
+    w.transport = make_nccl_transport(MPI_COMM_WORLD);
+#else
+    fail_arg("--transport nccl: this ringattn was built without NCCL; use --transport mpi or auto");
+#endif
+  } else {
+    fail_arg("unknown --transport '{}': allowed are auto, mpi, nccl, local", kind);
+  }
+  w.transport_name = kind;
+  w.rank = w.transport->rank();
+  w.size = w.transport->size();
+
+  if (cuda) {
+    if (w.gpu < 0) {
+      // Ranks beyond the GPU count share GPUs round-robin (fine for tests; NCCL refuses it).
+      const int n = cuda_device_count();
+      w.gpu = n > 0 ? env_local_rank() % n : 0;
+    }
+    w.backend = make_cuda_backend(w.gpu);
+    w.device_label = fmt::format("cuda:{}", w.gpu);
+  } else {
+    w.backend = make_cpu_backend();
+    w.device_label = fmt::format("cpu ({} threads)", omp_get_max_threads());
+  }
+  auto counting = std::make_unique<CountingBackend>(std::move(w.backend));
+  w.counter = counting.get();
+  w.backend = std::move(counting);
+  init_logging(w.rank, w.size, resolve_log_level(o.log_level));
+  return w;
+}
+
+int agree_exit_code(Transport& t, int code) {
+  std::vector<int> all(size_t(t.size()), 0);
+  t.allgather(&code, all.data(), sizeof(int));
+  int worst = 0;
+  for (int c : all) worst = std::max(worst, c);
+  return worst;
+}
+
+}  // namespace ringattn::cli

@@ -1,0 +1,72 @@
+// Where this process runs: launched by mpirun/srun or alone, its rank, the transport and the
+// backend. A process that was not launched by a launcher never calls MPI_Init (a world of one).
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include "cli/counting_backend.hpp"
+#include "cli/options.hpp"
+#include "comm/transport.hpp"
+#include "kernels/backend.hpp"
+#include "ringattn/error.hpp"
+
+namespace ringattn::cli {
+
+// True when a launcher started this process: OMPI_COMM_WORLD_SIZE, PMI_SIZE, PMIX_RANK or
+// SLURM_NTASKS in the environment.
+bool launched_by_launcher();
+// The rank the launcher announced in the environment (0 when none): lets errors found before
+// MPI_Init print once, not once per rank.
+int env_rank();
+// The rank among the processes on this host (0 when none is announced).
+int env_local_rank();
+
+// MPI_Init_thread when launched (MPI_THREAD_SERIALIZED, for the transport's progress thread),
+// MPI_Finalize on finish(). Does nothing in a world of one.
+class MpiSession {
+ public:
+  MpiSession();
+  ~MpiSession();
+  bool active() const { return active_; }
+  void finish();
+  // Ends every rank now (MPI_Abort when active, else exit).
+  [[noreturn]] void abort(int code);
+
+ private:
+  bool active_ = false;
+};
+
+// The backend, the transport and what the report says about them.
+struct World {
+  std::unique_ptr<Backend> backend;  // a CountingBackend around the device's backend
+  const CountingBackend* counter = nullptr;
+  std::unique_ptr<Transport> transport;
+  int rank = 0, size = 1;
+  int gpu = -1;              // the CUDA device, -1 on cpu
+  std::string device_label;  // "cpu (2 threads)", "cuda:0"
+  std::string transport_name;
+};
+
+// Builds the transport first (it fixes rank and size), then the backend on this rank's device,
+// then re-creates the logger with the rank's prefix.
+// Errors that every rank hits alike (no CUDA in this build, an unknown transport) are
+// InvalidArgument.
+World make_world(const ProblemOptions& o, const MpiSession& mpi);
+
+// The largest of every rank's `code` (collective over `t`): the exit code all ranks agree on.
+int agree_exit_code(Transport& t, int code);
+
+}  // namespace ringattn::cli
+
+namespace ringattn::cli {
+
+// An error every rank raised together inside a collective call (the runtime's validations and
+// agreement are identical on every rank): all ranks may finalize MPI and exit(1) without
+// MPI_Abort. Any other error under mpirun ends the job with MPI_Abort.
+class CollectiveError : public InvalidArgument {
+ public:
+  using InvalidArgument::InvalidArgument;
+};
+
+}  // namespace ringattn::cli

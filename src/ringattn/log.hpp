@@ -1,0 +1,26 @@
+// Logging through spdlog. Every line carries rank/size and host so that interleaved output from
+// several ranks stays readable; progress goes out on rank 0 only, warnings and errors on all.
+#pragma once
+
+#include <string>
+
+#include <spdlog/spdlog.h>
+
+namespace ringattn {
+
+// Parses "trace|debug|info|warn|warning|error|critical|off"; throws InvalidArgument otherwise.
+spdlog::level::level_enum parse_log_level(const std::string& name);
+
+// The level to use: `flag` when non-empty, else the RINGATTN_LOG_LEVEL environment variable,
+// else "info".
+std::string resolve_log_level(const std::string& flag);
+
+// Creates (or re-creates) the default logger: stderr, pattern
+// "[time] [level] [rank r/P host] message", flushed on every error. Ranks other than 0 log
+// warnings and errors only, whatever `level` asks for below that.
+void init_logging(int rank, int size, const std::string& level);
+
+// This machine's host name (short form, without the domain).
+std::string host_name();
+
+}  // namespace ringattn
