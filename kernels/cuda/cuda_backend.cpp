@@ -1,0 +1,210 @@
+// The CUDA backend behind the Backend interface: device buffers (cudaMalloc), one compute
+// stream on which every operation is queued asynchronously, and the one place where each
+// operation is validated and dispatched to a kernel (cuda_kernels.hpp).
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <utility>
+#include <memory>
+
+#include "kernels/backend.hpp"
+#include "kernels/cuda/cuda_check.hpp"
+#include "kernels/cuda/cuda_kernels.hpp"
+#include "ringattn/error.hpp"
+
+namespace ringattn {
+namespace {
+
+void check_same_shape(const char* what, const StateView& a, const StateView& b) {
+  if (a.batch != b.batch || a.heads != b.heads || a.len != b.len || a.dim != b.dim)
+    fail_arg("{} of states with different shapes: [{}, {}, {}, {}] and [{}, {}, {}, {}]", what, a.batch, a.heads,
+             a.len, a.dim, b.batch, b.heads, b.len, b.dim);
+}
+
+void check_grid(const char* what, int64_t n) {
+  if (n > 65535) fail_arg("{} = {} exceeds the CUDA grid limit of 65535 for one launch", what, n);
+}
+
+// What the CUDA kernels need beyond validate_flash: a supported (dtype, head_dim) and, for the
+// tensor-core kernels, 16-byte aligned rows (cp.async moves 16 bytes at a time).
+void check_cuda_flash(const FlashParams& p) {
+  const int64_t d = p.q.dim;
+  if (p.q.dtype == DType::F32) {
+    if (d > cuda::kSimtMaxHeadDim)
+      fail_arg("head_dim={} is not supported by the CUDA fp32 path: allowed are 1..{}", d, cuda::kSimtMaxHeadDim);
+  } else {
+    if (!cuda::mma_head_dim_supported(d))
+      fail_arg("head_dim={} is not supported by the CUDA {} kernels: allowed are 64 and 128", d,
+               dtype_name(p.q.dtype));
+    const std::pair<const char*, const TensorView*> views[] = {{"q", &p.q}, {"k", &p.k}, {"v", &p.v}};
+    for (const auto& [name, t] : views) {
+      if (reinterpret_cast<uintptr_t>(t->data) % 16 != 0)
+        fail_arg("{} data at {} is not 16-byte aligned, as the CUDA {} kernels require", name, t->data,
+                 dtype_name(t->dtype));
+      if (t->stride_b % 8 != 0 || t->stride_h % 8 != 0 || t->stride_t % 8 != 0)
+        fail_arg("{} strides (b={}, h={}, t={}) must be multiples of 8 elements (16 bytes) for the CUDA {} kernels",
+                 name, t->stride_b, t->stride_h, t->stride_t, dtype_name(t->dtype));
+    }
+  }
+  check_grid("batch * q_heads", p.q.batch * p.q.heads);
+}
+
+class CudaBackend final : public Backend {
+ public:
+  explicit CudaBackend(int device) : device_(device) {
+    int count = 0;
+    const cudaError_t err = cudaGetDeviceCount(&count);
+    if (err != cudaSuccess || count == 0)
+      fail_runtime("no CUDA device is available ({}); use the CPU backend", cudaGetErrorString(err));
+    if (device < 0 || device >= count)
+      fail_runtime("CUDA device {} does not exist: {} device(s) visible (0..{})", device, count, count - 1);
+    RA_CUDA_CHECK(cudaSetDevice(device_));
+    RA_CUDA_CHECK(cudaDeviceGetAttribute(&sms_, cudaDevAttrMultiProcessorCount, device_));
+    RA_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
+  }
+  ~CudaBackend() override {
+    // Destructors must not throw: errors here are dropped.
+    cudaSetDevice(device_);
+    cudaStreamSynchronize(stream_);
+    if (workspace_) cudaFree(workspace_);
+    cudaStreamDestroy(stream_);
+  }
+
+  std::string name() const override { return "cuda:" + std::to_string(device_); }
+  bool device_memory() const override { return true; }
+  void* stream() const override { return stream_; }
+
+  void* allocate(size_t bytes) override {
+    if (bytes == 0) return nullptr;
+    use_device();
+    void* p = nullptr;
+    RA_CUDA_CHECK(cudaMalloc(&p, bytes));
+    return p;
+  }
+  void deallocate(void* p) override {
+    if (p == nullptr) return;
+    use_device();
+    RA_CUDA_CHECK(cudaFree(p));
+  }
+  // Host copies complete before returning: the caller may reuse or free its host buffer.
+  void copy_from_host(void* dst, const void* src, size_t bytes) override {
+    use_device();
+    RA_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, stream_));
+    RA_CUDA_CHECK(cudaStreamSynchronize(stream_));
+  }
+  void copy_to_host(void* dst, const void* src, size_t bytes) override {
+    use_device();
+    RA_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, stream_));
+    RA_CUDA_CHECK(cudaStreamSynchronize(stream_));
+  }
+  void copy(void* dst, const void* src, size_t bytes) override {
+    use_device();
+    RA_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, stream_));
+  }
+
+  void flash(const FlashParams& p) override {
+    validate_flash(p, /*complete=*/false);
+    check_cuda_flash(p);
+    use_device();
+    if (p.q.dtype == DType::F32) cuda::launch_flash_simt(p, stream_);
+    else cuda::launch_flash_mma(p, stream_);
+  }
+
+  void decode(const DecodeParams& dp) override {
+    const FlashParams& f = dp.flash;
+    validate_flash(f, /*complete=*/false);
+    check_cuda_flash(f);
+    if (dp.splits < 0) fail_arg("splits must be >= 1, or 0 for the default (got {})", dp.splits);
+    use_device();
+    const int64_t rows = f.q.batch * f.q.heads * f.q.len;
+    if (f.q.dtype != DType::F32) {
+      const cuda::DecodePlan plan = cuda::plan_decode_mma(f, dp.splits, sms_);
+      check_grid("batch * kv_heads", f.q.batch * f.k.heads);
+      check_grid("packed query row blocks", plan.row_blocks);
+      const cuda::SplitPartials parts = partials(plan.parts, rows, f.q.dim);
+      cuda::launch_decode_mma(f, plan, parts, stream_);
+      cuda::launch_merge_splits({parts, f.state, f.mode}, stream_);
+      return;
+    }
+    // fp32: each key chunk through the SIMT flash kernel into its own partial, then one merge.
+    const int64_t keys = f.k.len;
+    const int64_t want = dp.splits > 0 ? dp.splits : 16;
+    const int64_t chunk = (keys + want - 1) / want;
+    const int64_t n = (keys + chunk - 1) / chunk;
+    const cuda::SplitPartials parts = partials(n, rows, f.q.dim);
+    for (int64_t c = 0; c < n; ++c) {
+      const int64_t c0 = c * chunk, len = std::min(chunk, keys - c0);
+      FlashParams sub = f;
+      sub.k = f.k.rows(c0, len);
+      sub.v = f.v.rows(c0, len);
+      sub.q_offset = f.q_offset - c0;
+      sub.mode = StateMode::Write;
+      sub.state = contiguous_state(parts.o + c * rows * f.q.dim, parts.lse + c * rows, f.q.batch, f.q.heads, f.q.len,
+                                   f.q.dim);
+      cuda::launch_flash_simt(sub, stream_);
+    }
+    cuda::launch_merge_splits({parts, f.state, f.mode}, stream_);
+  }
+
+  void merge(const MergeParams& p) override {
+    check_same_shape("merge", p.state, p.other);
+    use_device();
+    cuda::launch_merge(p, stream_);
+  }
+  void finalize(const FinalizeParams& p) override {
+    const StateView& s = p.state;
+    const TensorView& out = p.out;
+    if (out.batch != s.batch || out.heads != s.heads || out.len != s.len || out.dim != s.dim)
+      fail_arg("output shape [{}, {}, {}, {}] does not match the state [{}, {}, {}, {}]", out.batch, out.heads,
+               out.len, out.dim, s.batch, s.heads, s.len, s.dim);
+    use_device();
+    cuda::launch_finalize(p, stream_);
+  }
+  void fill_empty(const StateView& s) override {
+    use_device();
+    cuda::launch_fill_empty(s, stream_);
+  }
+  void synchronize() override {
+    use_device();
+    RA_CUDA_CHECK(cudaStreamSynchronize(stream_));
+  }
+
+ private:
+  void use_device() { RA_CUDA_CHECK(cudaSetDevice(device_)); }
+
+  // Scratch for split partials, grown on demand. Work already queued may still read the old
+  // buffer, so the stream drains before it is freed.
+  cuda::SplitPartials partials(int64_t parts, int64_t rows, int64_t dim) {
+    const size_t bytes = size_t(parts * rows * (dim + 1)) * sizeof(float);
+    if (bytes > workspace_bytes_) {
+      RA_CUDA_CHECK(cudaStreamSynchronize(stream_));
+      if (workspace_) RA_CUDA_CHECK(cudaFree(workspace_));
+      workspace_ = nullptr;
+      workspace_bytes_ = 0;
+      RA_CUDA_CHECK(cudaMalloc(&workspace_, bytes));
+      workspace_bytes_ = bytes;
+    }
+    float* base = static_cast<float*>(workspace_);
+    return cuda::SplitPartials{base, base + parts * rows * dim, parts, rows, dim};
+  }
+
+  int device_ = 0;
+  int sms_ = 0;
+  cudaStream_t stream_ = nullptr;
+  void* workspace_ = nullptr;
+  size_t workspace_bytes_ = 0;
+};
+
+}  // namespace
+
+std::unique_ptr<Backend> make_cuda_backend(int device) { return std::make_unique<CudaBackend>(device); }
+
+bool cuda_available() {
+  int count = 0;
+  const bool ok = cudaGetDeviceCount(&count) == cudaSuccess && count > 0;
+  (void)cudaGetLastError();  // no driver or no device is an answer here, not a pending error
+  return ok;
+}
+
+}  // namespace ringattn

@@ -1,0 +1,62 @@
+// Host-side entry points of the CUDA kernels (kernels/cuda/*.cu). The backend (cuda_backend.cpp)
+// validates every call first; these functions only pick a kernel instantiation and launch it on
+// `stream`. Each kernel receives one params struct by value.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "kernels/params.hpp"
+
+namespace ringattn::cuda {
+
+// Head dims that the tensor-core kernels (bf16/fp16) are instantiated for.
+inline bool mma_head_dim_supported(int64_t d) { return d == 64 || d == 128; }
+// The fp32 SIMT path keeps head_dim / 32 values per lane in registers.
+inline constexpr int64_t kSimtMaxHeadDim = 256;
+
+// Flash forward on tensor cores (bf16/fp16 q, k, v; head dim 64 or 128). Writes or folds into
+// p.state according to p.mode.
+void launch_flash_mma(const FlashParams& p, cudaStream_t stream);
+// Tuning knob for benchmarks: warps (4 or 8; 16 query rows each) per CTA, 0 for the default.
+void set_flash_mma_warps(int warps);
+
+// Flash forward in true fp32 (fp32 q, k, v; head dim <= kSimtMaxHeadDim). Slow, for accuracy.
+void launch_flash_simt(const FlashParams& p, cudaStream_t stream);
+
+// Partial states of a split-KV decode: part p of state row r at o[(p * rows + r) * dim] and
+// lse[p * rows + r], where r = (b * heads + h) * len + t enumerates the rows of the state.
+struct SplitPartials {
+  float* o = nullptr;
+  float* lse = nullptr;
+  int64_t parts = 0, rows = 0, dim = 0;
+};
+
+// How a decode is cut: `splits` key chunks of `chunk` keys (a multiple of the key tile).
+struct DecodePlan {
+  int64_t splits = 1, chunk = 0, row_blocks = 1;
+  int64_t parts = 1;  // partial states per row (splits x warps that each own a key subset)
+};
+
+// Plans a decode of f with the packed tensor-core kernel: enough CTAs to fill `sms`
+// multiprocessors once. `splits_hint` > 0 asks for that many chunks (rounded to whole tiles).
+DecodePlan plan_decode_mma(const FlashParams& f, int splits_hint, int sms);
+
+// Split-KV decode (bf16/fp16, head dim 64 or 128): every CTA takes one (batch, KV head, key
+// chunk, block of 16 packed query rows) and writes its warps' partial states into `out`.
+void launch_decode_mma(const FlashParams& f, const DecodePlan& plan, const SplitPartials& out, cudaStream_t stream);
+
+// Merges all partials of each row and writes (StateMode::Write) or folds (Fold) into `state`.
+struct MergeSplitsParams {
+  SplitPartials parts;
+  StateView state;
+  StateMode mode = StateMode::Write;
+};
+void launch_merge_splits(const MergeSplitsParams& p, cudaStream_t stream);
+
+void launch_merge(const MergeParams& p, cudaStream_t stream);
+void launch_finalize(const FinalizeParams& p, cudaStream_t stream);
+void launch_fill_empty(const StateView& s, cudaStream_t stream);
+
+}  // namespace ringattn::cuda

@@ -1,0 +1,257 @@
+// Split-KV decode (flash-decoding) on tensor cores, bf16/fp16.
+//
+// Decode is bound by reading K and V once, so the kernel is shaped for bandwidth:
+// - GQA packing: the G = q_heads / kv_heads query heads of one KV head and the q_len rows are
+//   packed as the 16 rows of one m16 tile, so every K/V byte loaded serves all of them.
+// - Split KV: the grid is (key chunk, batch x KV head, row block), sized so that every
+//   multiprocessor holds CTAs even at batch 1 with 8 KV heads; each CTA streams its chunk
+//   through a 3-stage cp.async ring of 64-key tiles.
+// - Each of the 4 warps takes its own 16 keys of every tile and keeps its own partial state;
+//   the partials of all (chunk, warp) pairs are combined by the merge-splits kernel (merge.cu).
+#include "kernels/cuda/cuda_check.hpp"
+#include "kernels/cuda/cuda_kernels.hpp"
+#include "kernels/cuda/device_common.cuh"
+#include "kernels/cuda/flash_epilogue.cuh"
+
+namespace ringattn::cuda {
+namespace {
+
+constexpr int kWarps = 4, kThreads = 32 * kWarps;
+constexpr int kTileKeys = 16 * kWarps;  // 16 keys per warp per tile
+constexpr int kStages = 3;
+
+template <int D>
+constexpr size_t decode_smem_bytes() {
+  return size_t(16 * D + 2 * kStages * kTileKeys * D) * 2;
+}
+
+struct DecodeKernelParams {
+  FlashParams f;
+  SplitPartials out;
+  int64_t chunk;  // keys per split, a multiple of kTileKeys
+};
+
+template <typename T, int D>
+__global__ void __launch_bounds__(kThreads) decode_mma_kernel(const DecodeKernelParams a) {
+  using H = Half16<T>;
+  using Tile = SwizzledTile<D>;
+  constexpr int kDT = D / 8;
+  const FlashParams& f = a.f;
+  extern __shared__ __align__(128) unsigned char smem_raw[];
+  T* sQ = reinterpret_cast<T*>(smem_raw);      // [16][D]
+  T* sK = sQ + 16 * D;                          // [kStages][kTileKeys][D]
+  T* sV = sK + kStages * kTileKeys * D;         // [kStages][kTileKeys][D]
+
+  const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
+  const int64_t group = f.q.heads / f.k.heads, len_q = f.q.len, len_k = f.k.len;
+  const int64_t packed_rows = group * len_q;
+  const int64_t split = blockIdx.x, b = blockIdx.y / f.k.heads, hk = blockIdx.y % f.k.heads;
+  const int64_t row0 = int64_t(blockIdx.z) * 16;  // first packed row (t * group + g)
+
+  // Q rows: packed row R is query head hk * group + R % group at position R / group.
+  for (int i = tid; i < 16 * (D / 8); i += kThreads) {
+    const int r = i / (D / 8), c = i % (D / 8);
+    const int64_t R = row0 + r;
+    const bool valid = R < packed_rows;
+    const int64_t t = valid ? R / group : 0, qh = hk * group + (valid ? R % group : 0);
+    const T* src = static_cast<const T*>(f.q.data) + b * f.q.stride_b + qh * f.q.stride_h + t * f.q.stride_t + c * 8;
+    cp_async_16(sQ + Tile::offset(r, c), src, valid);
+  }
+
+  // This CTA's keys: [c0, c1), cut further by causality at the block's last row.
+  const int64_t c0 = split * a.chunk;
+  int64_t c1 = c0 + a.chunk < len_k ? c0 + a.chunk : len_k;
+  const int64_t t_first = row0 / group;
+  const int64_t t_last = ((row0 + 15 < packed_rows ? row0 + 15 : packed_rows - 1)) / group;
+  if (f.causal && t_last + f.q_offset + 1 < c1) c1 = t_last + f.q_offset + 1;
+  const int n_tiles = c1 > c0 ? int((c1 - c0 + kTileKeys - 1) / kTileKeys) : 0;
+
+  const T* k_base = static_cast<const T*>(f.k.data) + b * f.k.stride_b + hk * f.k.stride_h;
+  const T* v_base = static_cast<const T*>(f.v.data) + b * f.v.stride_b + hk * f.v.stride_h;
+  auto load_stage = [&](int j) {
+    const int buf = j % kStages;
+    const int64_t k0 = c0 + int64_t(j) * kTileKeys;
+    load_tile_async<D, kTileKeys, kThreads>(sK + buf * kTileKeys * D, k_base, f.k.stride_t, k0, c1, tid);
+    load_tile_async<D, kTileKeys, kThreads>(sV + buf * kTileKeys * D, v_base, f.v.stride_t, k0, c1, tid);
+  };
+  // Q travels in the first group together with tile 0.
+#pragma unroll
+  for (int st = 0; st < kStages - 1; ++st) {
+    if (st < n_tiles) load_stage(st);
+    cp_async_commit();
+  }
+
+  const float scale_log2 = f.scale * kLog2e;
+  uint32_t qf[D / 16][4];
+  float acc[kDT][4];
+#pragma unroll
+  for (int n = 0; n < kDT; ++n) acc[n][0] = acc[n][1] = acc[n][2] = acc[n][3] = 0.f;
+  float m[2] = {neg_inf(), neg_inf()}, l[2] = {0.f, 0.f};
+  // Position of this thread's two rows (rows past the end get the last position; never written).
+  int64_t t_row[2];
+#pragma unroll
+  for (int half = 0; half < 2; ++half) {
+    const int64_t R = row0 + (lane >> 2) + half * 8;
+    t_row[half] = (R < packed_rows ? R : packed_rows - 1) / group;
+  }
+
+  const int mi = lane >> 3;
+  uint32_t q_off[4], k_off[4], v_off[4];
+  Tile::lane_offsets(q_off, lane & 15, lane >> 4, lane);
+  Tile::lane_offsets(k_off, (mi >> 1) * 8 + (lane & 7), mi & 1, lane);
+  Tile::lane_offsets(v_off, (mi & 1) * 8 + (lane & 7), mi >> 1, lane);
+  const uint32_t sQa = smem_addr(sQ), sKa = smem_addr(sK), sVa = smem_addr(sV);
+
+  for (int j = 0; j < n_tiles; ++j) {
+    cp_async_wait<kStages - 2>();  // tile j (and Q) have landed
+    __syncthreads();
+    if (j == 0) {
+#pragma unroll
+      for (int kk = 0; kk < D / 16; ++kk) ldmatrix_x4(qf[kk], sQa + Tile::fragment_offset(q_off, 0, kk));
+    }
+    // The buffer refilled here was read in iteration j - 1, which every warp has finished.
+    if (j + kStages - 1 < n_tiles) load_stage(j + kStages - 1);
+    cp_async_commit();
+
+    const int buf = j % kStages;
+    const uint32_t kt = sKa + buf * kTileKeys * D * 2;
+    const uint32_t vt = sVa + buf * kTileKeys * D * 2;
+    const int64_t kw = c0 + int64_t(j) * kTileKeys + warp * 16;  // this warp's first key
+    if (kw >= c1) continue;                                        // warp-uniform
+    const bool need_mask = kw + 16 > c1 || (f.causal && kw + 15 > t_first + f.q_offset);
+
+    float s[2][4] = {{0.f, 0.f, 0.f, 0.f}, {0.f, 0.f, 0.f, 0.f}};
+#pragma unroll
+    for (int kk = 0; kk < D / 16; ++kk) {
+      uint32_t bk[4];
+      ldmatrix_x4(bk, kt + Tile::fragment_offset(k_off, warp * 16, kk));
+      H::mma(s[0], qf[kk], bk[0], bk[1]);
+      H::mma(s[1], qf[kk], bk[2], bk[3]);
+    }
+#pragma unroll
+    for (int half = 0; half < 2; ++half) {
+      float mx = neg_inf();
+#pragma unroll
+      for (int n = 0; n < 2; ++n) {
+#pragma unroll
+        for (int e = 0; e < 2; ++e) {
+          float x = s[n][half * 2 + e] * scale_log2;
+          if (need_mask) {
+            const int64_t key = kw + n * 8 + (lane & 3) * 2 + e;
+            if (key >= c1 || (f.causal && key > t_row[half] + f.q_offset)) x = neg_inf();
+          }
+          s[n][half * 2 + e] = x;
+          mx = fmaxf(mx, x);
+        }
+      }
+      mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+      mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+      const float m_new = fmaxf(m[half], mx);
+      const float m_use = m_new == neg_inf() ? 0.f : m_new;
+      const float alpha = fast_exp2(m[half] - m_use);
+      m[half] = m_new;
+      float sum = 0.f;
+#pragma unroll
+      for (int n = 0; n < 2; ++n) {
+#pragma unroll
+        for (int e = 0; e < 2; ++e) {
+          const float pe = fast_exp2(s[n][half * 2 + e] - m_use);
+          s[n][half * 2 + e] = pe;
+          sum += pe;
+        }
+      }
+      l[half] = l[half] * alpha + sum;
+#pragma unroll
+      for (int n = 0; n < kDT; ++n) {
+        acc[n][half * 2] *= alpha;
+        acc[n][half * 2 + 1] *= alpha;
+      }
+    }
+    const uint32_t pa[4] = {H::pack(s[0][0], s[0][1]), H::pack(s[0][2], s[0][3]), H::pack(s[1][0], s[1][1]),
+                            H::pack(s[1][2], s[1][3])};
+#pragma unroll
+    for (int dn = 0; dn < D / 16; ++dn) {
+      uint32_t bv[4];
+      ldmatrix_x4_trans(bv, vt + Tile::fragment_offset(v_off, warp * 16, dn));
+      H::mma(acc[2 * dn], pa, bv[0], bv[1]);
+      H::mma(acc[2 * dn + 1], pa, bv[2], bv[3]);
+    }
+  }
+  cp_async_wait<0>();
+
+  // Every (split, warp) writes a partial for each of its rows, empty or not: the merge reads all.
+  const int64_t part = split * kWarps + warp;
+  const SplitPartials& out = a.out;
+  finish_rows<kDT>(StateMode::Write, lane, acc, m, l, [&](int r) {
+    const int64_t R = row0 + r;
+    if (R >= packed_rows) return RowPtr{};
+    const int64_t row = (b * f.q.heads + hk * group + R % group) * len_q + R / group;
+    return RowPtr{out.o + (part * out.rows + row) * out.dim, out.lse + part * out.rows + row};
+  });
+}
+
+template <typename T, int D>
+auto decode_kernel_prepared() {
+  auto kernel = decode_mma_kernel<T, D>;
+  static bool attribute_set = false;
+  if (!attribute_set) {
+    RA_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                       int(decode_smem_bytes<D>())));
+    attribute_set = true;
+  }
+  return kernel;
+}
+
+template <typename T, int D>
+int decode_ctas_per_sm() {
+  int n = 0;
+  RA_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, decode_kernel_prepared<T, D>(), kThreads,
+                                                              decode_smem_bytes<D>()));
+  return n > 0 ? n : 1;
+}
+
+template <typename T, int D>
+void launch_instance(const FlashParams& f, const DecodePlan& plan, const SplitPartials& out, cudaStream_t stream) {
+  const dim3 grid(unsigned(plan.splits), unsigned(f.q.batch * f.k.heads), unsigned(plan.row_blocks));
+  auto kernel = decode_kernel_prepared<T, D>();
+  kernel<<<grid, kThreads, decode_smem_bytes<D>(), stream>>>(DecodeKernelParams{f, out, plan.chunk});
+  RA_CUDA_CHECK_LAUNCH("decode_mma_kernel");
+}
+
+}  // namespace
+
+DecodePlan plan_decode_mma(const FlashParams& f, int splits_hint, int sms) {
+  DecodePlan plan;
+  const int64_t group = f.q.heads / f.k.heads;
+  plan.row_blocks = (group * f.q.len + 15) / 16;
+  const int64_t units = f.q.batch * f.k.heads * plan.row_blocks;
+  int64_t splits = splits_hint;
+  if (splits <= 0) {
+    const bool bf16 = f.q.dtype == DType::BF16;
+    const int per_sm = f.q.dim == 64 ? (bf16 ? decode_ctas_per_sm<__nv_bfloat16, 64>() : decode_ctas_per_sm<__half, 64>())
+                                     : (bf16 ? decode_ctas_per_sm<__nv_bfloat16, 128>() : decode_ctas_per_sm<__half, 128>());
+    // One full wave: every CTA slot of the GPU busy, no second partial wave.
+    const int64_t slots = int64_t(sms) * per_sm;
+    splits = slots / units > 1 ? slots / units : 1;
+  }
+  const int64_t keys = f.k.len;
+  int64_t chunk = (keys + splits - 1) / splits;
+  chunk = (chunk + kTileKeys - 1) / kTileKeys * kTileKeys;
+  plan.chunk = chunk;
+  plan.splits = (keys + chunk - 1) / chunk;
+  plan.parts = plan.splits * kWarps;
+  return plan;
+}
+
+void launch_decode_mma(const FlashParams& f, const DecodePlan& plan, const SplitPartials& out, cudaStream_t stream) {
+  const bool bf16 = f.q.dtype == DType::BF16;
+  if (f.q.dim == 64) {
+    if (bf16) launch_instance<__nv_bfloat16, 64>(f, plan, out, stream);
+    else launch_instance<__half, 64>(f, plan, out, stream);
+  } else {
+    if (bf16) launch_instance<__nv_bfloat16, 128>(f, plan, out, stream);
+    else launch_instance<__half, 128>(f, plan, out, stream);
+  }
+}
+
+}  // namespace ringattn::cuda

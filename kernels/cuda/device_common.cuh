@@ -1,0 +1,182 @@
+// Device helpers shared by the CUDA kernels: the (o, lse) merge of one row, PTX wrappers for
+// cp.async, ldmatrix and mma.sync m16n8k16, and the swizzled shared-memory tile layout.
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "kernels/params.hpp"
+
+namespace ringattn::cuda {
+
+constexpr float kLn2 = 0.6931471805599453f;
+constexpr float kLog2e = 1.4426950408889634f;
+
+__device__ __forceinline__ float neg_inf() { return -__int_as_float(0x7f800000); }
+
+// Weights of the merge state := merge(state, other) in DESIGN.md section 2, exactly as
+// kernels/cpu/merge.cpp merge_row: returns false when `other` is empty (state unchanged).
+// Otherwise o := o * wa + o_other * wb and lse := new_lse. The empty state is the identity and
+// (-inf) - (-inf) is never formed.
+__device__ __forceinline__ bool merge_weights(float lse_a, float lse_b, float& wa, float& wb, float& new_lse) {
+  if (lse_b == neg_inf()) return false;
+  if (lse_a == neg_inf()) {
+    wa = 0.f;
+    wb = 1.f;
+    new_lse = lse_b;
+    return true;
+  }
+  const float mx = fmaxf(lse_a, lse_b);
+  const float ea = expf(lse_a - mx), eb = expf(lse_b - mx);
+  const float sum = ea + eb;
+  wa = ea / sum;
+  wb = eb / sum;
+  new_lse = mx + logf(sum);
+  return true;
+}
+
+__device__ __forceinline__ float* state_o_row(const StateView& s, int64_t b, int64_t h, int64_t t) {
+  return s.o + b * s.o_stride_b + h * s.o_stride_h + t * s.o_stride_t;
+}
+__device__ __forceinline__ float* state_lse_at(const StateView& s, int64_t b, int64_t h, int64_t t) {
+  return s.lse + b * s.lse_stride_b + h * s.lse_stride_h + t;
+}
+__device__ __forceinline__ int64_t view_offset(const TensorView& v, int64_t b, int64_t h, int64_t t) {
+  return b * v.stride_b + h * v.stride_h + t * v.stride_t;
+}
+
+// ---- 16-bit element types on tensor cores ----
+
+template <typename T>
+struct Half16;
+template <>
+struct Half16<__nv_bfloat16> {
+  __device__ __forceinline__ static uint32_t pack(float lo, float hi) {
+    __nv_bfloat162 h = __floats2bfloat162_rn(lo, hi);
+    return *reinterpret_cast<uint32_t*>(&h);
+  }
+  // c += a * b, m16n8k16, fp32 accumulators.
+  __device__ __forceinline__ static void mma(float (&c)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
+    asm volatile(
+        "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+        "{%0,%1,%2,%3};\n"
+        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+  }
+};
+template <>
+struct Half16<__half> {
+  __device__ __forceinline__ static uint32_t pack(float lo, float hi) {
+    __half2 h = __floats2half2_rn(lo, hi);
+    return *reinterpret_cast<uint32_t*>(&h);
+  }
+  __device__ __forceinline__ static void mma(float (&c)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
+    asm volatile(
+        "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+        "{%0,%1,%2,%3};\n"
+        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+  }
+};
+
+// ---- asynchronous copies and matrix loads ----
+
+__device__ __forceinline__ uint32_t smem_addr(const void* p) {
+  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
+}
+
+// 16 bytes global -> shared, bypassing L1. When !valid nothing is read and the 16 bytes are
+// zero-filled: rows past the end of a tensor become zeros, never stale values (a stale NaN
+// times a zero probability would still be NaN).
+__device__ __forceinline__ void cp_async_16(void* smem, const void* gmem, bool valid) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(smem_addr(smem)), "l"(gmem),
+               "r"(valid ? 16 : 0)
+               : "memory");
+}
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
+template <int N>
+__device__ __forceinline__ void cp_async_wait() {
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
+}
+
+// Shared-memory byte addresses as 32-bit values, so that the unrolled loops below fold their
+// constant offsets into the instruction instead of holding a 64-bit pointer per fragment.
+__device__ __forceinline__ void ldmatrix_x4(uint32_t (&r)[4], uint32_t addr) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(addr)
+               : "memory");
+}
+__device__ __forceinline__ void ldmatrix_x4_trans(uint32_t (&r)[4], uint32_t addr) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(addr)
+               : "memory");
+}
+
+__device__ __forceinline__ void ldmatrix_x4(uint32_t (&r)[4], const void* smem) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(smem_addr(smem))
+               : "memory");
+}
+__device__ __forceinline__ void ldmatrix_x4_trans(uint32_t (&r)[4], const void* smem) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(smem_addr(smem))
+               : "memory");
+}
+
+__device__ __forceinline__ float fast_exp2(float x) {
+  float y;
+  asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
+  return y;
+}
+
+// A tile of `rows` x D 16-bit values in shared memory, rows of D * 2 bytes cut into 16-byte
+// chunks. Chunk c of row r is stored at chunk c ^ (r & 7): the 8 row addresses that one
+// ldmatrix phase reads (8 rows, same logical chunk) then fall in 8 different bank groups
+// instead of one, for both D = 64 (128-byte rows) and D = 128 (256-byte rows).
+template <int D>
+struct SwizzledTile {
+  static constexpr int kChunks = D / 8;
+  __device__ __forceinline__ static int offset(int row, int chunk) {
+    return row * D + ((chunk ^ (row & 7)) << 3);
+  }
+  // ldmatrix.x4 over a 16 x 16 block: lane supplies row base + lane_row (lane_row & 7 ==
+  // lane & 7 for every block, since blocks start at multiples of 8) and chunk 2 * kk + lane_chunk.
+  // As kk runs over 0..D/16-1, (2 kk + lane_chunk) ^ (lane & 7) takes only four distinct low-bit
+  // patterns plus a constant multiple of 8 chunks: lane_offsets returns those four byte offsets,
+  // and fragment_offset adds the constant part.
+  __device__ __forceinline__ static void lane_offsets(uint32_t (&off)[4], int lane_row, int lane_chunk, int lane) {
+#pragma unroll
+    for (int c = 0; c < 4; ++c) off[c] = uint32_t(lane_row * D + (((c * 2 + lane_chunk) ^ (lane & 7)) << 3)) * 2u;
+  }
+  // Byte offset of the fragment at block row `row16` (a multiple of 16) and k-step kk.
+  __device__ __forceinline__ static uint32_t fragment_offset(const uint32_t (&off)[4], int row16, int kk) {
+    return uint32_t(row16 * D * 2 + (kk >> 2) * 128) + off[kk & 3];
+  }
+};
+
+// Copies rows [row0, row0 + ROWS) of one (b, h) of `x` into a swizzled tile with all threads of
+// the CTA; rows at or past `len` are zero-filled.
+template <int D, int ROWS, int THREADS, typename T>
+__device__ __forceinline__ void load_tile_async(T* tile, const T* base, int64_t stride_t, int64_t row0, int64_t len,
+                                                int tid) {
+  constexpr int kChunks = D / 8;
+  static_assert(ROWS * kChunks % THREADS == 0, "every thread copies the same number of chunks");
+#pragma unroll
+  for (int it = 0; it < ROWS * kChunks / THREADS; ++it) {
+    const int i = tid + it * THREADS;
+    const int r = i / kChunks, c = i % kChunks;
+    const int64_t gr = row0 + r;
+    const bool valid = gr < len;
+    const T* src = base + (valid ? gr : 0) * stride_t + c * 8;
+    cp_async_16(tile + SwizzledTile<D>::offset(r, c), src, valid);
+  }
+}
+
+}  // namespace ringattn::cuda

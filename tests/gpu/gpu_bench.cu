@@ -1,0 +1,271 @@
+// ringattn_gpu_bench: times the CUDA backend over the peers' shapes (.bench/peers.py syntax
+// batch,q_heads,kv_heads,q_len,kv_len,head_dim,causal|full) and prints CSV rows
+//   shape,impl,tflops,ms,kv_gbps
+// with the peers' FLOP and byte counts: 4*B*Hq*T*S*D FLOPs (halved for causal self-attention)
+// and the K and V bytes read once. "ours" is the complete attention as the peers compute it
+// (flash or split-KV decode into the fp32 state, then the cast to the input dtype);
+// "ours_state" is the kernel alone, ending at the fp32 (o, lse) state the ring runner carries.
+// Inputs are fresh random normals (a new seed every run), rotated over several copies when they
+// would fit in L2. A few output rows are checked against the fp64 oracle on every run; a wrong
+// result exits non-zero.
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <random>
+#include <stdexcept>
+#include <type_traits>
+#include <string>
+#include <vector>
+
+#include "kernels/backend.hpp"
+#include "kernels/cpu/cpu_kernels.hpp"
+#include "kernels/cuda/cuda_check.hpp"
+#include "kernels/cuda/cuda_kernels.hpp"
+
+using namespace ringattn;
+
+namespace {
+
+const char* kDefaultShapes[] = {
+    "4,32,8,2048,2048,128,full",   "4,32,8,2048,2048,128,causal",   "1,32,8,8192,8192,128,full",
+    "1,32,8,8192,8192,128,causal", "1,32,8,32768,32768,128,causal", "4,32,32,4096,4096,64,causal",
+    "8,32,8,1,32768,128,full",     "1,32,8,1,131072,128,full",
+};
+
+struct Shape {
+  std::string text;
+  int64_t b, hq, hkv, t, s, d;
+  bool causal;
+};
+
+Shape parse_shape(const std::string& text) {
+  Shape sh{text, 0, 0, 0, 0, 0, 0, false};
+  char mask[16] = {0};
+  long long v[6];
+  if (std::sscanf(text.c_str(), "%lld,%lld,%lld,%lld,%lld,%lld,%15s", &v[0], &v[1], &v[2], &v[3], &v[4], &v[5], mask) != 7)
+    throw std::invalid_argument("bad --shape '" + text + "': expected batch,q_heads,kv_heads,q_len,kv_len,head_dim,causal|full");
+  sh.b = v[0], sh.hq = v[1], sh.hkv = v[2], sh.t = v[3], sh.s = v[4], sh.d = v[5];
+  sh.causal = std::string(mask) == "causal" && sh.t > 1;  // as peers.py: causal decode is full
+  return sh;
+}
+
+// Normal(0, 1) values from a counter-based hash (Box-Muller), written as T.
+template <typename T>
+__global__ void fill_normal(T* x, int64_t n, uint64_t seed) {
+  for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) {
+    uint64_t z = seed + uint64_t(i) * 0x9E3779B97F4A7C15ull;
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    z ^= z >> 31;
+    const float u1 = (float((z >> 40) & 0xFFFFFF) + 1.f) / 16777218.f, u2 = float(z & 0xFFFFFF) / 16777216.f;
+    const float g = sqrtf(-2.f * logf(u1)) * cospif(2.f * u2);
+    if constexpr (std::is_same_v<T, __half>) x[i] = __float2half_rn(g);
+    else x[i] = __float2bfloat16_rn(g);
+  }
+}
+
+void fill(void* p, DType dt, int64_t n, uint64_t seed) {
+  if (dt == DType::F16) fill_normal<__half><<<1024, 256>>>(static_cast<__half*>(p), n, seed);
+  else fill_normal<__nv_bfloat16><<<1024, 256>>>(static_cast<__nv_bfloat16*>(p), n, seed);
+  RA_CUDA_CHECK_LAUNCH("fill_normal");
+}
+
+struct Inputs {
+  DeviceBuffer q, k, v;
+};
+
+struct Result {
+  double ms_full, ms_state;
+};
+
+double median(std::vector<double> x) {
+  std::sort(x.begin(), x.end());
+  return x[x.size() / 2];
+}
+
+// Checks 3 random rows of the finalized output against the fp64 oracle.
+bool check_rows(Backend& be, const Shape& sh, const FlashParams& p, const DeviceBuffer& out, std::mt19937_64& rng) {
+  const int64_t D = sh.d;
+  for (int n = 0; n < 3; ++n) {
+    const int64_t b = int64_t(rng() % uint64_t(sh.b)), h = int64_t(rng() % uint64_t(sh.hq)),
+                  i = int64_t(rng() % uint64_t(sh.t));
+    const int64_t hk = h / (sh.hq / sh.hkv);
+    std::vector<uint16_t> qh(static_cast<size_t>(D)), kh(static_cast<size_t>(sh.s * D)), vh(static_cast<size_t>(sh.s * D)),
+        oh(static_cast<size_t>(D));
+    be.copy_to_host(qh.data(), static_cast<const uint16_t*>(p.q.data) + p.q.offset(b, h, i), size_t(D) * 2);
+    be.copy_to_host(kh.data(), static_cast<const uint16_t*>(p.k.data) + p.k.offset(b, hk, 0), kh.size() * 2);
+    be.copy_to_host(vh.data(), static_cast<const uint16_t*>(p.v.data) + p.v.offset(b, hk, 0), vh.size() * 2);
+    be.copy_to_host(oh.data(), static_cast<const uint16_t*>(out.get()) + ((b * sh.hq + h) * sh.t + i) * D, size_t(D) * 2);
+    FlashParams r = p;
+    r.q = bhtd_view(qh.data(), p.q.dtype, 1, 1, 1, D);
+    r.k = bhtd_view(kh.data(), p.q.dtype, 1, 1, sh.s, D);
+    r.v = bhtd_view(vh.data(), p.q.dtype, 1, 1, sh.s, D);
+    r.q_offset = p.q_offset + i;
+    std::vector<double> ro(static_cast<size_t>(D));
+    double rl;
+    cpu::naive_row(r, 0, 0, 0, ro.data(), &rl);
+    double num = 0, den = 0;
+    for (int64_t d = 0; d < D; ++d) {
+      const double x = load_as_float(oh.data(), p.q.dtype, d);
+      num += (x - ro[size_t(d)]) * (x - ro[size_t(d)]);
+      den += ro[size_t(d)] * ro[size_t(d)];
+    }
+    const double err = std::sqrt(num / std::max(den, 1e-30));
+    if (!(err < 2e-2)) {
+      std::fprintf(stderr, "CHECK FAILED %s row (%lld,%lld,%lld): rel error %.3e\n", sh.text.c_str(), (long long)b,
+                   (long long)h, (long long)i, err);
+      return false;
+    }
+  }
+  return true;
+}
+
+Result bench_shape(Backend& be, const Shape& sh, DType dt, int reps, bool& ok, std::mt19937_64& rng) {
+  const int64_t q_elems = sh.b * sh.hq * sh.t * sh.d, kv_elems = sh.b * sh.hkv * sh.s * sh.d;
+  const size_t in_bytes = size_t(q_elems + 2 * kv_elems) * 2;
+  int l2 = 0;
+  RA_CUDA_CHECK(cudaDeviceGetAttribute(&l2, cudaDevAttrL2CacheSize, 0));
+  // Enough input copies that one pass over all of them is 4x the L2: no timed call finds its
+  // inputs still cached from the previous one.
+  const int sets = int(std::clamp<int64_t>(int64_t(4.0 * l2 / double(in_bytes)) + 1, 1, 8));
+  std::vector<Inputs> in(static_cast<size_t>(sets));
+  for (auto& x : in) {
+    x.q = DeviceBuffer(be, size_t(q_elems) * 2);
+    x.k = DeviceBuffer(be, size_t(kv_elems) * 2);
+    x.v = DeviceBuffer(be, size_t(kv_elems) * 2);
+    fill(x.q.get(), dt, q_elems, rng());
+    fill(x.k.get(), dt, kv_elems, rng());
+    fill(x.v.get(), dt, kv_elems, rng());
+  }
+  // The fills ran on the legacy default stream, which the backend's non-blocking stream does
+  // not wait for.
+  RA_CUDA_CHECK(cudaDeviceSynchronize());
+  DeviceBuffer o(be, size_t(q_elems) * 4), lse(be, size_t(sh.b * sh.hq * sh.t) * 4), out(be, size_t(q_elems) * 2);
+  FlashParams p;
+  p.scale = 1.f / std::sqrt(float(sh.d));
+  p.causal = sh.causal;
+  p.q_offset = sh.s - sh.t;
+  p.state = contiguous_state(o.as<float>(), lse.as<float>(), sh.b, sh.hq, sh.t, sh.d);
+  const TensorView out_view = bhtd_view(out.get(), dt, sh.b, sh.hq, sh.t, sh.d);
+  const bool decode = sh.t <= 16;
+  auto set_inputs = [&](int i) {
+    p.q = bhtd_view(in[size_t(i)].q.get(), dt, sh.b, sh.hq, sh.t, sh.d);
+    p.k = bhtd_view(in[size_t(i)].k.get(), dt, sh.b, sh.hkv, sh.s, sh.d);
+    p.v = bhtd_view(in[size_t(i)].v.get(), dt, sh.b, sh.hkv, sh.s, sh.d);
+  };
+  auto run = [&](bool with_finalize) {
+    if (decode) be.decode(DecodeParams{p, 0});
+    else be.flash(p);
+    if (with_finalize) be.finalize(FinalizeParams{p.state, out_view});
+  };
+  cudaStream_t stream = static_cast<cudaStream_t>(be.stream());
+  cudaEvent_t e0, e1;
+  RA_CUDA_CHECK(cudaEventCreate(&e0));
+  RA_CUDA_CHECK(cudaEventCreate(&e1));
+  Result res{};
+  for (int with_finalize = 1; with_finalize >= 0; --with_finalize) {
+    for (int i = 0; i < 5; ++i) set_inputs(i % sets), run(with_finalize);  // warm-up
+    std::vector<double> times;
+    for (int i = 0; i < reps; ++i) {
+      set_inputs(i % sets);
+      RA_CUDA_CHECK(cudaEventRecord(e0, stream));
+      run(with_finalize);
+      RA_CUDA_CHECK(cudaEventRecord(e1, stream));
+      RA_CUDA_CHECK(cudaEventSynchronize(e1));
+      float ms = 0;
+      RA_CUDA_CHECK(cudaEventElapsedTime(&ms, e0, e1));
+      times.push_back(ms);
+    }
+    (with_finalize ? res.ms_full : res.ms_state) = median(times);
+  }
+  // The check: one more complete run on set 0.
+  set_inputs(0);
+  run(true);
+  be.synchronize();
+  ok = check_rows(be, sh, p, out, rng) && ok;
+  cudaEventDestroy(e0);
+  cudaEventDestroy(e1);
+  return res;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::vector<std::string> shapes;
+  DType dt = DType::BF16;
+  int reps = 30, warps_variants = 0;
+  std::string json;
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    if (a == "--shape" && i + 1 < argc) shapes.push_back(argv[++i]);
+    else if (a == "--dtype" && i + 1 < argc) dt = parse_dtype(argv[++i]);
+    else if (a == "--reps" && i + 1 < argc) reps = std::max(3, std::atoi(argv[++i]));
+    else if (a == "--json" && i + 1 < argc) json = argv[++i];
+    else if (a == "--warps-variants") warps_variants = 1;
+    else {
+      std::fprintf(stderr,
+                   "usage: %s [--shape b,hq,hkv,t,s,d,causal|full]... [--dtype bf16|fp16] [--reps N] [--json FILE] "
+                   "[--warps-variants]\n",
+                   argv[0]);
+      return 2;
+    }
+  }
+  if (dt == DType::F32) {
+    std::fprintf(stderr, "--dtype fp32 is the accuracy path and is not benchmarked: use bf16 or fp16\n");
+    return 2;
+  }
+  if (shapes.empty()) shapes.assign(std::begin(kDefaultShapes), std::end(kDefaultShapes));
+  if (!cuda_available()) {
+    std::fprintf(stderr, "no CUDA device visible\n");
+    return 2;
+  }
+  bool ok = true;
+  try {
+    auto be = make_cuda_backend(0);
+    std::mt19937_64 rng(uint64_t(std::chrono::high_resolution_clock::now().time_since_epoch().count()));
+    std::FILE* js = json.empty() ? nullptr : std::fopen(json.c_str(), "w");
+    if (js) std::fprintf(js, "{\"dtype\": \"%s\", \"rows\": [\n", dtype_name(dt));
+    bool first = true;
+    std::printf("shape,impl,tflops,ms,kv_gbps\n");
+    for (const std::string& text : shapes) {
+      const Shape sh = parse_shape(text);
+      double flops = 4.0 * double(sh.b * sh.hq) * double(sh.t) * double(sh.s) * double(sh.d);
+      if (sh.causal && sh.t == sh.s) flops /= 2;
+      const double kv_bytes = 2.0 * double(sh.b * sh.hkv * sh.s * sh.d) * 2;
+      auto emit = [&](const char* impl, double ms) {
+        std::printf("%s,%s,%.1f,%.3f,%.0f\n", text.c_str(), impl, flops / ms / 1e9, ms, kv_bytes / ms / 1e6);
+        std::fflush(stdout);
+        if (js)
+          std::fprintf(js, "%s {\"shape\": \"%s\", \"impl\": \"%s\", \"tflops\": %.2f, \"ms\": %.4f, \"kv_gbps\": %.1f}",
+                       first ? "" : ",\n", text.c_str(), impl, flops / ms / 1e9, ms, kv_bytes / ms / 1e6);
+        first = false;
+      };
+      std::vector<int> variants = {0};
+      if (warps_variants && sh.t > 16) variants = {0, 4, 8};
+      for (int w : variants) {
+        cuda::set_flash_mma_warps(w);
+        const Result r = bench_shape(*be, sh, dt, reps, ok, rng);
+        if (w == 0) {
+          emit("ours", r.ms_full);
+          emit("ours_state", r.ms_state);
+        } else {
+          emit(w == 4 ? "ours_state_w4" : "ours_state_w8", r.ms_state);
+        }
+      }
+      cuda::set_flash_mma_warps(0);
+    }
+    if (js) {
+      std::fprintf(js, "\n]}\n");
+      std::fclose(js);
+    }
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "ringattn_gpu_bench: %s\n", e.what());
+    return 1;
+  }
+  return ok ? 0 : 1;
+}

@@ -1,0 +1,218 @@
+// Split-KV decode (== the unsplit flash, == the oracle), the merge kernel (== the CPU merge on
+// empty, one-empty and far-apart states), finalize and fill_empty on the GPU.
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <random>
+#include <string>
+
+#include "gpu/gpu_test_util.hpp"
+#include "kernels/cpu/cpu_kernels.hpp"
+#include "ringattn/error.hpp"
+
+namespace ringattn {
+namespace {
+
+using test::DeviceState;
+using test::DeviceTensor;
+using test::HostState;
+using test::HostTensor;
+class CudaStateOps : public test::GpuTest {};
+constexpr float kNegInf = -std::numeric_limits<float>::infinity();
+
+struct DecodeCase {
+  const char* name;
+  int64_t batch, kv_heads, group, q_len, kv_len;
+  bool causal;
+  int64_t q_offset;
+};
+const DecodeCase kDecodeCases[] = {
+    {"gqa4_q1", 2, 2, 4, 1, 3001, false, 0},
+    {"gqa8_q3_causal", 1, 1, 8, 3, 2500, true, 2000},  // keys past 2002 are invisible to all rows
+    {"gqa8_q5_three_row_blocks", 1, 2, 8, 5, 700, true, 695},
+    {"mha_q2", 1, 4, 1, 2, 129, false, 0},
+};
+
+class DecodeSplits : public test::GpuTestP<std::tuple<DType, int>> {};
+
+TEST_P(DecodeSplits, SplitEqualsUnsplitAndOracle) {
+  const auto [dtype, dim] = GetParam();
+  const uint64_t seed = test::fresh_seed();
+  std::mt19937_64 rng(seed);
+  for (const DecodeCase& c : kDecodeCases) {
+    const int64_t hq = c.kv_heads * c.group;
+    HostTensor q(dtype, c.batch, hq, c.q_len, dim, rng), k(dtype, c.batch, c.kv_heads, c.kv_len, dim, rng),
+        v(dtype, c.batch, c.kv_heads, c.kv_len, dim, rng);
+    DeviceTensor dq(*be, q), dk(*be, k), dv(*be, v);
+    FlashParams p;
+    p.q = dq.view;
+    p.k = dk.view;
+    p.v = dv.view;
+    p.scale = 1.f / std::sqrt(float(dim));
+    p.causal = c.causal;
+    p.q_offset = c.q_offset;
+    DeviceState whole(*be, c.batch, hq, c.q_len, dim);
+    p.state = whole.view;
+    be->flash(p);
+    std::vector<float> wo, wl;
+    whole.read(*be, wo, wl);
+    FlashParams hp = p;
+    hp.q = q.view;
+    hp.k = k.view;
+    hp.v = v.view;
+    const cpu::Reference ref = cpu::naive_attention(hp);
+    for (int splits : {1, 3, 0, 50}) {
+      DeviceState part(*be, c.batch, hq, c.q_len, dim);
+      DecodeParams dp{p, splits};
+      dp.flash.state = part.view;
+      be->decode(dp);
+      std::vector<float> so, sl;
+      part.read(*be, so, sl);
+      SCOPED_TRACE(::testing::Message() << "case " << c.name << " dtype " << dtype_name(dtype) << " dim " << dim
+                                        << " splits " << splits << " seed " << seed);
+      std::vector<double> wod(wo.begin(), wo.end()), wld(wl.begin(), wl.end());
+      if (dtype == DType::F32) {
+        EXPECT_LT(test::rel_error(so, wod), 1e-5);
+        EXPECT_LT(test::max_abs_error(sl, wld), 2e-5);
+        EXPECT_LT(test::rel_error(so, ref.o), 1e-5);
+      } else {
+        // Each split rounds its probabilities to bf16/fp16 against its own maximum.
+        EXPECT_LT(test::rel_error(so, wod), 1e-2);
+        EXPECT_LT(test::max_abs_error(sl, wld), 1e-3);
+        EXPECT_LT(test::rel_error(so, ref.o), 1e-2);
+        EXPECT_LE(test::rel_error(so, ref.o), 2.0 * test::rel_error(test::naive_same_dtype(hp), ref.o));
+      }
+      EXPECT_LT(test::max_abs_error(sl, ref.lse), dtype == DType::F32 ? 2e-5 : 1e-3);
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(DtypesAndDims, DecodeSplits,
+                         ::testing::Combine(::testing::Values(DType::BF16, DType::F16, DType::F32),
+                                            ::testing::Values(64, 128)),
+                         [](const auto& info) {
+                           return std::string(dtype_name(std::get<0>(info.param))) + "_d" +
+                                  std::to_string(std::get<1>(info.param));
+                         });
+
+// Decode in Fold mode equals flash in Fold mode on the same incoming state.
+TEST_F(CudaStateOps, DecodeFoldEqualsFlashFold) {
+  const uint64_t seed = test::fresh_seed();
+  std::mt19937_64 rng(seed);
+  const int64_t B = 2, HKV = 2, HQ = 8, T = 1, S = 5000, D = 128;
+  HostTensor q(DType::BF16, B, HQ, T, D, rng), k(DType::BF16, B, HKV, S, D, rng), v(DType::BF16, B, HKV, S, D, rng);
+  HostState init(B, HQ, T, D);
+  std::normal_distribution<float> n(0.f, 1.f);
+  for (auto& x : init.o) x = n(rng);
+  for (size_t r = 0; r < init.lse.size(); ++r) init.lse[r] = r % 3 == 0 ? kNegInf : 8.f + n(rng);
+  for (size_t r = 0; r < init.lse.size(); r += 3) std::fill(init.o.begin() + long(r * D), init.o.begin() + long((r + 1) * D), 0.f);
+  DeviceTensor dq(*be, q), dk(*be, k), dv(*be, v);
+  DeviceState a(*be, B, HQ, T, D, &init), b(*be, B, HQ, T, D, &init);
+  FlashParams p;
+  p.q = dq.view;
+  p.k = dk.view;
+  p.v = dv.view;
+  p.scale = 0.088f;
+  p.mode = StateMode::Fold;
+  p.state = a.view;
+  be->flash(p);
+  DecodeParams dp{p, 0};
+  dp.flash.state = b.view;
+  be->decode(dp);
+  std::vector<float> ao, al, bo, bl;
+  a.read(*be, ao, al);
+  b.read(*be, bo, bl);
+  std::vector<double> aod(ao.begin(), ao.end()), ald(al.begin(), al.end());
+  EXPECT_LT(test::rel_error(bo, aod), 1e-2) << "seed " << seed;
+  EXPECT_LT(test::max_abs_error(bl, ald), 1e-3) << "seed " << seed;
+}
+
+// Random states with chosen rows: empty/empty, empty/full, full/empty, far apart both ways.
+HostState merge_input(std::mt19937_64& rng, int64_t rows, int64_t d, bool second) {
+  HostState s(1, 1, rows, d);
+  std::normal_distribution<float> n(0.f, 1.f);
+  for (auto& x : s.o) x = n(rng);
+  for (int64_t r = 0; r < rows; ++r) {
+    float& l = s.lse[size_t(r)];
+    l = 2.f * n(rng);
+    const int kind = int(r % 6);
+    if (kind == 0 || (kind == 1 && !second) || (kind == 2 && second)) l = kNegInf;
+    if (kind == 3) l = second ? 250.f : 0.f;
+    if (kind == 4) l = second ? -150.f : 100.f;
+    if (l == kNegInf) std::fill(s.o.begin() + r * d, s.o.begin() + (r + 1) * d, 0.f);
+  }
+  return s;
+}
+
+TEST_F(CudaStateOps, MergeEqualsCpuMerge) {
+  const uint64_t seed = test::fresh_seed();
+  std::mt19937_64 rng(seed);
+  for (int64_t d : {64, 128, 40}) {
+    const int64_t rows = 600;
+    HostState a = merge_input(rng, rows, d, false), b = merge_input(rng, rows, d, true);
+    DeviceState da(*be, 1, 1, rows, d, &a), db(*be, 1, 1, rows, d, &b);
+    be->merge(MergeParams{da.view, db.view});
+    std::vector<float> go, gl;
+    da.read(*be, go, gl);
+    cpu::merge_states(MergeParams{a.view, b.view});
+    std::vector<double> co(a.o.begin(), a.o.end()), cl(a.lse.begin(), a.lse.end());
+    EXPECT_LT(test::max_abs_error(go, co), 1e-5) << "seed " << seed << " d " << d;
+    EXPECT_LT(test::max_abs_error(gl, cl), 1e-5) << "seed " << seed << " d " << d;
+    for (int64_t r = 0; r < rows; r += 6) EXPECT_EQ(gl[size_t(r)], kNegInf) << "both empty must stay empty";
+  }
+}
+
+TEST_F(CudaStateOps, FinalizeCastsEveryElement) {
+  std::mt19937_64 rng(test::fresh_seed());
+  const int64_t B = 2, H = 3, T = 37, D = 64;
+  HostState s(B, H, T, D);
+  std::normal_distribution<float> n(0.f, 3.f);
+  for (auto& x : s.o) x = n(rng);
+  for (auto& x : s.lse) x = n(rng);
+  DeviceState ds(*be, B, H, T, D, &s);
+  for (DType dt : {DType::BF16, DType::F16, DType::F32}) {
+    const size_t bytes = size_t(B * H * T * D * dtype_size(dt));
+    std::vector<uint8_t> host(bytes, 0xff);  // poison: NaN in every dtype
+    DeviceBuffer out(*be, bytes);
+    be->copy_from_host(out.get(), host.data(), bytes);
+    const TensorView view = bthd_view(out.get(), dt, B, H, T, D);  // strided output
+    be->finalize(FinalizeParams{ds.view, view});
+    be->synchronize();
+    be->copy_to_host(host.data(), out.get(), bytes);
+    const TensorView hv = bthd_view(host.data(), dt, B, H, T, D);
+    for (int64_t b = 0; b < B; ++b)
+      for (int64_t h = 0; h < H; ++h)
+        for (int64_t t = 0; t < T; ++t)
+          for (int64_t d = 0; d < D; ++d) {
+            const float want = s.o[size_t(((b * H + h) * T + t) * D + d)];
+            const float got = load_as_float(host.data(), dt, hv.offset(b, h, t) + d);
+            ASSERT_EQ(got, test::round_to(dt, want)) << dtype_name(dt) << " at " << b << "," << h << "," << t << "," << d;
+          }
+  }
+}
+
+TEST_F(CudaStateOps, FillEmptyWritesTheEmptyState) {
+  DeviceState ds(*be, 2, 3, 50, 128);  // poisoned with NaN
+  be->fill_empty(ds.view);
+  std::vector<float> o, l;
+  ds.read(*be, o, l);
+  for (float x : o) ASSERT_EQ(x, 0.f);
+  for (float x : l) ASSERT_EQ(x, kNegInf);
+}
+
+TEST_F(CudaStateOps, BackendBasics) {
+  EXPECT_EQ(be->name(), "cuda:0");
+  EXPECT_TRUE(be->device_memory());
+  EXPECT_NE(be->stream(), nullptr);
+  std::vector<int> src(1000), back(1000, -1);
+  for (size_t i = 0; i < src.size(); ++i) src[i] = int(i * 7 + 3);
+  DeviceBuffer a(*be, 4000), b(*be, 4000);
+  be->copy_from_host(a.get(), src.data(), 4000);
+  be->copy(b.get(), a.get(), 4000);
+  be->copy_to_host(back.data(), b.get(), 4000);
+  EXPECT_EQ(back, src);
+  EXPECT_THROW(make_cuda_backend(1000), RuntimeError);
+}
+
+}  // namespace
+}  // namespace ringattn
