@@ -1,0 +1,10 @@
+# Errors under mpirun end every rank with a message, never a hang (each step is bounded).
+include(${HELPERS})
+step(EXPECT_RC nonzero COMMAND ${MPIRUN} ${RINGATTN} run --seq 1001 --shard zigzag STDERR "multiple of")
+step(EXPECT_RC nonzero COMMAND ${MPIRUN} ${RINGATTN} run --heads 7 --kv-heads 2 STDERR "--heads 7")
+step(EXPECT_RC 0 COMMAND ${NPY_TOOL} random q.npy fp32 1 2 64 32 ${SEED})
+step(EXPECT_RC 0 COMMAND ${NPY_TOOL} random k.npy fp32 1 2 64 32 ${SEED})
+step(EXPECT_RC 0 COMMAND ${NPY_TOOL} corrupt k.npy truncated)
+step(EXPECT_RC nonzero COMMAND ${MPIRUN} ${RINGATTN} run --q q.npy --k k.npy --v k.npy STDERR "k.npy")
+step(EXPECT_RC nonzero COMMAND ${MPIRUN} ${RINGATTN} run --seq 64 --out /nonexistent-dir/o.npy
+     STDERR "/nonexistent-dir/o.npy")

@@ -1,0 +1,135 @@
+// A small helper for the command-line tests (no numpy on the CI machine): writes random or
+// deliberately broken .npy inputs, compares two .npy files, and checks a run's --out/--lse
+// files against the fp64 oracle computed here from the same input files.
+//
+//   npy_tool random FILE fp32|fp16 B H T D SEED
+//   npy_tool corrupt FILE badmagic|truncated|shapelie|descr|fortran
+//   npy_tool compare A B ATOL                     exit 1 when shapes differ or max|A-B| > ATOL
+//   npy_tool reference Q K V OUT LSE causal|full ATOL
+#include <cmath>
+#include <cstdio>
+#include <fstream>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "kernels/cpu/cpu_kernels.hpp"
+#include "ringattn/npy.hpp"
+
+using namespace ringattn;
+
+namespace {
+
+int usage() {
+  std::fprintf(stderr, "usage: npy_tool random|corrupt|compare|reference ... (see the file's header)\n");
+  return 2;
+}
+
+int cmd_random(char** a) {
+  const DType dt = std::string(a[1]) == "fp16" ? DType::F16 : DType::F32;
+  const std::vector<int64_t> shape = {std::stoll(a[2]), std::stoll(a[3]), std::stoll(a[4]), std::stoll(a[5])};
+  std::mt19937_64 rng(std::stoull(a[6]));
+  std::normal_distribution<float> nd(0.f, 1.f);
+  const int64_t n = shape[0] * shape[1] * shape[2] * shape[3];
+  std::vector<uint8_t> data(size_t(n * dtype_size(dt)));
+  for (int64_t i = 0; i < n; ++i) store_from_float(data.data(), dt, i, nd(rng));
+  write_npy(a[0], shape, dt, data.data());
+  return 0;
+}
+
+int cmd_corrupt(char** a) {
+  const std::string path = a[0], kind = a[1];
+  std::vector<uint8_t> b;
+  {
+    std::ifstream f(path, std::ios::binary);
+    b.assign(std::istreambuf_iterator<char>(f), std::istreambuf_iterator<char>());
+  }
+  auto replace = [&](const std::string& from, const std::string& to) {
+    std::string s(b.begin(), b.end());
+    const auto i = s.find(from);
+    if (i == std::string::npos) return false;
+    s.replace(i, from.size(), to);
+    b.assign(s.begin(), s.end());
+    return true;
+  };
+  bool ok = true;
+  if (kind == "badmagic") b[1] = 'X';
+  else if (kind == "truncated") b.resize(b.size() - 7);
+  else if (kind == "shapelie") {  // first dimension one larger than the data holds
+    std::string s(b.begin(), b.end());
+    const auto i = s.find("'shape': (") + 10;
+    const auto j = s.find(',', i);
+    ok = replace(s.substr(i - 10, j - i + 10), "'shape': (" + std::to_string(std::stoll(s.substr(i, j - i)) + 1));
+  } else if (kind == "descr") ok = replace("'<f4'", "'<i4'") || replace("'<f2'", "'<i2'");
+  else if (kind == "fortran") ok = replace("False", "True ");
+  else return usage();
+  if (!ok) return usage();
+  std::ofstream f(path, std::ios::binary | std::ios::trunc);
+  f.write(reinterpret_cast<const char*>(b.data()), std::streamsize(b.size()));
+  return 0;
+}
+
+double max_diff(const NpyArray& x, const NpyArray& y) {
+  double m = 0;
+  for (int64_t i = 0; i < x.header.numel(); ++i) {
+    const double d = std::abs(double(x.at(i)) - double(y.at(i)));
+    if (std::isnan(d)) return INFINITY;
+    m = std::max(m, d);
+  }
+  return m;
+}
+
+int cmd_compare(char** a) {
+  const NpyArray x = load_npy(a[0]), y = load_npy(a[1]);
+  if (x.header.shape != y.header.shape) {
+    std::printf("shape %s != %s\n", x.header.shape_string().c_str(), y.header.shape_string().c_str());
+    return 1;
+  }
+  const double d = max_diff(x, y), tol = std::stod(a[2]);
+  std::printf("max |a - b| = %.3e over %lld elements (tolerance %.1e)\n", d, (long long)x.header.numel(), tol);
+  return d <= tol ? 0 : 1;
+}
+
+int cmd_reference(char** a) {
+  NpyArray q = load_npy(a[0]), k = load_npy(a[1]), v = load_npy(a[2]);
+  const NpyArray out = load_npy(a[3]), lse = load_npy(a[4]);
+  const auto& qs = q.header.shape;
+  const auto& ks = k.header.shape;
+  FlashParams p;
+  p.q = bhtd_view(q.bytes.data(), q.header.dtype, qs[0], qs[1], qs[2], qs[3]);
+  p.k = bhtd_view(k.bytes.data(), k.header.dtype, ks[0], ks[1], ks[2], ks[3]);
+  p.v = bhtd_view(v.bytes.data(), v.header.dtype, ks[0], ks[1], ks[2], ks[3]);
+  p.scale = float(1.0 / std::sqrt(double(qs[3])));
+  p.causal = std::string(a[5]) == "causal";
+  p.q_offset = ks[2] - qs[2];
+  const cpu::Reference ref = cpu::naive_attention(p);
+  if (out.header.shape != qs || lse.header.shape != std::vector<int64_t>{qs[0], qs[1], qs[2]}) {
+    std::printf("out %s / lse %s do not match q %s\n", out.header.shape_string().c_str(),
+                lse.header.shape_string().c_str(), q.header.shape_string().c_str());
+    return 1;
+  }
+  double mo = 0, ml = 0;
+  for (size_t i = 0; i < ref.o.size(); ++i) mo = std::max(mo, std::abs(double(out.at(int64_t(i))) - ref.o[i]));
+  for (size_t i = 0; i < ref.lse.size(); ++i) ml = std::max(ml, std::abs(double(lse.at(int64_t(i))) - ref.lse[i]));
+  if (std::isnan(mo) || std::isnan(ml)) mo = INFINITY;
+  const double tol = std::stod(a[6]);
+  std::printf("vs fp64 reference: max |out - ref| = %.3e, max |lse - ref| = %.3e (tolerance %.1e)\n", mo, ml, tol);
+  return mo <= tol && ml <= tol ? 0 : 1;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc < 2) return usage();
+  const std::string cmd = argv[1];
+  try {
+    if (cmd == "random" && argc == 9) return cmd_random(argv + 2);
+    if (cmd == "corrupt" && argc == 4) return cmd_corrupt(argv + 2);
+    if (cmd == "compare" && argc == 5) return cmd_compare(argv + 2);
+    if (cmd == "reference" && argc == 9) return cmd_reference(argv + 2);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "npy_tool: %s\n", e.what());
+    return 1;
+  }
+  return usage();
+}
