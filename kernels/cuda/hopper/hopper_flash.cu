@@ -1,0 +1,181 @@
+// Host side of the Hopper flash forward that nvcc compiles: tensor maps, the device check and the
+// launch. The public entry points and their errors live in hopper_flash.cpp (fmt stays out of nvcc).
+#include <cuda.h>
+#include <cuda_runtime.h>
+
+#include <cmath>
+#include <mutex>
+
+#include "kernels/cuda/hopper/hopper_flash_kernel.cuh"
+#include "kernels/cuda/hopper/hopper_launch.hpp"
+
+namespace ringattn::cuda {
+namespace {
+
+using hopper::Config;
+using hopper::HopperParams;
+
+// Set to 1 only in the sm_90a image: tells the host whether the kernel it would launch on this
+// device is the real one or the trap that other targets compile.
+__device__ int g_hopper_has_wgmma = RA_HOPPER_WGMMA;
+
+using EncodeTiledFn = CUresult (*)(CUtensorMap*, CUtensorMapDataType, cuuint32_t, void*, const cuuint64_t*,
+                                   const cuuint64_t*, const cuuint32_t*, const cuuint32_t*, CUtensorMapInterleave,
+                                   CUtensorMapSwizzle, CUtensorMapL2promotion, CUtensorMapFloatOOBfill);
+
+// cuTensorMapEncodeTiled from the driver through the runtime, so nothing links libcuda.
+EncodeTiledFn encode_fn() {
+  static EncodeTiledFn fn = [] {
+    void* ptr = nullptr;
+    cudaDriverEntryPointQueryResult q{};
+    const cudaError_t err = cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &ptr, 12000, cudaEnableDefault, &q);
+    return (err == cudaSuccess && q == cudaDriverEntryPointSuccess) ? reinterpret_cast<EncodeTiledFn>(ptr) : nullptr;
+  }();
+  return fn;
+}
+
+struct DeviceInfo {
+  bool hopper = false;  // sm_90 and the sm_90a kernel image is loaded
+  int sms = 0;
+};
+
+DeviceInfo device_info(int device) {
+  static std::mutex mu;
+  static DeviceInfo cache[64];
+  static bool known[64] = {};
+  if (device < 0 || device >= 64) return {};
+  std::lock_guard<std::mutex> lock(mu);
+  if (!known[device]) {
+    DeviceInfo info;
+    int major = 0, minor = 0;
+    if (cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device) == cudaSuccess &&
+        cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device) == cudaSuccess && major == 9 &&
+        minor == 0) {
+      int prev = 0, has = 0;
+      RA_HOPPER_CHECK(cudaGetDevice(&prev));
+      RA_HOPPER_CHECK(cudaSetDevice(device));
+      if (cudaMemcpyFromSymbol(&has, g_hopper_has_wgmma, sizeof(int)) != cudaSuccess) {
+        (void)cudaGetLastError();
+        has = 0;
+      }
+      RA_HOPPER_CHECK(cudaDeviceGetAttribute(&info.sms, cudaDevAttrMultiProcessorCount, device));
+      RA_HOPPER_CHECK(cudaSetDevice(prev));
+      info.hopper = has == 1;
+    }
+    cache[device] = info;
+    known[device] = true;
+  }
+  return cache[device];
+}
+
+bool aligned(const void* p, uintptr_t a) { return (reinterpret_cast<uintptr_t>(p) % a) == 0; }
+
+// A 4-d map over (dim, len, heads, batch) with 64 x 128 boxes and the 128-byte swizzle. A
+// dimension of extent 1 is never stepped, so its stride is replaced by a legal one.
+bool encode_view(CUtensorMap* map, const TensorView& v) {
+  EncodeTiledFn fn = encode_fn();
+  if (fn == nullptr) return false;
+  const cuuint64_t es = 2;
+  const cuuint64_t dims[4] = {cuuint64_t(v.dim), cuuint64_t(v.len), cuuint64_t(v.heads), cuuint64_t(v.batch)};
+  const int64_t raw[3] = {v.stride_t, v.stride_h, v.stride_b};
+  const int64_t ext[3] = {v.len, v.heads, v.batch};
+  cuuint64_t strides[3];
+  for (int i = 0; i < 3; ++i) {
+    if (ext[i] == 1) {
+      strides[i] = cuuint64_t(v.dim) * es;
+    } else {
+      if (raw[i] <= 0) return false;
+      strides[i] = cuuint64_t(raw[i]) * es;
+    }
+    if (strides[i] % 16 != 0 || strides[i] >= (cuuint64_t(1) << 40)) return false;
+  }
+  const cuuint32_t box[4] = {64, 128, 1, 1};
+  const cuuint32_t estr[4] = {1, 1, 1, 1};
+  const CUtensorMapDataType ty =
+      v.dtype == DType::BF16 ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16 : CU_TENSOR_MAP_DATA_TYPE_FLOAT16;
+  return fn(map, ty, 4, v.data, dims, strides, box, estr, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
+            CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
+}
+
+// Everything but the device: shapes, dtypes, alignment, and that the three maps encode.
+bool params_fit(const FlashParams& p, HopperParams* out) {
+  const TensorView &q = p.q, &k = p.k, &v = p.v;
+  if (q.dtype != DType::BF16 && q.dtype != DType::F16) return false;
+  if (k.dtype != q.dtype || v.dtype != q.dtype) return false;
+  if (q.dim != 64 && q.dim != 128) return false;
+  if (k.dim != q.dim || v.dim != q.dim) return false;
+  if (!(p.scale > 0.f) || !std::isfinite(p.scale)) return false;
+  if (k.heads < 1 || q.heads % k.heads != 0) return false;
+  if (q.len > INT32_MAX || k.len > INT32_MAX || q.heads * q.batch > INT32_MAX / 2) return false;
+  if (!aligned(q.data, 16) || !aligned(k.data, 16) || !aligned(v.data, 16)) return false;
+  const StateView& s = p.state;
+  if (!aligned(s.o, 8) || (s.o_stride_t % 2) || (s.o_stride_h % 2) || (s.o_stride_b % 2)) return false;
+  HopperParams hp{};
+  if (!encode_view(&hp.tm_q, q) || !encode_view(&hp.tm_k, k) || !encode_view(&hp.tm_v, v)) return false;
+  if (out != nullptr) {
+    hp.state = s;
+    hp.batch = int(q.batch);
+    hp.q_heads = int(q.heads);
+    hp.kv_heads = int(k.heads);
+    hp.group = int(q.heads / k.heads);
+    hp.q_len = int(q.len);
+    hp.kv_len = int(k.len);
+    hp.q_offset = p.q_offset;
+    hp.scale = p.scale;
+    hp.scale_log2 = p.scale * 1.4426950408889634f;
+    hp.causal = p.causal ? 1 : 0;
+    hp.fold = p.mode == StateMode::Fold ? 1 : 0;
+    hp.m_blocks = int((q.len + 127) / 128);
+    hp.num_tiles = hp.m_blocks * hp.batch * hp.q_heads;
+    *out = hp;
+  }
+  return true;
+}
+
+template <typename T, int D>
+void launch(const HopperParams& hp, int sms, cudaStream_t stream) {
+  using C = Config<D>;
+  auto kernel = hopper::hopper_flash_kernel<T, D>;
+  static bool configured = [&] {
+    RA_HOPPER_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, C::kSmemBytes));
+    return true;
+  }();
+  (void)configured;
+  const int grid = hp.num_tiles < sms ? hp.num_tiles : sms;
+  kernel<<<grid, C::kThreads, C::kSmemBytes, stream>>>(hp);
+  RA_HOPPER_CHECK(cudaGetLastError());
+}
+
+}  // namespace
+
+namespace hopper_detail {
+
+bool device_ready(int device, int* sms) {
+  const DeviceInfo info = device_info(device);
+  if (sms != nullptr) *sms = info.sms;
+  return info.hopper;
+}
+
+bool fits(const FlashParams& p) { return params_fit(p, nullptr); }
+
+bool try_launch(const FlashParams& p, int sms, cudaStream_t stream) {
+  HopperParams hp;
+  if (!params_fit(p, &hp)) return false;
+  if (hp.num_tiles == 0) return true;
+  const bool bf16 = p.q.dtype == DType::BF16;
+  if (p.q.dim == 64) {
+    if (bf16)
+      launch<__nv_bfloat16, 64>(hp, sms, stream);
+    else
+      launch<__half, 64>(hp, sms, stream);
+  } else {
+    if (bf16)
+      launch<__nv_bfloat16, 128>(hp, sms, stream);
+    else
+      launch<__half, 128>(hp, sms, stream);
+  }
+  return true;
+}
+
+}  // namespace hopper_detail
+}  // namespace ringattn::cuda

@@ -1,0 +1,157 @@
+// The consumer warpgroup's register math: online softmax on a 64 x 128 score tile held in wgmma
+// accumulators, the P fragments for the next wgmma, and the epilogue that writes or folds the
+// fp32 (o, lse) state.
+//
+// Accumulator layout of m64nNk16 (per warp: 16 rows): register i of a thread holds row
+// g + 8 * ((i >> 1) & 1) and column 8 * (i >> 2) + 2 * t + (i & 1), where g = lane / 4 and
+// t = lane % 4. Each row is spread over the 4 threads of a quad.
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include <cstdint>
+
+#include "kernels/cuda/hopper/hopper_config.cuh"
+#include "kernels/cuda/hopper/hopper_ptx.cuh"
+
+namespace ringattn::cuda::hopper {
+
+__device__ __forceinline__ float neg_inf_f() { return -__int_as_float(0x7f800000); }
+
+template <typename T>
+__device__ __forceinline__ uint32_t pack2(float lo, float hi);
+template <>
+__device__ __forceinline__ uint32_t pack2<__nv_bfloat16>(float lo, float hi) {
+  __nv_bfloat162 h = __floats2bfloat162_rn(lo, hi);
+  return *reinterpret_cast<uint32_t*>(&h);
+}
+template <>
+__device__ __forceinline__ uint32_t pack2<__half>(float lo, float hi) {
+  __half2 h = __floats2half2_rn(lo, hi);
+  return *reinterpret_cast<uint32_t*>(&h);
+}
+
+__device__ __forceinline__ float quad_max(float x) {
+  x = fmaxf(x, __shfl_xor_sync(0xffffffffu, x, 1));
+  return fmaxf(x, __shfl_xor_sync(0xffffffffu, x, 2));
+}
+__device__ __forceinline__ float quad_sum(float x) {
+  x += __shfl_xor_sync(0xffffffffu, x, 1);
+  return x + __shfl_xor_sync(0xffffffffu, x, 2);
+}
+
+// Running statistics of this thread's two rows, in raw score units (max m) and exp2 units (sum
+// l, a per-thread partial: every term of a row shares the quad's max, so the quad sum is taken
+// once at the end).
+struct RowStats {
+  float m[2];
+  float l[2];
+};
+
+// Sets invisible scores to -inf: keys at or past kv_len and (causal) keys past row + q_offset.
+// row0 is this thread's first row (absolute), key0 its first key column (absolute).
+__device__ __forceinline__ void mask_scores(float (&s)[64], long long row0, int key0, int kv_len, bool causal,
+                                            long long q_offset) {
+#pragma unroll
+  for (int i = 0; i < 64; ++i) {
+    const int key = key0 + 8 * (i >> 2) + (i & 1);
+    const long long row = row0 + 8 * ((i >> 1) & 1);
+    const bool visible = key < kv_len && (!causal || key <= row + q_offset);
+    if (!visible) s[i] = neg_inf_f();
+  }
+}
+
+// One online-softmax step: folds the tile's scores into the stats, overwrites s with
+// p = exp2(s * scale_log2 - m * scale_log2) and returns in corr the factor by which the output
+// accumulated so far must be scaled. A row whose max is still -inf uses 0 as its base, so that
+// no (-inf) - (-inf) is formed; its p and corr are then exactly 0.
+__device__ __forceinline__ void softmax_step(float (&s)[64], RowStats& st, float (&corr)[2], float scale_log2) {
+  float mx[2] = {st.m[0], st.m[1]};
+#pragma unroll
+  for (int i = 0; i < 64; ++i) mx[(i >> 1) & 1] = fmaxf(mx[(i >> 1) & 1], s[i]);
+  float base[2], sum[2] = {0.f, 0.f};
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    mx[r] = quad_max(mx[r]);
+    base[r] = mx[r] == neg_inf_f() ? 0.f : mx[r] * scale_log2;
+    corr[r] = ex2(st.m[r] * scale_log2 - base[r]);
+    st.m[r] = mx[r];
+  }
+#pragma unroll
+  for (int i = 0; i < 64; ++i) {
+    const int r = (i >> 1) & 1;
+    s[i] = ex2(fmaf(s[i], scale_log2, -base[r]));
+    sum[r] += s[i];
+  }
+#pragma unroll
+  for (int r = 0; r < 2; ++r) st.l[r] = st.l[r] * corr[r] + sum[r];
+}
+
+// P as the A operand of the P V wgmma: k-step kk (keys 16kk..16kk+15) takes accumulators
+// 8kk..8kk+7, which are exactly the m16k16 A fragment (rows g, g+8; columns 2t, 2t+8).
+template <typename T>
+__device__ __forceinline__ void scores_to_p(const float (&s)[64], uint32_t (&p)[32]) {
+#pragma unroll
+  for (int i = 0; i < 32; ++i) p[i] = pack2<T>(s[2 * i], s[2 * i + 1]);
+}
+
+template <int N>
+__device__ __forceinline__ void rescale_rows(float (&o)[N], const float (&corr)[2]) {
+#pragma unroll
+  for (int i = 0; i < N; ++i) o[i] *= corr[(i >> 1) & 1];
+}
+
+// Writes (Write) or folds (Fold, the merge of kernels/cpu/merge.cpp merge_row) this thread's
+// part of rows row0 and row0 + 8 of the tile. o holds D/2 accumulators (unnormalized).
+template <int D>
+__device__ __forceinline__ void store_state(const HopperParams& p, const float (&o)[D / 2], RowStats& st, int b, int h,
+                                            int row0, int t) {
+  const StateView& sv = p.state;
+  float lse_new[2], inv[2], lse_old[2];
+  bool in_range[2];
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    const float l = quad_sum(st.l[r]);
+    in_range[r] = row0 + 8 * r < p.q_len;
+    lse_new[r] = l > 0.f ? st.m[r] * p.scale + logf(l) : neg_inf_f();
+    inv[r] = l > 0.f ? 1.f / l : 0.f;
+    lse_old[r] = 0.f;
+    if (p.fold && in_range[r]) lse_old[r] = sv.lse[b * sv.lse_stride_b + h * sv.lse_stride_h + row0 + 8 * r];
+  }
+  // Every lane of the quad has read the old lse before lane 0 overwrites it.
+  __syncwarp();
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    if (!in_range[r]) continue;
+    const int row = row0 + 8 * r;
+    float* orow = sv.o + b * sv.o_stride_b + h * sv.o_stride_h + (long long)row * sv.o_stride_t;
+    float* lse = sv.lse + b * sv.lse_stride_b + h * sv.lse_stride_h + row;
+    float wa = 0.f, wb = inv[r], lse_out = lse_new[r];
+    if (p.fold) {
+      if (lse_new[r] == neg_inf_f()) continue;  // nothing seen: the state is unchanged
+      if (lse_old[r] != neg_inf_f()) {
+        const float mx = fmaxf(lse_old[r], lse_new[r]);
+        const float ea = expf(lse_old[r] - mx), eb = expf(lse_new[r] - mx);
+        const float sum = ea + eb;
+        wa = ea / sum;
+        wb = inv[r] * (eb / sum);
+        lse_out = mx + logf(sum);
+      }
+    }
+#pragma unroll
+    for (int j = 0; j < D / 8; ++j) {
+      float2* dst = reinterpret_cast<float2*>(orow + 8 * j + 2 * t);
+      float2 v = make_float2(o[4 * j + 2 * r] * wb, o[4 * j + 2 * r + 1] * wb);
+      if (wa != 0.f) {  // wa == 0 also when the old state was empty: its o is never read
+        const float2 old = *dst;
+        v.x = fmaf(old.x, wa, v.x);
+        v.y = fmaf(old.y, wa, v.y);
+      }
+      *dst = v;
+    }
+    if (t == 0) *lse = lse_out;
+  }
+}
+
+}  // namespace ringattn::cuda::hopper

@@ -1,0 +1,197 @@
+// The Hopper flash forward against the fp64 CPU oracle (cpu::naive_attention) on fresh random
+// inputs: bf16/fp16, head dims 64/128, lengths off the 128 tile, GQA 1/4/8, causal with q_offset
+// (prefill, chunked prefill, rows that see no key), Fold into an incoming state, [B,T,H,D] views,
+// more tiles than multiprocessors (the persistent schedule), and the support check.
+// Skips with a message where no sm_90 GPU (or no sm_90a build) is present.
+#include <cuda_runtime.h>
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdio>
+#include <limits>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "common/test_util.hpp"
+#include "kernels/cpu/cpu_kernels.hpp"
+#include "kernels/cuda/hopper/hopper_flash.hpp"
+#include "ringattn/error.hpp"
+
+namespace ringattn::test {
+namespace {
+
+#define CK(call) ASSERT_EQ((call), cudaSuccess) << #call
+
+constexpr float kNaN = std::numeric_limits<float>::quiet_NaN();
+constexpr float kNegInf = -std::numeric_limits<float>::infinity();
+
+struct Case {
+  DType dtype = DType::BF16;
+  int64_t b = 1, hq = 4, hkv = 4, t = 256, s = 256, d = 128;
+  bool causal = false;
+  int64_t q_offset = 0;
+  StateMode mode = StateMode::Write;
+  bool bthd = false;
+  std::string name() const {
+    char buf[200];
+    std::snprintf(buf, sizeof buf, "%s b=%lld hq=%lld hkv=%lld t=%lld s=%lld d=%lld %s q_offset=%lld %s %s",
+                  dtype_name(dtype), (long long)b, (long long)hq, (long long)hkv, (long long)t, (long long)s,
+                  (long long)d, causal ? "causal" : "full", (long long)q_offset,
+                  mode == StateMode::Fold ? "fold" : "write", bthd ? "bthd" : "bhtd");
+    return buf;
+  }
+};
+
+class HopperFlash : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    int n = 0;
+    if (cudaGetDeviceCount(&n) != cudaSuccess || n == 0) {
+      (void)cudaGetLastError();
+      GTEST_SKIP() << "no CUDA device visible: Hopper flash test skipped";
+    }
+    cudaDeviceProp prop{};
+    ASSERT_EQ(cudaGetDeviceProperties(&prop, 0), cudaSuccess);
+    if (prop.major != 9 || prop.minor != 0)
+      GTEST_SKIP() << "device 0 is sm_" << prop.major << prop.minor << ", not sm_90: Hopper flash test skipped";
+    ASSERT_EQ(cudaMalloc(&probe_buf_, 4096), cudaSuccess);
+    if (!cuda::hopper_flash_supported(make_probe(), 0))
+      GTEST_SKIP() << "sm_90 GPU present but this build has no sm_90a code: Hopper flash test skipped";
+  }
+  void TearDown() override {
+    if (probe_buf_) cudaFree(probe_buf_);
+  }
+  // A supported one-row call on a small device buffer (q, k, v and the state share it: only
+  // inspected by the support check, never launched).
+  FlashParams make_probe() const {
+    FlashParams p;
+    p.q = bhtd_view(probe_buf_, DType::BF16, 1, 1, 1, 128);
+    p.k = p.v = p.q;
+    float* f = static_cast<float*>(probe_buf_);
+    p.state = contiguous_state(f + 512, f + 768, 1, 1, 1, 128);
+    p.scale = 0.1f;
+    return p;
+  }
+  void* probe_buf_ = nullptr;
+};
+
+void* to_device(const void* host, size_t bytes) {
+  void* d = nullptr;
+  if (cudaMalloc(&d, bytes) != cudaSuccess) return nullptr;
+  if (cudaMemcpy(d, host, bytes, cudaMemcpyHostToDevice) != cudaSuccess) return nullptr;
+  return d;
+}
+
+void run_case(const Case& c) {
+  SCOPED_TRACE(c.name());
+  const uint64_t seed = fresh_seed();
+  SCOPED_TRACE("seed " + std::to_string(seed));
+  std::mt19937_64 rng(seed);
+  HostTensor q(c.dtype, c.b, c.hq, c.t, c.d, rng, c.bthd);
+  HostTensor k(c.dtype, c.b, c.hkv, c.s, c.d, rng, c.bthd);
+  HostTensor v(c.dtype, c.b, c.hkv, c.s, c.d, rng, c.bthd);
+  HostState init(c.b, c.hq, c.t, c.d);  // NaN-poisoned: Write must overwrite every element
+  if (c.mode == StateMode::Fold) {
+    // A valid incoming state: random o and lse, every fifth row empty.
+    std::normal_distribution<float> n(0.f, 1.f);
+    for (auto& x : init.o) x = n(rng);
+    for (size_t r = 0; r < init.lse.size(); ++r) {
+      init.lse[r] = r % 5 == 0 ? kNegInf : 3.f + n(rng);
+      if (r % 5 == 0)
+        for (int64_t d = 0; d < c.d; ++d) init.o[r * c.d + d] = 0.f;
+    }
+  }
+
+  FlashParams hp;
+  hp.q = q.view;
+  hp.k = k.view;
+  hp.v = v.view;
+  hp.state = init.view;
+  hp.scale = 1.f / std::sqrt(float(c.d));
+  hp.causal = c.causal;
+  hp.q_offset = c.q_offset;
+  hp.mode = c.mode;
+  const cpu::Reference ref = cpu::naive_attention(hp);
+
+  // Expected state: the oracle's (Write), or the incoming state folded with it (Fold).
+  std::vector<double> want_o = ref.o, want_lse = ref.lse;
+  if (c.mode == StateMode::Fold) {
+    std::vector<float> o = init.o, lse = init.lse, ob(size_t(c.d));
+    for (size_t r = 0; r < lse.size(); ++r) {
+      for (int64_t d = 0; d < c.d; ++d) ob[d] = float(ref.o[r * c.d + d]);
+      cpu::merge_row(&o[r * c.d], &lse[r], ob.data(), float(ref.lse[r]), c.d);
+    }
+    want_o.assign(o.begin(), o.end());
+    want_lse.assign(lse.begin(), lse.end());
+  }
+
+  FlashParams dp = hp;
+  dp.q.data = to_device(q.bytes.data(), q.bytes.size());
+  dp.k.data = to_device(k.bytes.data(), k.bytes.size());
+  dp.v.data = to_device(v.bytes.data(), v.bytes.size());
+  float* d_o = static_cast<float*>(to_device(init.o.data(), init.o.size() * 4));
+  float* d_lse = static_cast<float*>(to_device(init.lse.data(), init.lse.size() * 4));
+  ASSERT_TRUE(dp.q.data && dp.k.data && dp.v.data && d_o && d_lse);
+  dp.state = contiguous_state(d_o, d_lse, c.b, c.hq, c.t, c.d);
+  ASSERT_TRUE(cuda::hopper_flash_supported(dp, 0));
+  cuda::hopper_flash_forward(dp, nullptr);
+  CK(cudaGetLastError());
+  CK(cudaDeviceSynchronize());
+  std::vector<float> got_o(init.o.size(), kNaN), got_lse(init.lse.size(), kNaN);
+  CK(cudaMemcpy(got_o.data(), d_o, got_o.size() * 4, cudaMemcpyDeviceToHost));
+  CK(cudaMemcpy(got_lse.data(), d_lse, got_lse.size() * 4, cudaMemcpyDeviceToHost));
+  for (void* ptr : {dp.q.data, dp.k.data, dp.v.data, static_cast<void*>(d_o), static_cast<void*>(d_lse)})
+    cudaFree(ptr);
+
+  const double err_o = rel_error(got_o, want_o);
+  const double err_lse = max_abs_error(got_lse, want_lse);
+  EXPECT_LT(err_o, 1e-2) << "relative error of o";
+  EXPECT_LT(err_lse, 2e-2) << "max abs error of lse";
+  std::printf("[ hopper   ] %s: rel err o %.2e, max abs err lse %.2e\n", c.name().c_str(), err_o, err_lse);
+}
+
+TEST_F(HopperFlash, Bf16Dim128Full) { run_case({DType::BF16, 1, 4, 4, 256, 256, 128}); }
+TEST_F(HopperFlash, Fp16Dim128Full) { run_case({DType::F16, 1, 2, 2, 384, 512, 128}); }
+TEST_F(HopperFlash, Bf16Dim64TailsGqa4) { run_case({DType::BF16, 1, 8, 2, 200, 333, 64}); }
+TEST_F(HopperFlash, Fp16Dim64TailsGqa4) { run_case({DType::F16, 2, 4, 1, 77, 129, 64}); }
+TEST_F(HopperFlash, CausalPrefillGqa8) { run_case({DType::BF16, 1, 8, 1, 384, 384, 128, true, 0}); }
+TEST_F(HopperFlash, CausalPrefillTailsDim64) { run_case({DType::F16, 1, 4, 4, 300, 300, 64, true, 0}); }
+TEST_F(HopperFlash, CausalChunkedPrefill) { run_case({DType::BF16, 1, 4, 2, 130, 700, 128, true, 570}); }
+TEST_F(HopperFlash, CausalChunkedPrefillFp16Dim64) { run_case({DType::F16, 1, 8, 8, 64, 520, 64, true, 456}); }
+// q_offset < 0: the first 100 rows see no key (Write: o = 0, lse = -inf).
+TEST_F(HopperFlash, CausalRowsWithNoKeyWrite) { run_case({DType::BF16, 1, 2, 2, 300, 250, 128, true, -100}); }
+// Whole tiles with no visible key are skipped and still written.
+TEST_F(HopperFlash, CausalTilesWithNoKeyWrite) { run_case({DType::BF16, 1, 2, 1, 400, 100, 64, true, -250}); }
+TEST_F(HopperFlash, FoldFull) { run_case({DType::BF16, 1, 4, 4, 200, 300, 128, false, 0, StateMode::Fold}); }
+// Fold with rows that see no key: the state stays as it was.
+TEST_F(HopperFlash, FoldCausalRowsWithNoKey) {
+  run_case({DType::F16, 1, 4, 2, 260, 260, 64, true, -40, StateMode::Fold});
+}
+TEST_F(HopperFlash, BthdViewsCausal) { run_case({DType::BF16, 2, 8, 2, 256, 256, 128, true, 0, StateMode::Write, true}); }
+// 2 * 8 * 9 = 144 query tiles: more than the 132 multiprocessors, so CTAs take several tiles.
+TEST_F(HopperFlash, PersistentManyTilesFull) { run_case({DType::BF16, 2, 8, 2, 1152, 1152, 64}); }
+TEST_F(HopperFlash, PersistentManyTilesCausal) { run_case({DType::F16, 2, 8, 8, 1152, 1152, 128, true, 0}); }
+
+TEST_F(HopperFlash, UnsupportedCallsAreRefused) {
+  FlashParams p = make_probe();
+  EXPECT_TRUE(cuda::hopper_flash_supported(p, 0));
+  FlashParams f32 = p;
+  f32.q.dtype = f32.k.dtype = f32.v.dtype = DType::F32;
+  EXPECT_FALSE(cuda::hopper_flash_supported(f32, 0));
+  FlashParams d96 = p;
+  d96.q.dim = d96.k.dim = d96.v.dim = d96.state.dim = 96;
+  EXPECT_FALSE(cuda::hopper_flash_supported(d96, 0));
+  FlashParams odd_stride = p;  // rows of 68 bf16 values: 136 bytes, not a multiple of 16
+  odd_stride.k = bhtd_view(odd_stride.k.data, DType::BF16, 1, 1, 4, 128);
+  odd_stride.k.stride_t = 68 * 2 + 4;
+  odd_stride.v = odd_stride.k;
+  EXPECT_FALSE(cuda::hopper_flash_supported(odd_stride, 0));
+  FlashParams misaligned = p;
+  misaligned.q.data = static_cast<uint8_t*>(misaligned.q.data) + 8;
+  EXPECT_FALSE(cuda::hopper_flash_supported(misaligned, 0));
+  EXPECT_THROW(cuda::hopper_flash_forward(misaligned, nullptr), InvalidArgument);
+}
+
+}  // namespace
+}  // namespace ringattn::test
