@@ -26,6 +26,17 @@ int env_size() {
   return 1;
 }
 
+#ifdef RINGATTN_HAVE_CUDA
+constexpr bool kHaveCuda = true;
+#else
+constexpr bool kHaveCuda = false;
+#endif
+#ifdef RINGATTN_HAVE_NCCL
+constexpr bool kHaveNccl = true;
+#else
+constexpr bool kHaveNccl = false;
+#endif
+
 // The embedded default: `ringattn` alone checks a modest causal GQA problem end to end.
 constexpr const char* kDefaultArgs = "run --causal --check";
 
@@ -45,6 +56,8 @@ int main(int argc, char** argv) {
   add_run_flags(*run_cmd, run);
   CLI::App* bench_cmd = app.add_subcommand("bench", "sweep sequence lengths and print a table (like nccl-tests)");
   add_bench_flags(*bench_cmd, bench);
+  bool show_version = false;
+  app.add_flag("--version", show_version, "print what this build supports (cuda yes|no, nccl yes|no)");
 
   const int rank = env_rank();
   init_logging(rank, env_size(), "info");
@@ -54,6 +67,11 @@ int main(int argc, char** argv) {
       app.parse(std::string(kDefaultArgs), false);
     } else {
       app.parse(argc, argv);
+    }
+    if (show_version) {
+      if (rank == 0) fmt::print("ringattn (cuda {}, nccl {})\n", kHaveCuda ? "yes" : "no",
+                                kHaveNccl ? "yes" : "no");
+      return 0;
     }
     if (!app.got_subcommand(run_cmd) && !app.got_subcommand(bench_cmd))
       throw CLI::CallForHelp();

@@ -1,0 +1,44 @@
+#!/usr/bin/env bash
+# Shared by run.sh and test.sh: installs the missing Debian/Ubuntu packages (as root), then
+# configures and builds ringattn into $BUILD_DIR (default: build/ in the repository).
+#   RINGATTN_CMAKE_ARGS  extra configure flags, e.g. "-DRINGATTN_CUDA=OFF"
+set -euo pipefail
+
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+BUILD_DIR="${BUILD_DIR:-$ROOT/build}"
+PACKAGES=(cmake ninja-build g++ libopenmpi-dev openmpi-bin libspdlog-dev libfmt-dev libgtest-dev libcli11-dev
+          nlohmann-json3-dev)
+
+install_missing_packages() {
+  local missing=()
+  for p in "${PACKAGES[@]}"; do
+    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+  done
+  [ ${#missing[@]} -eq 0 ] && return 0
+  if [ "$(id -u)" -ne 0 ]; then
+    echo "ringattn: missing packages: ${missing[*]}" >&2
+    echo "ringattn: install them as root: apt-get update && apt-get install -y ${missing[*]}" >&2
+    exit 1
+  fi
+  echo "ringattn: installing ${missing[*]}" >&2
+  export DEBIAN_FRONTEND=noninteractive
+  apt-get update
+  apt-get install -y --no-install-recommends "${missing[@]}"
+}
+
+install_missing_packages
+
+# CUDA builds when nvcc is found; the usual install prefix need not be on PATH.
+if ! command -v nvcc >/dev/null 2>&1 && [ -x /usr/local/cuda/bin/nvcc ]; then
+  export PATH="/usr/local/cuda/bin:$PATH"
+fi
+
+# shellcheck disable=SC2086
+cmake -S "$ROOT" -B "$BUILD_DIR" -G Ninja -DCMAKE_BUILD_TYPE=Release ${RINGATTN_CMAKE_ARGS:-}
+cmake --build "$BUILD_DIR" --parallel "$(nproc)"
+
+# mpirun as root refuses to start without these; oversubscribe lets 2 ranks share fewer cores.
+MPIRUN_FLAGS=(--oversubscribe --bind-to none)
+[ "$(id -u)" -eq 0 ] && MPIRUN_FLAGS+=(--allow-run-as-root)
+RINGATTN="$BUILD_DIR/src/ringattn"
+export ROOT BUILD_DIR RINGATTN
