@@ -59,6 +59,7 @@ class MpiTransport final : public Transport {
     int level = MPI_THREAD_SINGLE;
     RINGATTN_MPI_CHECK(MPI_Query_thread(&level), rank_);
     mode_ = progress_from_env(progress, level);
+    requests_.reserve(16);  // no allocation on the first hop
     if (mode_ == MpiProgress::HelperThread) helper_ = std::thread([this] { helper_loop(); });
   }
 
