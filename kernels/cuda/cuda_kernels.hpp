@@ -19,8 +19,9 @@ inline constexpr int64_t kSimtMaxHeadDim = 256;
 // Flash forward on tensor cores (bf16/fp16 q, k, v; head dim 64 or 128). Writes or folds into
 // p.state according to p.mode.
 void launch_flash_mma(const FlashParams& p, cudaStream_t stream);
-// Tuning knob for benchmarks: warps (4 or 8; 16 query rows each) per CTA, 0 for the default.
-void set_flash_mma_warps(int warps);
+// Tuning knob for benchmarks: the tensor-core flash configuration (1: 16 rows per warp, 64-key
+// tiles; 2: 32 rows per warp, 64-key tiles; 3: 32 rows per warp, 32-key tiles), 0 for the default.
+void set_flash_mma_variant(int variant);
 
 // Flash forward in true fp32 (fp32 q, k, v; head dim <= kSimtMaxHeadDim). Slow, for accuracy.
 void launch_flash_simt(const FlashParams& p, cudaStream_t stream);

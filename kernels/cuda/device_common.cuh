@@ -162,20 +162,25 @@ struct SwizzledTile {
 };
 
 // Copies rows [row0, row0 + ROWS) of one (b, h) of `x` into a swizzled tile with all threads of
-// the CTA; rows at or past `len` are zero-filled.
+// the CTA; rows at or past `len` are zero-filled. A thread always copies the same chunk column
+// (THREADS is a multiple of the chunks per row) of rows kRowStep apart; with kRowStep a multiple
+// of 8 its swizzled destination moves by a constant, so one source pointer and one predicate per
+// copy are all it keeps live.
 template <int D, int ROWS, int THREADS, typename T>
 __device__ __forceinline__ void load_tile_async(T* tile, const T* base, int64_t stride_t, int64_t row0, int64_t len,
                                                 int tid) {
   constexpr int kChunks = D / 8;
-  static_assert(ROWS * kChunks % THREADS == 0, "every thread copies the same number of chunks");
+  constexpr int kRowStep = THREADS / kChunks;
+  static_assert(THREADS % kChunks == 0 && ROWS % kRowStep == 0, "every thread copies the same number of chunks");
+  static_assert(kRowStep % 8 == 0, "the swizzle pattern must repeat between a thread's rows");
+  const int r0 = tid / kChunks, c = tid % kChunks;
+  T* dst = tile + SwizzledTile<D>::offset(r0, c);
+  const T* src = base + (row0 + r0) * stride_t + c * 8;
+  const int64_t rows_left = len - row0 - r0;  // this thread's rows it with it * kRowStep < rows_left exist
 #pragma unroll
-  for (int it = 0; it < ROWS * kChunks / THREADS; ++it) {
-    const int i = tid + it * THREADS;
-    const int r = i / kChunks, c = i % kChunks;
-    const int64_t gr = row0 + r;
-    const bool valid = gr < len;
-    const T* src = base + (valid ? gr : 0) * stride_t + c * 8;
-    cp_async_16(tile + SwizzledTile<D>::offset(r, c), src, valid);
+  for (int it = 0; it < ROWS / kRowStep; ++it) {
+    const bool valid = it * kRowStep < rows_left;
+    cp_async_16(dst + it * kRowStep * D, valid ? src + it * kRowStep * stride_t : base, valid);
   }
 }
 

@@ -35,51 +35,86 @@ __global__ void __launch_bounds__(kThreads) merge_kernel(const MergeParams p) {
   if (lane == 0) *lse = merged;
 }
 
-// Combines all partials of each row (their lse-weighted average), then writes or folds.
-__global__ void __launch_bounds__(kThreads) merge_splits_kernel(const MergeSplitsParams p) {
-  const int64_t row = int64_t(blockIdx.x) * kRowsPerBlock + threadIdx.x / 32;
-  const int lane = threadIdx.x % 32;
-  const SplitPartials& in = p.parts;
-  if (row >= in.rows) return;
-  float mx = neg_inf();
-  for (int64_t k = lane; k < in.parts; k += 32) mx = fmaxf(mx, in.lse[k * in.rows + row]);
+// Combines all partials of one row (their lse-weighted average), then writes or folds. One CTA
+// per row: the warps take interleaved partials and the lanes the head dims, so a row with a
+// hundred partials still has many independent loads in flight; the warps' sums meet in shared
+// memory.
+constexpr int kSplitWarps = 8, kSplitThreads = 32 * kSplitWarps;
+constexpr int kMaxDim = 256, kMaxPerLane = kMaxDim / 32;
+static_assert(kMaxDim >= kSimtMaxHeadDim && kMaxDim >= 128, "every head dim a backend path accepts");
+
+__device__ __forceinline__ float block_reduce(float x, bool is_max, float* scratch) {
 #pragma unroll
-  for (int off = 16; off > 0; off >>= 1) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, off));
+  for (int off = 16; off > 0; off >>= 1) {
+    const float y = __shfl_xor_sync(0xffffffffu, x, off);
+    x = is_max ? fmaxf(x, y) : x + y;
+  }
+  if (threadIdx.x % 32 == 0) scratch[threadIdx.x / 32] = x;
+  __syncthreads();
+  x = scratch[0];
+#pragma unroll
+  for (int w = 1; w < kSplitWarps; ++w) x = is_max ? fmaxf(x, scratch[w]) : x + scratch[w];
+  __syncthreads();  // scratch is reused by the next reduction
+  return x;
+}
+
+__global__ void __launch_bounds__(kSplitThreads) merge_splits_kernel(const MergeSplitsParams p) {
+  __shared__ float partial_sums[kSplitWarps][kMaxDim];
+  __shared__ float scratch[kSplitWarps];
+  const SplitPartials& in = p.parts;
+  const int64_t row = blockIdx.x, dim = in.dim;
+  const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
   const RowIndex a = row_index(p.state, row);
   float* o = state_o_row(p.state, a.b, a.h, a.t);
   float* lse = state_lse_at(p.state, a.b, a.h, a.t);
-  const int64_t dim = in.dim;
+  // Read before any thread can write it (the barriers in block_reduce separate the two).
+  const float lse_old = p.mode == StateMode::Fold ? *lse : 0.f;
+
+  float mx = neg_inf();
+  for (int64_t k = tid; k < in.parts; k += kSplitThreads) mx = fmaxf(mx, in.lse[k * in.rows + row]);
+  mx = block_reduce(mx, true, scratch);
   if (mx == neg_inf()) {  // no partial saw a key
     if (p.mode == StateMode::Write) {
-      for (int64_t d = lane; d < dim; d += 32) o[d] = 0.f;
-      if (lane == 0) *lse = neg_inf();
+      for (int64_t d = tid; d < dim; d += kSplitThreads) o[d] = 0.f;
+      if (tid == 0) *lse = neg_inf();
     }
     return;
   }
   float sum = 0.f;
-  for (int64_t k = lane; k < in.parts; k += 32) sum += expf(in.lse[k * in.rows + row] - mx);
+  for (int64_t k = tid; k < in.parts; k += kSplitThreads) sum += expf(in.lse[k * in.rows + row] - mx);
+  sum = block_reduce(sum, false, scratch);
+
+  float x[kMaxPerLane];
 #pragma unroll
-  for (int off = 16; off > 0; off >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, off);
+  for (int i = 0; i < kMaxPerLane; ++i) x[i] = 0.f;
+#pragma unroll 4
+  for (int64_t k = warp; k < in.parts; k += kSplitWarps) {
+    const float lk = in.lse[k * in.rows + row];
+    if (lk == neg_inf()) continue;  // an empty partial (its o is 0)
+    const float w = expf(lk - mx);
+    const float* ok = in.o + (k * in.rows + row) * dim;
+#pragma unroll
+    for (int i = 0; i < kMaxPerLane; ++i)
+      if (lane + 32 * i < dim) x[i] += w * ok[lane + 32 * i];
+  }
+#pragma unroll
+  for (int i = 0; i < kMaxPerLane; ++i)
+    if (lane + 32 * i < dim) partial_sums[warp][lane + 32 * i] = x[i];
+  __syncthreads();
+
   const float lse_b = mx + logf(sum);
   float wa = 0.f, wb = 1.f, merged = lse_b;
-  bool a_empty = true;
-  if (p.mode == StateMode::Fold) {
-    const float lse_a = *lse;
-    __syncwarp();
-    merge_weights(lse_a, lse_b, wa, wb, merged);  // lse_b is finite: always true
-    a_empty = lse_a == neg_inf();
-  }
+  if (p.mode == StateMode::Fold) merge_weights(lse_old, lse_b, wa, wb, merged);  // lse_b finite: true
+  const bool a_empty = p.mode == StateMode::Write || lse_old == neg_inf();
   const float scale = wb / sum;
-  for (int64_t d = lane; d < dim; d += 32) {
-    float x = 0.f;
-    for (int64_t k = 0; k < in.parts; ++k) {
-      const float lk = in.lse[k * in.rows + row];
-      if (lk != neg_inf()) x += expf(lk - mx) * in.o[(k * in.rows + row) * dim + d];
-    }
-    x *= scale;
-    o[d] = a_empty ? x : o[d] * wa + x;
+  for (int64_t d = tid; d < dim; d += kSplitThreads) {
+    float t = 0.f;
+#pragma unroll
+    for (int w = 0; w < kSplitWarps; ++w) t += partial_sums[w][d];
+    t *= scale;
+    o[d] = a_empty ? t : o[d] * wa + t;
   }
-  if (lane == 0) *lse = merged;
+  if (tid == 0) *lse = merged;
 }
 
 struct FinalizeKernelParams {
@@ -134,7 +169,7 @@ void launch_merge(const MergeParams& p, cudaStream_t stream) {
 
 void launch_merge_splits(const MergeSplitsParams& p, cudaStream_t stream) {
   if (p.parts.rows == 0) return;
-  merge_splits_kernel<<<row_blocks(p.parts.rows), kThreads, 0, stream>>>(p);
+  merge_splits_kernel<<<unsigned(p.parts.rows), kSplitThreads, 0, stream>>>(p);
   RA_CUDA_CHECK_LAUNCH("merge_splits_kernel");
 }
 

@@ -198,7 +198,7 @@ Result bench_shape(Backend& be, const Shape& sh, DType dt, int reps, bool& ok, s
 int main(int argc, char** argv) {
   std::vector<std::string> shapes;
   DType dt = DType::BF16;
-  int reps = 30, warps_variants = 0;
+  int reps = 30, variants_flag = 0;
   std::string json;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
@@ -206,11 +206,11 @@ int main(int argc, char** argv) {
     else if (a == "--dtype" && i + 1 < argc) dt = parse_dtype(argv[++i]);
     else if (a == "--reps" && i + 1 < argc) reps = std::max(3, std::atoi(argv[++i]));
     else if (a == "--json" && i + 1 < argc) json = argv[++i];
-    else if (a == "--warps-variants") warps_variants = 1;
+    else if (a == "--variants") variants_flag = 1;
     else {
       std::fprintf(stderr,
                    "usage: %s [--shape b,hq,hkv,t,s,d,causal|full]... [--dtype bf16|fp16] [--reps N] [--json FILE] "
-                   "[--warps-variants]\n",
+                   "[--variants]\n",
                    argv[0]);
       return 2;
     }
@@ -245,19 +245,20 @@ int main(int argc, char** argv) {
                        first ? "" : ",\n", text.c_str(), impl, flops / ms / 1e9, ms, kv_bytes / ms / 1e6);
         first = false;
       };
+      // --variants: also each flash kernel configuration (cuda_kernels.hpp set_flash_mma_variant).
       std::vector<int> variants = {0};
-      if (warps_variants && sh.t > 16) variants = {0, 4, 8};
-      for (int w : variants) {
-        cuda::set_flash_mma_warps(w);
+      if (variants_flag && sh.t > 16) variants = {0, 1, 2, 3};
+      for (int v : variants) {
+        cuda::set_flash_mma_variant(v);
         const Result r = bench_shape(*be, sh, dt, reps, ok, rng);
-        if (w == 0) {
+        if (v == 0) {
           emit("ours", r.ms_full);
           emit("ours_state", r.ms_state);
         } else {
-          emit(w == 4 ? "ours_state_w4" : "ours_state_w8", r.ms_state);
+          emit(("ours_state_v" + std::to_string(v)).c_str(), r.ms_state);
         }
       }
-      cuda::set_flash_mma_warps(0);
+      cuda::set_flash_mma_variant(0);
     }
     if (js) {
       std::fprintf(js, "\n]}\n");

@@ -10,6 +10,7 @@
 
 #include "gpu/gpu_test_util.hpp"
 #include "kernels/cpu/cpu_kernels.hpp"
+#include "kernels/cuda/cuda_kernels.hpp"
 #include "ringattn/error.hpp"
 
 namespace ringattn {
@@ -39,15 +40,24 @@ const Case kCases[] = {
     {"long_gqa4_bthd", 1, 2, 4, 129, 1100, true, 971, true},
 };
 
-class FlashVsOracle : public test::GpuTestP<std::tuple<DType, int>> {};
+// Selects one tensor-core kernel configuration for the test's lifetime (0: the default).
+struct VariantScope {
+  explicit VariantScope(int v) { cuda::set_flash_mma_variant(v); }
+  ~VariantScope() { cuda::set_flash_mma_variant(0); }
+};
+
+// (dtype, head dim, kernel configuration: 0 default, 1..3 see set_flash_mma_variant)
+class FlashVsOracle : public test::GpuTestP<std::tuple<DType, int, int>> {};
 
 TEST_P(FlashVsOracle, MatchesFp64Reference) {
-  const auto [dtype, dim] = GetParam();
+  const auto [dtype, dim, variant] = GetParam();
+  const VariantScope scope(variant);
   const uint64_t seed = test::fresh_seed();
   std::mt19937_64 rng(seed);
   for (const Case& c : kCases) {
     const int64_t hq = c.kv_heads * c.group;
-    HostTensor q(dtype, c.batch, hq, c.q_len, dim, rng, c.bthd), k(dtype, c.batch, c.kv_heads, c.kv_len, dim, rng, c.bthd),
+    HostTensor q(dtype, c.batch, hq, c.q_len, dim, rng, c.bthd),
+        k(dtype, c.batch, c.kv_heads, c.kv_len, dim, rng, c.bthd),
         v(dtype, c.batch, c.kv_heads, c.kv_len, dim, rng, c.bthd);
     DeviceTensor dq(*be, q), dk(*be, k), dv(*be, v);
     DeviceState st(*be, c.batch, hq, c.q_len, dim);
@@ -90,13 +100,18 @@ TEST_P(FlashVsOracle, MatchesFp64Reference) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(DtypesAndDims, FlashVsOracle,
-                         ::testing::Combine(::testing::Values(DType::BF16, DType::F16, DType::F32),
-                                            ::testing::Values(64, 128)),
-                         [](const auto& info) {
-                           return std::string(dtype_name(std::get<0>(info.param))) + "_d" +
-                                  std::to_string(std::get<1>(info.param));
-                         });
+std::string flash_case_name(const ::testing::TestParamInfo<std::tuple<DType, int, int>>& info) {
+  return std::string(dtype_name(std::get<0>(info.param))) + "_d" + std::to_string(std::get<1>(info.param)) + "_v" +
+         std::to_string(std::get<2>(info.param));
+}
+INSTANTIATE_TEST_SUITE_P(TensorCores, FlashVsOracle,
+                         ::testing::Combine(::testing::Values(DType::BF16, DType::F16), ::testing::Values(64, 128),
+                                            ::testing::Values(1, 2, 3)),
+                         flash_case_name);
+INSTANTIATE_TEST_SUITE_P(Fp32, FlashVsOracle,
+                         ::testing::Combine(::testing::Values(DType::F32), ::testing::Values(64, 128, 80),
+                                            ::testing::Values(0)),
+                         flash_case_name);
 
 // Fold: state := merge(state, this call). The incoming state has empty rows, and some query rows
 // see no key (negative q_offset): those rows must stay bit-for-bit unchanged.
@@ -120,52 +135,55 @@ TEST_P(FlashFold, MergesIntoIncomingState) {
     }
   }
   DeviceTensor dq(*be, q), dk(*be, k), dv(*be, v);
-  DeviceState st(*be, B, HQ, T, D, &init);
-  FlashParams p;
-  p.q = dq.view;
-  p.k = dk.view;
-  p.v = dv.view;
-  p.state = st.view;
-  p.scale = 0.09f;
-  p.causal = true;
-  p.q_offset = -20;  // rows 0..19 see no key
-  p.mode = StateMode::Fold;
-  be->flash(p);
-  std::vector<float> o, lse;
-  st.read(*be, o, lse);
+  for (int variant : dtype == DType::F32 ? std::vector<int>{0} : std::vector<int>{1, 2, 3}) {
+    const VariantScope scope(variant);
+    DeviceState st(*be, B, HQ, T, D, &init);
+    FlashParams p;
+    p.q = dq.view;
+    p.k = dk.view;
+    p.v = dv.view;
+    p.state = st.view;
+    p.scale = 0.09f;
+    p.causal = true;
+    p.q_offset = -20;  // rows 0..19 see no key
+    p.mode = StateMode::Fold;
+    be->flash(p);
+    std::vector<float> o, lse;
+    st.read(*be, o, lse);
 
-  FlashParams hp = p;
-  hp.q = q.view;
-  hp.k = k.view;
-  hp.v = v.view;
-  const cpu::Reference ref = cpu::naive_attention(hp);
-  // Expected: the fp64 merge of the incoming state with the oracle's partial.
-  std::vector<double> want_o(init.o.size()), want_lse(init.lse.size());
-  for (size_t r = 0; r < init.lse.size(); ++r) {
-    const double la = init.lse[r], lb = ref.lse[r];
-    double wa = 1, wb = 0, l = la;
-    if (std::isinf(la) && std::isinf(lb)) {
-      wa = 0;
-    } else if (std::isinf(la)) {
-      wa = 0, wb = 1, l = lb;
-    } else if (!std::isinf(lb)) {
-      const double mx = std::max(la, lb), s = std::exp(la - mx) + std::exp(lb - mx);
-      wa = std::exp(la - mx) / s, wb = std::exp(lb - mx) / s, l = mx + std::log(s);
-    }
-    want_lse[r] = l;
-    for (int64_t d = 0; d < D; ++d)
-      want_o[r * D + size_t(d)] = wa * init.o[r * D + size_t(d)] + wb * ref.o[r * D + size_t(d)];
-  }
-  SCOPED_TRACE(::testing::Message() << "dtype " << dtype_name(dtype) << " seed " << seed);
-  EXPECT_LT(test::rel_error(o, want_o), dtype == DType::F32 ? 1e-5 : 1e-2);
-  EXPECT_LT(test::max_abs_error(lse, want_lse), dtype == DType::F32 ? 2e-5 : 1e-3);
-  for (int64_t b = 0; b < B; ++b)
-    for (int64_t h = 0; h < HQ; ++h)
-      for (int64_t i = 0; i < 20; ++i) {
-        const size_t r = size_t((b * HQ + h) * T + i);
-        ASSERT_EQ(std::memcmp(&lse[r], &init.lse[r], 4), 0) << "row " << r << " changed";
-        ASSERT_EQ(std::memcmp(&o[r * D], &init.o[r * D], size_t(D) * 4), 0) << "row " << r << " changed";
+    FlashParams hp = p;
+    hp.q = q.view;
+    hp.k = k.view;
+    hp.v = v.view;
+    const cpu::Reference ref = cpu::naive_attention(hp);
+    // Expected: the fp64 merge of the incoming state with the oracle's partial.
+    std::vector<double> want_o(init.o.size()), want_lse(init.lse.size());
+    for (size_t r = 0; r < init.lse.size(); ++r) {
+      const double la = init.lse[r], lb = ref.lse[r];
+      double wa = 1, wb = 0, l = la;
+      if (std::isinf(la) && std::isinf(lb)) {
+        wa = 0;
+      } else if (std::isinf(la)) {
+        wa = 0, wb = 1, l = lb;
+      } else if (!std::isinf(lb)) {
+        const double mx = std::max(la, lb), s = std::exp(la - mx) + std::exp(lb - mx);
+        wa = std::exp(la - mx) / s, wb = std::exp(lb - mx) / s, l = mx + std::log(s);
       }
+      want_lse[r] = l;
+      for (int64_t d = 0; d < D; ++d)
+        want_o[r * D + size_t(d)] = wa * init.o[r * D + size_t(d)] + wb * ref.o[r * D + size_t(d)];
+    }
+    SCOPED_TRACE(::testing::Message() << "dtype " << dtype_name(dtype) << " variant " << variant << " seed " << seed);
+    EXPECT_LT(test::rel_error(o, want_o), dtype == DType::F32 ? 1e-5 : 1e-2);
+    EXPECT_LT(test::max_abs_error(lse, want_lse), dtype == DType::F32 ? 2e-5 : 1e-3);
+    for (int64_t b = 0; b < B; ++b)
+      for (int64_t h = 0; h < HQ; ++h)
+        for (int64_t i = 0; i < 20; ++i) {
+          const size_t r = size_t((b * HQ + h) * T + i);
+          ASSERT_EQ(std::memcmp(&lse[r], &init.lse[r], 4), 0) << "row " << r << " changed";
+          ASSERT_EQ(std::memcmp(&o[r * D], &init.o[r * D], size_t(D) * 4), 0) << "row " << r << " changed";
+        }
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(Dtypes, FlashFold, ::testing::Values(DType::BF16, DType::F16, DType::F32),
