@@ -46,7 +46,7 @@ if has sanitize; then
   # The fp64 oracle dominates the plain run; under the sanitizers the kernels do. Same binary.
   for tool in memcheck racecheck; do
     t0=$(date +%s)
-    timeout 150 compute-sanitizer --tool $tool --error-exitcode 99 "$T" --gtest_brief=1 >"$OUT/sanitize_$tool.log" 2>&1
+    timeout 120 compute-sanitizer --tool $tool --error-exitcode 99 "$T" --gtest_brief=1 >"$OUT/sanitize_$tool.log" 2>&1
     echo "compute-sanitizer $tool: rc=$? in $(( $(date +%s) - t0 )) s; $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$OUT/sanitize_$tool.log" | tr '\n' ' ')"
   done
 fi
