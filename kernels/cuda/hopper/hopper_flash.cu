@@ -3,7 +3,10 @@
 #include <cuda.h>
 #include <cuda_runtime.h>
 
+#include <atomic>
 #include <cmath>
+#include <cstdlib>
+#include <cstring>
 #include <mutex>
 
 #include "kernels/cuda/hopper/hopper_flash_kernel.cuh"
@@ -12,7 +15,6 @@
 namespace ringattn::cuda {
 namespace {
 
-using hopper::Config;
 using hopper::HopperParams;
 
 // Set to 1 only in the sm_90a image: tells the host whether the kernel it would launch on this
@@ -72,7 +74,7 @@ bool aligned(const void* p, uintptr_t a) { return (reinterpret_cast<uintptr_t>(p
 
 // A 4-d map over (dim, len, heads, batch) with 64 x 128 boxes and the 128-byte swizzle. A
 // dimension of extent 1 is never stepped, so its stride is replaced by a legal one.
-bool encode_view(CUtensorMap* map, const TensorView& v) {
+bool encode_view(CUtensorMap* map, const TensorView& v, int box_rows) {
   EncodeTiledFn fn = encode_fn();
   if (fn == nullptr) return false;
   const cuuint64_t es = 2;
@@ -89,7 +91,7 @@ bool encode_view(CUtensorMap* map, const TensorView& v) {
     }
     if (strides[i] % 16 != 0 || strides[i] >= (cuuint64_t(1) << 40)) return false;
   }
-  const cuuint32_t box[4] = {64, 128, 1, 1};
+  const cuuint32_t box[4] = {64, cuuint32_t(box_rows), 1, 1};
   const cuuint32_t estr[4] = {1, 1, 1, 1};
   const CUtensorMapDataType ty =
       v.dtype == DType::BF16 ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16 : CU_TENSOR_MAP_DATA_TYPE_FLOAT16;
@@ -97,8 +99,9 @@ bool encode_view(CUtensorMap* map, const TensorView& v) {
             CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
 }
 
-// Everything but the device: shapes, dtypes, alignment, and that the three maps encode.
-bool params_fit(const FlashParams& p, HopperParams* out) {
+// Everything but the device: shapes, dtypes, alignment, and that the three maps encode (with
+// tiles of block_m query rows and block_n keys).
+bool params_fit(const FlashParams& p, int block_m, int block_n, HopperParams* out) {
   const TensorView &q = p.q, &k = p.k, &v = p.v;
   if (q.dtype != DType::BF16 && q.dtype != DType::F16) return false;
   if (k.dtype != q.dtype || v.dtype != q.dtype) return false;
@@ -111,7 +114,8 @@ bool params_fit(const FlashParams& p, HopperParams* out) {
   const StateView& s = p.state;
   if (!aligned(s.o, 8) || (s.o_stride_t % 2) || (s.o_stride_h % 2) || (s.o_stride_b % 2)) return false;
   HopperParams hp{};
-  if (!encode_view(&hp.tm_q, q) || !encode_view(&hp.tm_k, k) || !encode_view(&hp.tm_v, v)) return false;
+  if (!encode_view(&hp.tm_q, q, block_m) || !encode_view(&hp.tm_k, k, block_n) || !encode_view(&hp.tm_v, v, block_n))
+    return false;
   if (out != nullptr) {
     hp.state = s;
     hp.batch = int(q.batch);
@@ -125,25 +129,76 @@ bool params_fit(const FlashParams& p, HopperParams* out) {
     hp.scale_log2 = p.scale * 1.4426950408889634f;
     hp.causal = p.causal ? 1 : 0;
     hp.fold = p.mode == StateMode::Fold ? 1 : 0;
-    hp.m_blocks = int((q.len + 127) / 128);
+    hp.block_m = block_m;
+    hp.block_n = block_n;
+    hp.m_blocks = int((q.len + block_m - 1) / block_m);
     hp.num_tiles = hp.m_blocks * hp.batch * hp.q_heads;
     *out = hp;
   }
   return true;
 }
 
-template <typename T, int D>
+// Tile configurations: Config<head dim, key tile, consumer warpgroups, stages>.
+enum class Variant { M128N128, M128N176, M128N128S3, M192N128 };
+
+struct VariantInfo {
+  Variant v;
+  const char* name;
+  int block_m, block_n;
+  bool dim64, dim128;  // head dims it is instantiated for (shared memory / registers decide)
+};
+constexpr VariantInfo kVariants[] = {
+    {Variant::M128N128, "128x128", 128, 128, true, true},
+    {Variant::M128N176, "128x176", 128, 176, true, true},
+    {Variant::M128N128S3, "128x128s3", 128, 128, true, true},
+    {Variant::M192N128, "192x128", 192, 128, true, false},
+};
+
+// The default per head dim and mask; RINGATTN_HOPPER_TILE=<name> overrides it where the variant
+// exists for the head dim (for benchmarking the alternatives on one build).
+const VariantInfo& pick_variant(const FlashParams& p) {
+  const bool d64 = p.q.dim == 64;
+  const VariantInfo* pick = &kVariants[0];
+  if (const char* env = std::getenv("RINGATTN_HOPPER_TILE")) {
+    for (const VariantInfo& vi : kVariants)
+      if (std::strcmp(env, vi.name) == 0 && (d64 ? vi.dim64 : vi.dim128)) pick = &vi;
+  }
+  return *pick;
+}
+
+template <typename T, typename C>
 void launch(const HopperParams& hp, int sms, cudaStream_t stream) {
-  using C = Config<D>;
-  auto kernel = hopper::hopper_flash_kernel<T, D>;
-  static bool configured = [&] {
+  auto kernel = hopper::hopper_flash_kernel<T, C>;
+  // The shared-memory limit is a per-device attribute of the function: set it on each device once.
+  static std::atomic<uint64_t> configured{0};
+  int device = 0;
+  RA_HOPPER_CHECK(cudaGetDevice(&device));
+  const uint64_t bit = uint64_t(1) << (device & 63);
+  if (!(configured.load() & bit)) {
     RA_HOPPER_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, C::kSmemBytes));
-    return true;
-  }();
-  (void)configured;
+    configured.fetch_or(bit);
+  }
   const int grid = hp.num_tiles < sms ? hp.num_tiles : sms;
   kernel<<<grid, C::kThreads, C::kSmemBytes, stream>>>(hp);
   RA_HOPPER_CHECK(cudaGetLastError());
+}
+
+template <typename T>
+void launch_variant(Variant v, int d, const HopperParams& hp, int sms, cudaStream_t stream) {
+  using hopper::Config;
+  if (d == 64) {
+    switch (v) {
+      case Variant::M128N176: return launch<T, Config<64, 176, 2, 2>>(hp, sms, stream);
+      case Variant::M128N128S3: return launch<T, Config<64, 128, 2, 3>>(hp, sms, stream);
+      case Variant::M192N128: return launch<T, Config<64, 128, 3, 2>>(hp, sms, stream);
+      default: return launch<T, Config<64, 128, 2, 2>>(hp, sms, stream);
+    }
+  }
+  switch (v) {
+    case Variant::M128N176: return launch<T, Config<128, 176, 2, 2>>(hp, sms, stream);
+    case Variant::M128N128S3: return launch<T, Config<128, 128, 2, 3>>(hp, sms, stream);
+    default: return launch<T, Config<128, 128, 2, 2>>(hp, sms, stream);
+  }
 }
 
 }  // namespace
@@ -156,24 +211,20 @@ bool device_ready(int device, int* sms) {
   return info.hopper;
 }
 
-bool fits(const FlashParams& p) { return params_fit(p, nullptr); }
+bool fits(const FlashParams& p) {
+  const VariantInfo& vi = pick_variant(p);
+  return params_fit(p, vi.block_m, vi.block_n, nullptr);
+}
 
 bool try_launch(const FlashParams& p, int sms, cudaStream_t stream) {
+  const VariantInfo& vi = pick_variant(p);
   HopperParams hp;
-  if (!params_fit(p, &hp)) return false;
+  if (!params_fit(p, vi.block_m, vi.block_n, &hp)) return false;
   if (hp.num_tiles == 0) return true;
-  const bool bf16 = p.q.dtype == DType::BF16;
-  if (p.q.dim == 64) {
-    if (bf16)
-      launch<__nv_bfloat16, 64>(hp, sms, stream);
-    else
-      launch<__half, 64>(hp, sms, stream);
-  } else {
-    if (bf16)
-      launch<__nv_bfloat16, 128>(hp, sms, stream);
-    else
-      launch<__half, 128>(hp, sms, stream);
-  }
+  if (p.q.dtype == DType::BF16)
+    launch_variant<__nv_bfloat16>(vi.v, int(p.q.dim), hp, sms, stream);
+  else
+    launch_variant<__half>(vi.v, int(p.q.dim), hp, sms, stream);
   return true;
 }
 

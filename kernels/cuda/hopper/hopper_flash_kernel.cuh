@@ -1,16 +1,17 @@
-// The sm_90a flash forward kernel: a persistent, warp-specialized CTA of three warpgroups.
+// The sm_90a flash forward kernel: a persistent, warp-specialized CTA of 1 + NC warpgroups
+// (Config in hopper_config.cuh: NC = 2 or 3 consumers, key tile N, ring depth STAGES).
 //
-//   warpgroup 0 (producer, 40 registers): one thread walks the same tile schedule as the
+//   warpgroup 0 (producer, setmaxnreg down): one thread walks the same tile schedule as the
 //     consumers and issues bulk tensor copies: Q once per tile, then K and V tile by tile into a
-//     2-stage ring. full_* barriers count the bytes in; empty_* barriers count the 8 consumer
+//     STAGES-deep ring. full_* barriers count the bytes in; empty_* barriers count the consumer
 //     warps out.
-//   warpgroups 1, 2 (consumers, 232 registers): 64 query rows each. Per key tile j:
+//   warpgroups 1..NC (consumers, setmaxnreg up): 64 query rows each. Per key tile j:
 //       issue S_j = Q K_j^T (wgmma, both from shared memory)
 //       issue O += P_{j-1} V_{j-1} (wgmma, P from registers)
 //       wait for S_j; softmax of S_j while P V_{j-1} still runs (intra-warpgroup overlap)
 //       wait for P V_{j-1}; rescale O; P_j := bf16(S_j)
-//     and the two consumers take turns issuing their wgmmas (named barriers 1 and 2), so that
-//     one warpgroup's softmax runs while the other's matrix products occupy the tensor cores.
+//     and the consumers take turns issuing their wgmmas (named barriers 1..NC, round robin), so
+//     that one warpgroup's softmax runs while the others' matrix products occupy the tensor cores.
 //
 // Key tiles are visited from the last to the first: the tiles that need the causal or length
 // mask come first, every later tile runs the unmasked path.
@@ -34,26 +35,35 @@ struct WgmmaFor<__half> {
   using type = WgmmaF16;
 };
 
-template <typename T, int D>
+template <typename T, typename C>
 struct Consumer {
-  using C = Config<D>;
+  static constexpr int D = C::kHeadDim, N = C::kBlockN;
+  static constexpr int kS = N / 2;  // score accumulators per thread (64 rows x N over 128 threads)
+  static constexpr int kP = N / 4;  // packed P registers
   using W = typename WgmmaFor<T>::type;
 
+  __device__ __forceinline__ static void qk_step(float (&s)[kS], uint64_t da, uint64_t db, int scale_d) {
+    if constexpr (N == 128)
+      W::ss_n128(s, da, db, scale_d);
+    else
+      W::ss_n176(s, da, db, scale_d);
+  }
   // S = Q_wg K^T over D/16 k-steps. Within a 128-byte swizzle row a k-step of 16 values is 32
   // bytes further; every 4 k-steps move to the next column block.
-  __device__ __forceinline__ static void issue_qk(float (&s)[64], uint32_t q_base, uint32_t k_base) {
+  __device__ __forceinline__ static void issue_qk(float (&s)[kS], uint32_t q_base, uint32_t k_base) {
 #pragma unroll
     for (int kk = 0; kk < D / 16; ++kk) {
       const uint32_t cb = kk / 4, within = (kk % 4) * 32;
       const uint64_t da = smem_desc_sw128(q_base + cb * C::kBlockM * 128 + within, 16, 1024);
       const uint64_t db = smem_desc_sw128(k_base + cb * C::kBlockN * 128 + within, 16, 1024);
-      W::ss_n128(s, da, db, kk > 0 ? 1 : 0);
+      qk_step(s, da, db, kk > 0 ? 1 : 0);
     }
   }
-  // O += P V over 128 keys: each k-step is 16 keys = two 8-row groups = 2048 bytes down V.
-  __device__ __forceinline__ static void issue_pv(float (&o)[D / 2], const uint32_t (&p)[32], uint32_t v_base) {
+  // O += P V over N keys: each k-step is 16 keys = two 8-row groups = 2048 bytes down V; the
+  // leading offset steps between the 64-wide column blocks of the head dim.
+  __device__ __forceinline__ static void issue_pv(float (&o)[D / 2], const uint32_t (&p)[kP], uint32_t v_base) {
 #pragma unroll
-    for (int kk = 0; kk < C::kBlockN / 16; ++kk) {
+    for (int kk = 0; kk < N / 16; ++kk) {
       const uint64_t db = smem_desc_sw128(v_base + kk * 2048, C::kBlockN * 128, 1024);
       const uint32_t a[4] = {p[4 * kk], p[4 * kk + 1], p[4 * kk + 2], p[4 * kk + 3]};
       if constexpr (D == 64)
@@ -64,22 +74,23 @@ struct Consumer {
   }
 };
 
-template <typename T, int D>
-__global__ void __launch_bounds__(384, 1) hopper_flash_kernel(const __grid_constant__ HopperParams p) {
+template <typename T, typename C>
+__global__ void __launch_bounds__(C::kThreads, 1) hopper_flash_kernel(const __grid_constant__ HopperParams p) {
 #if RA_HOPPER_WGMMA
-  using C = Config<D>;
-  using Co = Consumer<T, D>;
+  constexpr int D = C::kHeadDim;
+  using Co = Consumer<T, C>;
   extern __shared__ uint8_t smem_raw[];
   const uint32_t smem = (smem_u32(smem_raw) + 1023u) & ~1023u;
   const uint32_t sq = smem + C::kOffQ;
   auto sk = [&](int s) { return smem + C::kOffK + s * C::kKVBytes; };
   auto sv = [&](int s) { return smem + C::kOffV + s * C::kKVBytes; };
   const uint32_t bars = smem + C::kOffBar;
+  constexpr int S = C::kStages;
   auto full_k = [&](int s) { return bars + 8 * s; };
-  auto full_v = [&](int s) { return bars + 8 * (2 + s); };
-  auto empty_k = [&](int s) { return bars + 8 * (4 + s); };
-  auto empty_v = [&](int s) { return bars + 8 * (6 + s); };
-  const uint32_t q_full = bars + 8 * 8, q_empty = bars + 8 * 9;
+  auto full_v = [&](int s) { return bars + 8 * (S + s); };
+  auto empty_k = [&](int s) { return bars + 8 * (2 * S + s); };
+  auto empty_v = [&](int s) { return bars + 8 * (3 * S + s); };
+  const uint32_t q_full = bars + 8 * (4 * S), q_empty = bars + 8 * (4 * S + 1);
 
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int wg = warp / 4;
@@ -131,12 +142,13 @@ __global__ void __launch_bounds__(384, 1) hopper_flash_kernel(const __grid_const
 
   // ---------------- consumers ----------------
   regs_increase<C::kConsumerRegs>();
-  const int cw = wg - 1;                  // consumer index 0 or 1
+  const int cw = wg - 1;  // consumer index 0 .. NC-1
   const int warp_in_wg = warp % 4;
   const int g = lane / 4, tq = lane % 4;
-  const int my_bar = 1 + cw, other_bar = 2 - cw;
-  // Consumer 0 issues first: consumer 1 pre-arrives on consumer 0's barrier.
-  if (cw == 1) named_arrive(1, 256);
+  // Round robin of the issue phases: consumer c waits on barrier 1 + c, then passes the turn to
+  // consumer c + 1. Consumer 0 goes first: the last consumer pre-arrives on its barrier.
+  const int my_bar = 1 + cw, other_bar = 1 + (cw + 1) % C::kConsumers;
+  if (cw == C::kConsumers - 1) named_arrive(1, 256);
   const uint32_t q_base = sq + cw * 64 * 128;  // this warpgroup's 64 rows in each column block
 
   int it = 0, q_count = 0;
@@ -148,8 +160,8 @@ __global__ void __launch_bounds__(384, 1) hopper_flash_kernel(const __grid_const
     RowStats st{{neg_inf_f(), neg_inf_f()}, {0.f, 0.f}};
     const int row0 = t.m0 + cw * 64 + warp_in_wg * 16 + g;  // this thread's first row
     if (t.n_blocks > 0) {
-      float s[64];
-      uint32_t pf[32];
+      float s[Co::kS];
+      uint32_t pf[Co::kP];
       float corr[2];
       mbar_wait(q_full, q_count & 1);
       ++q_count;
@@ -166,7 +178,7 @@ __global__ void __launch_bounds__(384, 1) hopper_flash_kernel(const __grid_const
       if (lane == 0) mbar_arrive(empty_k(s_cur));
       {
         const int nb = t.n_blocks - 1;
-        if (block_needs_mask(p, t, nb)) mask_scores(s, row0, nb * 128 + 2 * tq, p.kv_len, p.causal, p.q_offset);
+        if (block_needs_mask(p, t, nb)) mask_scores(s, row0, nb * C::kBlockN + 2 * tq, p.kv_len, p.causal, p.q_offset);
         softmax_step(s, st, corr, p.scale_log2);
         scores_to_p<T>(s, pf);
       }
@@ -187,7 +199,7 @@ __global__ void __launch_bounds__(384, 1) hopper_flash_kernel(const __grid_const
         wgmma_wait<1>();
         fence_regs(s);
         if (lane == 0) mbar_arrive(empty_k(s_cur));
-        if (block_needs_mask(p, t, nb)) mask_scores(s, row0, nb * 128 + 2 * tq, p.kv_len, p.causal, p.q_offset);
+        if (block_needs_mask(p, t, nb)) mask_scores(s, row0, nb * C::kBlockN + 2 * tq, p.kv_len, p.causal, p.q_offset);
         softmax_step(s, st, corr, p.scale_log2);
         wgmma_wait<0>();
         fence_regs(o);
@@ -212,7 +224,7 @@ __global__ void __launch_bounds__(384, 1) hopper_flash_kernel(const __grid_const
     }
     store_state<D>(p, o, st, t.b, t.h, row0, tq);
   }
-  // Consumer 1's last arrival on barrier 1 has no partner yet: consume it.
+  // The last consumer's final arrival on barrier 1 has no partner yet: consume it.
   if (cw == 0) named_sync(1, 256);
 #else
   (void)p;

@@ -1,4 +1,4 @@
-// The consumer warpgroup's register math: online softmax on a 64 x 128 score tile held in wgmma
+// The consumer warpgroup's register math: online softmax on a 64 x N score tile held in wgmma
 // accumulators, the P fragments for the next wgmma, and the epilogue that writes or folds the
 // fp32 (o, lse) state.
 //
@@ -51,10 +51,11 @@ struct RowStats {
 
 // Sets invisible scores to -inf: keys at or past kv_len and (causal) keys past row + q_offset.
 // row0 is this thread's first row (absolute), key0 its first key column (absolute).
-__device__ __forceinline__ void mask_scores(float (&s)[64], long long row0, int key0, int kv_len, bool causal,
+template <int NS>
+__device__ __forceinline__ void mask_scores(float (&s)[NS], long long row0, int key0, int kv_len, bool causal,
                                             long long q_offset) {
 #pragma unroll
-  for (int i = 0; i < 64; ++i) {
+  for (int i = 0; i < NS; ++i) {
     const int key = key0 + 8 * (i >> 2) + (i & 1);
     const long long row = row0 + 8 * ((i >> 1) & 1);
     const bool visible = key < kv_len && (!causal || key <= row + q_offset);
@@ -66,10 +67,11 @@ __device__ __forceinline__ void mask_scores(float (&s)[64], long long row0, int 
 // p = exp2(s * scale_log2 - m * scale_log2) and returns in corr the factor by which the output
 // accumulated so far must be scaled. A row whose max is still -inf uses 0 as its base, so that
 // no (-inf) - (-inf) is formed; its p and corr are then exactly 0.
-__device__ __forceinline__ void softmax_step(float (&s)[64], RowStats& st, float (&corr)[2], float scale_log2) {
+template <int NS>
+__device__ __forceinline__ void softmax_step(float (&s)[NS], RowStats& st, float (&corr)[2], float scale_log2) {
   float mx[2] = {st.m[0], st.m[1]};
 #pragma unroll
-  for (int i = 0; i < 64; ++i) mx[(i >> 1) & 1] = fmaxf(mx[(i >> 1) & 1], s[i]);
+  for (int i = 0; i < NS; ++i) mx[(i >> 1) & 1] = fmaxf(mx[(i >> 1) & 1], s[i]);
   float base[2], sum[2] = {0.f, 0.f};
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
@@ -79,7 +81,7 @@ __device__ __forceinline__ void softmax_step(float (&s)[64], RowStats& st, float
     st.m[r] = mx[r];
   }
 #pragma unroll
-  for (int i = 0; i < 64; ++i) {
+  for (int i = 0; i < NS; ++i) {
     const int r = (i >> 1) & 1;
     s[i] = ex2(fmaf(s[i], scale_log2, -base[r]));
     sum[r] += s[i];
@@ -90,10 +92,10 @@ __device__ __forceinline__ void softmax_step(float (&s)[64], RowStats& st, float
 
 // P as the A operand of the P V wgmma: k-step kk (keys 16kk..16kk+15) takes accumulators
 // 8kk..8kk+7, which are exactly the m16k16 A fragment (rows g, g+8; columns 2t, 2t+8).
-template <typename T>
-__device__ __forceinline__ void scores_to_p(const float (&s)[64], uint32_t (&p)[32]) {
+template <typename T, int NS>
+__device__ __forceinline__ void scores_to_p(const float (&s)[NS], uint32_t (&p)[NS / 2]) {
 #pragma unroll
-  for (int i = 0; i < 32; ++i) p[i] = pack2<T>(s[2 * i], s[2 * i + 1]);
+  for (int i = 0; i < NS / 2; ++i) p[i] = pack2<T>(s[2 * i], s[2 * i + 1]);
 }
 
 template <int N>

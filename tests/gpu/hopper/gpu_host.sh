@@ -30,17 +30,26 @@ cuobjdump --dump-sass $B/hf.o > $B/hf.sass
 echo "sass: HGMMA $(grep -c HGMMA $B/hf.sass) UTMALDG $(grep -c UTMALDG $B/hf.sass) LDL/STL $(grep -cE 'LDL|STL' $B/hf.sass)" >> "$OUT/ptxas.txt"
 cat "$OUT/ptxas.txt"
 
-timeout 150 $B/tests --gtest_color=no > "$OUT/tests.log" 2>&1
-rc=$?
-grep -E "hopper   \]|FAILED|PASSED|SKIPPED|Failure|error|Expected|Which is" "$OUT/tests.log" | head -60
-echo "tests rc=$rc"
-if [ $rc -eq 124 ]; then echo "tests timed out (a hang): skipping the rest"; exit 1; fi
+VARIANTS="128x128 128x176 128x128s3 192x128"
+for v in $VARIANTS; do
+  RINGATTN_HOPPER_TILE=$v timeout 120 $B/tests --gtest_color=no > "$OUT/tests_$v.log" 2>&1
+  rc=$?
+  echo "== tests tile $v rc=$rc: $(grep -E '^\[  (PASSED|FAILED) ' "$OUT/tests_$v.log" | tr '\n' ' ')"
+  grep -E "Failure|Expected|Which is|rel err o [1-9]\.[0-9]+e-0[12]" "$OUT/tests_$v.log" | head -12
+  if [ $rc -eq 124 ]; then echo "tests timed out (a hang): stopping"; exit 1; fi
+done
+grep -h "hopper   \]" "$OUT/tests_128x128.log" | head -20
 
 SAN="--gtest_filter=HopperFlash.Fp16Dim64TailsGqa4:HopperFlash.CausalChunkedPrefill:HopperFlash.FoldCausalRowsWithNoKey"
-for tool in racecheck synccheck memcheck; do
-  timeout 100 compute-sanitizer --tool $tool $B/tests $SAN > "$OUT/san_$tool.log" 2>&1
-  echo "$tool rc=$? :: $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY|PASSED|FAILED' "$OUT/san_$tool.log" | tr '\n' ' ')"
+for v in $VARIANTS; do
+  for tool in racecheck synccheck; do
+    RINGATTN_HOPPER_TILE=$v timeout 100 compute-sanitizer --tool $tool $B/tests $SAN > "$B/san_${tool}_$v.log" 2>&1
+    echo "$tool $v rc=$? :: $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY|PASSED|FAILED' "$B/san_${tool}_$v.log" | tr '\n' ' ')"
+  done
 done
+RINGATTN_HOPPER_TILE=128x128 timeout 100 compute-sanitizer --tool memcheck $B/tests $SAN > "$B/san_memcheck.log" 2>&1
+echo "memcheck rc=$? :: $(grep -E 'ERROR SUMMARY|PASSED|FAILED' "$B/san_memcheck.log" | tr '\n' ' ')"
+cat $B/san_*.log > "$OUT/sanitizers.log"
 
 args=""
 for s in 1,32,8,8192,8192,128,full 1,32,8,8192,8192,128,causal 4,32,8,2048,2048,128,full \
@@ -48,8 +57,12 @@ for s in 1,32,8,8192,8192,128,full 1,32,8,8192,8192,128,causal 4,32,8,2048,2048,
          1,32,8,8192,8192,64,causal; do
   args="$args --shape $s"
 done
-timeout 120 $B/bench $args > "$OUT/ours.csv" 2>&1
-echo "bench rc=$?"
+: > "$OUT/ours.csv"
+for v in $VARIANTS; do
+  RINGATTN_HOPPER_TILE=$v timeout 100 $B/bench $args 2>&1 | sed "s/,ours_hopper,/,ours_$v,/" >> "$OUT/ours.csv"
+  echo "bench $v rc=$?"
+done
 timeout 240 python3 .bench/peers.py --no-ceilings $args > "$OUT/peers.csv" 2>&1
 echo "peers rc=$?"
+nvidia-smi --query-gpu=clocks.sm,power.draw,temperature.gpu --format=csv,noheader
 python3 tests/gpu/hopper/table.py "$OUT/ours.csv" "$OUT/peers.csv" | tee "$OUT/table.txt"

@@ -10,7 +10,15 @@ def rows(path):
             out.append([",".join(f[:7])] + f[7:])
     return out
 
-ours = {f[0]: f for f in rows(sys.argv[1])}
+ours = {}  # shape -> {variant: (tflops, ms)}
+order = []
+for f in rows(sys.argv[1]):
+    if f[0] not in ours:
+        order.append(f[0])
+    try:
+        ours.setdefault(f[0], {})[f[1]] = (float(f[2]), f[3])
+    except ValueError:
+        ours.setdefault(f[0], {})[f[1]] = (float("nan"), "")
 peers = {}
 for f in rows(sys.argv[2]):
     try:
@@ -20,14 +28,18 @@ for f in rows(sys.argv[2]):
 def best(d, *names):
     v = [d[n] for n in names if n in d]
     return max(v) if v else float("nan")
-print(f"{'shape':32} {'ours':>7} {'ms':>8} {'cudnn':>7} {'fa2':>7} {'triton':>7} {'ours/cudnn':>10}")
-for shape, f in ours.items():
+variants = []
+for shape in order:
+    for name in ours[shape]:
+        if name not in variants:
+            variants.append(name)
+short = [v.replace("ours_", "") for v in variants]
+print(f"{'shape (TFLOP/s)':30} " + " ".join(f"{s:>9}" for s in short) + f" {'cudnn':>7} {'fa2':>7} {'triton':>7} {'best/cudnn':>10}")
+for shape in order:
     p = peers.get(shape, {})
-    try:
-        ours_t = float(f[2])
-    except ValueError:
-        ours_t = float("nan")
+    vals = [ours[shape].get(v, (float("nan"), ""))[0] for v in variants]
     cud = best(p, "sdpa_cudnn", "sdpa_cudnn_gqa")
     fa2 = best(p, "sdpa_flash", "sdpa_flash_gqa")
     tri = best(p, "triton_32x32", "triton_128x64")
-    print(f"{shape:32} {ours_t:7.1f} {f[3]:>8} {cud:7.1f} {fa2:7.1f} {tri:7.1f} {ours_t / cud:10.2f}")
+    top = max([x for x in vals if x == x], default=float("nan"))
+    print(f"{shape:30} " + " ".join(f"{x:9.1f}" for x in vals) + f" {cud:7.1f} {fa2:7.1f} {tri:7.1f} {top / cud:10.2f}")
