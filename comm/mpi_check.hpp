@@ -15,7 +15,10 @@ inline void mpi_check(int rc, const char* call, const char* file, int line, int 
   char text[MPI_MAX_ERROR_STRING] = {};
   int len = 0;
   if (MPI_Error_string(rc, text, &len) != MPI_SUCCESS) len = 0;
-  fail_runtime("{} failed at {}:{} on rank {}: {} (MPI error {})", call, file, line, rank, std::string(text, size_t(len)),
+  // The call's name only (the text up to its argument list), not every argument.
+  const std::string text_of_call(call);
+  const std::string name = text_of_call.substr(0, text_of_call.find('('));
+  fail_runtime("{} failed at {}:{} on rank {}: {} (MPI error {})", name, file, line, rank, std::string(text, size_t(len)),
                rc);
 }
 

@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "comm/mpi_check.hpp"
+#include "ringattn/flight_recorder.hpp"
 #include "ringattn/ring.hpp"
 
 namespace ringattn {
@@ -28,6 +29,18 @@ namespace {
 // MPI counts are int: larger blocks go in pieces of at most 1 GiB.
 constexpr size_t kMaxPiece = size_t(1) << 30;
 constexpr int kExchangeTag = 7100;
+
+// Bound on every wait for an exchange, so a peer that hangs ends the job with a message instead
+// of leaving this rank waiting forever: RINGATTN_MPI_TIMEOUT_S seconds (default 300).
+double exchange_timeout_s() {
+  const char* env = std::getenv("RINGATTN_MPI_TIMEOUT_S");
+  if (env == nullptr || *env == '\0') return 300.0;
+  char* end = nullptr;
+  const double v = std::strtod(env, &end);
+  if (end == env || *end != '\0' || !(v > 0))
+    fail_arg("RINGATTN_MPI_TIMEOUT_S='{}' must be a positive number of seconds", env);
+  return v;
+}
 
 MpiProgress progress_from_env(MpiProgress requested, int thread_level) {
   if (requested == MpiProgress::Auto) {
@@ -59,11 +72,20 @@ class MpiTransport final : public Transport {
     int level = MPI_THREAD_SINGLE;
     RINGATTN_MPI_CHECK(MPI_Query_thread(&level), rank_);
     mode_ = progress_from_env(progress, level);
+    timeout_s_ = exchange_timeout_s();
     requests_.reserve(16);  // no allocation on the first hop
+    statuses_.reserve(16);
+    expected_.reserve(8);
     if (mode_ == MpiProgress::HelperThread) helper_ = std::thread([this] { helper_loop(); });
   }
 
   ~MpiTransport() override {
+    if (stuck_) {
+      // An exchange timed out: the helper may sit in MPI_Sendrecv for good and the communicator
+      // is unusable. Leave both; the process is about to end (abort) anyway.
+      if (helper_.joinable()) helper_.detach();
+      return;
+    }
     if (helper_.joinable()) {
       {
         std::lock_guard<std::mutex> lk(mu_);
@@ -88,6 +110,7 @@ class MpiTransport final : public Transport {
     if (in_flight_) fail_runtime("rank {}: start_exchange while an exchange is in flight (call wait_exchange first)", rank_);
     if (send == recv) fail_arg("rank {}: start_exchange needs distinct send and receive buffers", rank_);
     in_flight_ = true;
+    ++exchanges_;
     bytes_sent_ += bytes;
     posted_ = std::chrono::steady_clock::now();
     if (mode_ == MpiProgress::HelperThread) {
@@ -102,6 +125,7 @@ class MpiTransport final : public Transport {
       return;
     }
     requests_.clear();
+    expected_.clear();
     const int next = (rank_ + 1) % size_, prev = (rank_ + size_ - 1) % size_;
     for (size_t off = 0, piece = 0; off < bytes; off += kMaxPiece, ++piece) {
       const int n = int(std::min(kMaxPiece, bytes - off));
@@ -113,6 +137,7 @@ class MpiTransport final : public Transport {
                                    comm_, &rq[1]), rank_);
       requests_.push_back(rq[0]);
       requests_.push_back(rq[1]);
+      expected_.push_back(n);
     }
   }
 
@@ -121,12 +146,21 @@ class MpiTransport final : public Transport {
     in_flight_ = false;
     if (mode_ == MpiProgress::HelperThread) {
       std::unique_lock<std::mutex> lk(mu_);
-      cv_.wait(lk, [this] { return done_; });
+      if (!cv_.wait_for(lk, std::chrono::duration<double>(timeout_s_), [this] { return done_; })) timed_out();
       last_seconds_ = job_seconds_;
       if (error_) std::rethrow_exception(error_);
       return;
     }
-    RINGATTN_MPI_CHECK(MPI_Waitall(int(requests_.size()), requests_.data(), MPI_STATUSES_IGNORE), rank_);
+    // MPI_Testall in a loop instead of MPI_Waitall, so the wait is bounded.
+    statuses_.resize(requests_.size());
+    int flag = 0;
+    for (;;) {
+      RINGATTN_MPI_CHECK(MPI_Testall(int(requests_.size()), requests_.data(), &flag, statuses_.data()), rank_);
+      if (flag) break;
+      if (std::chrono::duration<double>(std::chrono::steady_clock::now() - posted_).count() > timeout_s_) timed_out();
+      std::this_thread::sleep_for(std::chrono::microseconds(20));
+    }
+    for (size_t i = 0; i < expected_.size(); ++i) check_received(statuses_[2 * i], expected_[i]);
     last_seconds_ = -1.0;  // completion was only observed here, after the compute: not a transfer time
   }
 
@@ -136,11 +170,17 @@ class MpiTransport final : public Transport {
     if (in_flight_) fail_runtime("rank {}: allgather while an exchange is in flight", rank_);
     if (bytes_per_rank > size_t(INT_MAX))
       fail_arg("rank {}: allgather of {} bytes per rank exceeds MPI's int count ({})", rank_, bytes_per_rank, INT_MAX);
-    RINGATTN_MPI_CHECK(MPI_Allgather(send, int(bytes_per_rank), MPI_BYTE, recv, int(bytes_per_rank), MPI_BYTE, comm_),
-                       rank_);
+    MPI_Request rq;
+    RINGATTN_MPI_CHECK(MPI_Iallgather(send, int(bytes_per_rank), MPI_BYTE, recv, int(bytes_per_rank), MPI_BYTE, comm_,
+                                      &rq), rank_);
+    wait_collective(rq, "allgather");
   }
 
-  void barrier() override { RINGATTN_MPI_CHECK(MPI_Barrier(comm_), rank_); }
+  void barrier() override {
+    MPI_Request rq;
+    RINGATTN_MPI_CHECK(MPI_Ibarrier(comm_, &rq), rank_);
+    wait_collective(rq, "barrier");
+  }
 
   uint64_t bytes_sent() const override { return bytes_sent_; }
 
@@ -183,10 +223,46 @@ class MpiTransport final : public Transport {
     const int next = (rank_ + 1) % size_, prev = (rank_ + size_ - 1) % size_;
     for (size_t off = 0, piece = 0; off < job.bytes; off += kMaxPiece, ++piece) {
       const int n = int(std::min(kMaxPiece, job.bytes - off));
+      MPI_Status status;
       RINGATTN_MPI_CHECK(MPI_Sendrecv(static_cast<const char*>(job.send) + off, n, MPI_BYTE, next,
                                       kExchangeTag + int(piece), static_cast<char*>(job.recv) + off, n, MPI_BYTE, prev,
-                                      kExchangeTag + int(piece), comm_, MPI_STATUS_IGNORE), rank_);
+                                      kExchangeTag + int(piece), comm_, &status), rank_);
+      check_received(status, n);
     }
+  }
+
+  // A peer that sends fewer bytes than this rank expects does not fail the receive in MPI; it
+  // would leave part of the block stale. (More bytes fail the call itself: MPI_ERR_TRUNCATE.)
+  void check_received(const MPI_Status& status, int expected) const {
+    int got = 0;
+    RINGATTN_MPI_CHECK(MPI_Get_count(&status, MPI_BYTE, &got), rank_);
+    if (got != expected)
+      fail_runtime("rank {}: exchange {} received {} bytes from rank {} but expected {}: the ranks disagree on the "
+                   "K/V block size", rank_, exchanges_, got, (rank_ + size_ - 1) % size_, expected);
+  }
+
+  // A collective is bounded like an exchange: a rank that never joins must not hang the others.
+  void wait_collective(MPI_Request& rq, const char* what) {
+    const auto t0 = std::chrono::steady_clock::now();
+    int flag = 0;
+    for (;;) {
+      RINGATTN_MPI_CHECK(MPI_Test(&rq, &flag, MPI_STATUS_IGNORE), rank_);
+      if (flag) return;
+      if (std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() > timeout_s_) {
+        stuck_ = true;
+        fail_runtime("rank {}: {} did not complete within {} s (RINGATTN_MPI_TIMEOUT_S); some rank has stopped "
+                     "before it or hangs", rank_, what, timeout_s_);
+      }
+      std::this_thread::sleep_for(std::chrono::microseconds(20));
+    }
+  }
+
+  [[noreturn]] void timed_out() {
+    stuck_ = true;
+    fail_runtime("rank {}: exchange {} with ranks {} (send) and {} (receive) did not complete within {} s "
+                 "(RINGATTN_MPI_TIMEOUT_S); a peer has stopped or hangs. Recent hop events of this rank:\n{}",
+                 rank_, exchanges_, (rank_ + 1) % size_, (rank_ + size_ - 1) % size_, timeout_s_,
+                 flight_recorder().dump());
   }
 
   MPI_Comm comm_ = MPI_COMM_NULL;
@@ -197,6 +273,11 @@ class MpiTransport final : public Transport {
   double last_seconds_ = -1.0;
   std::chrono::steady_clock::time_point posted_;
   std::vector<MPI_Request> requests_;
+  std::vector<MPI_Status> statuses_;
+  std::vector<int> expected_;
+  double timeout_s_ = 300.0;
+  uint64_t exchanges_ = 0;
+  bool stuck_ = false;
 
   // Helper thread state, guarded by mu_.
   std::thread helper_;

@@ -7,6 +7,8 @@
 
 #include "ringattn/agree.hpp"
 #include "ringattn/error.hpp"
+#include "ringattn/fault.hpp"
+#include "ringattn/flight_recorder.hpp"
 #include "ringattn/ring.hpp"
 #include "ringattn/ring_buffers.hpp"
 #include "ringattn/schedule.hpp"
@@ -103,6 +105,7 @@ RankStats run_ring_attention(const GlobalProblem& p, const LocalTensors& x, Back
   st.hops.reserve(size_t(P));
   st.transfer_s = P > 1 ? 0.0 : -1.0;
   const uint64_t bytes_before = t.bytes_sent();
+  FlightRecorder& recorder = flight_recorder();
   int cur = 0;
   for (int s = 0; s < P; ++s) {
     const HopPlan& plan = sched.hops()[size_t(s)];
@@ -115,11 +118,15 @@ RankStats run_ring_attention(const GlobalProblem& p, const LocalTensors& x, Back
     // has nothing left to pass on.
     const bool exchange = s + 1 < P;
     if (exchange) {
+      maybe_die_or_hang(r, s);  // RINGATTN_FAULT: tests of the failure paths
+      // An injected corrupt block is short, which the receiving rank must detect.
+      const size_t send_bytes = fault_fires(FaultKind::Corrupt, r, s) ? block_bytes / 2 : block_bytes;
       const uint64_t before = t.bytes_sent();
+      recorder.record(s, HopEvent::Posted, (r + 1) % P, send_bytes);
       if (staged)
-        t.start_exchange(host[cur].data(), host[1 - cur].data(), block_bytes);
+        t.start_exchange(host[cur].data(), host[1 - cur].data(), send_bytes);
       else
-        t.start_exchange(blocks[cur].get(), blocks[1 - cur].get(), block_bytes);
+        t.start_exchange(blocks[cur].get(), blocks[1 - cur].get(), send_bytes);
       hs.bytes_sent = t.bytes_sent() - before;
     }
     const auto t0 = Clock::now();
@@ -138,8 +145,15 @@ RankStats run_ring_attention(const GlobalProblem& p, const LocalTensors& x, Back
     b.synchronize();
     const auto t1 = Clock::now();
     hs.compute_s = std::chrono::duration<double>(t1 - t0).count();
+    recorder.record(s, HopEvent::Computed, plan.source_rank);
     if (exchange) {
-      t.wait_exchange();
+      try {
+        t.wait_exchange();
+      } catch (...) {
+        recorder.record(s, HopEvent::Failed, (r + P - 1) % P);
+        throw;
+      }
+      recorder.record(s, HopEvent::Completed, (r + P - 1) % P, block_bytes);
       if (staged) {
         b.copy_from_host(blocks[1 - cur].get(), host[1 - cur].data(), block_bytes);
         b.synchronize();

@@ -18,7 +18,7 @@ namespace ringattn {
 namespace {
 
 struct DriverOptions {
-  int64_t n = 4096, batch = 1, heads = 4, kv_heads = 4, dim = 64;
+  int64_t n = 4096, batch = 1, heads = 4, kv_heads = 0, dim = 64;  // kv_heads 0: = heads
   bool full = false;
   std::string shardings = "contiguous,zigzag", dtype = "fp32", progress = "auto";
   int repeat = 3, warmup = 1;
@@ -42,12 +42,12 @@ int run(const DriverOptions& o, Transport& t) {
   if (r == 0)
     std::printf("# ring attention, CPU ranks: P=%d N=%lld B=%lld Hq=%lld Hkv=%lld D=%lld %s %s, transport %s, best of %d\n"
                 "%-11s %9s %9s %9s %8s %9s %9s %8s %12s\n",
-                P, (long long)o.n, (long long)o.batch, (long long)o.heads, (long long)o.kv_heads, (long long)o.dim,
+                P, (long long)o.n, (long long)o.batch, (long long)o.heads, (long long)(o.kv_heads > 0 ? o.kv_heads : o.heads), (long long)o.dim,
                 o.full ? "full" : "causal", o.dtype.c_str(), t.name().c_str(), o.repeat, "sharding", "wall_s",
                 "comp_min", "comp_max", "imbal", "pair_imb", "exposed", "hidden", "bytes/rank");
   for (const std::string& name : names) {
     GlobalProblem p;
-    p.batch = o.batch, p.q_heads = o.heads, p.kv_heads = o.kv_heads, p.head_dim = o.dim;
+    p.batch = o.batch, p.q_heads = o.heads, p.kv_heads = o.kv_heads > 0 ? o.kv_heads : o.heads, p.head_dim = o.dim;
     p.q_len = p.kv_len = o.n + (r == o.bad_n_rank ? o.bad_n_delta : 0);
     p.causal = !o.full;
     p.dtype = parse_dtype(o.dtype);
