@@ -54,19 +54,17 @@ int run_command(const RunOptions& o, MpiSession& mpi) {
   ProblemSetup setup;
   LocalProblem local;
   int code = kExitOk;
+  std::string error;
   try {
     setup = setup_problem(o.problem);
     validate_problem(setup.problem, w.size);
     if (w.rank == 0) spdlog::info("problem: {}; world {} over {}", problem_line(setup.problem), w.size, w.transport_name);
     local = load_local(setup.problem, *setup.source, *w.backend, w.rank, w.size);
   } catch (const InvalidArgument& e) {
-    spdlog::error("{}", e.what());
+    error = e.what();
     code = kExitError;
   }
-  if (agree_exit_code(t, code) != kExitOk) {
-    if (code == kExitOk) spdlog::debug("another rank could not set up the problem; stopping");
-    return kExitError;
-  }
+  if (agree_on_errors(t, code, error) != kExitOk) return kExitError;
   const GlobalProblem& p = setup.problem;
 
   ringattn::RunOptions ro;

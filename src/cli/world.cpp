@@ -4,6 +4,7 @@
 #include <omp.h>
 
 #include <cstdlib>
+#include <functional>
 #include <vector>
 
 #include <spdlog/spdlog.h>
@@ -149,6 +150,24 @@ int agree_exit_code(Transport& t, int code) {
   t.allgather(&code, all.data(), sizeof(int));
   int worst = 0;
   for (int c : all) worst = std::max(worst, c);
+  return worst;
+}
+
+int agree_on_errors(Transport& t, int code, const std::string& message) {
+  struct Entry {
+    int code;
+    uint64_t hash;
+  };
+  const Entry mine{code, code != 0 ? uint64_t(std::hash<std::string>{}(message)) : 0};
+  std::vector<Entry> all(size_t(t.size()));
+  t.allgather(&mine, all.data(), sizeof(Entry));
+  int worst = 0;
+  bool first_with_message = code != 0;
+  for (int r = 0; r < t.size(); ++r) {
+    worst = std::max(worst, all[size_t(r)].code);
+    if (r < t.rank() && all[size_t(r)].code != 0 && all[size_t(r)].hash == mine.hash) first_with_message = false;
+  }
+  if (first_with_message) spdlog::error("{}", message);
   return worst;
 }
 

@@ -57,6 +57,11 @@ World make_world(const ProblemOptions& o, const MpiSession& mpi);
 // The largest of every rank's `code` (collective over `t`): the exit code all ranks agree on.
 int agree_exit_code(Transport& t, int code);
 
+// Like agree_exit_code, and logs `message` (the error of a failing rank) once per distinct
+// message: by the lowest rank that holds it. An error every rank meets alike prints once, an
+// error of one rank (a file missing on its host) prints with that rank's prefix.
+int agree_on_errors(Transport& t, int code, const std::string& message);
+
 }  // namespace ringattn::cli
 
 namespace ringattn::cli {
