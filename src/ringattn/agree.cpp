@@ -23,7 +23,7 @@ struct Description {
 Description describe(const GlobalProblem& p, const LocalVerdict& local, int world) {
   Description d;
   d.world = world;
-  d.operation = p.is_ring() ? 1 : 2;
+  d.operation = p.is_ring() && !local.decode ? 1 : 2;
   d.batch = p.batch;
   d.q_heads = p.q_heads;
   d.kv_heads = p.kv_heads;

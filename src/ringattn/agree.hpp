@@ -14,6 +14,7 @@ namespace ringattn {
 // read incoming blocks the same way) and an error found in its local tensors ("" when none).
 struct LocalVerdict {
   uint32_t k_layout = 0, v_layout = 0;
+  bool decode = false;  // run_distributed_decode (also of a self-attention shaped problem)
   std::string error;
 };
 

@@ -22,6 +22,7 @@ RankStats run_distributed_decode(const GlobalProblem& p, const LocalTensors& x, 
   const int64_t B = p.batch, Hq = p.q_heads, T = p.q_len, D = p.head_dim;
 
   LocalVerdict verdict;
+  verdict.decode = true;
   for (const auto& [what, v, heads, len] :
        {std::tuple{"q", &x.q, Hq, T}, std::tuple{"out", &x.out, Hq, T}, std::tuple{"k", &x.k, p.kv_heads, kv.len},
         std::tuple{"v", &x.v, p.kv_heads, kv.len}}) {
