@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <cstdio>
 
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
@@ -97,29 +98,29 @@ SizeResult bench_size(const BenchOptions& o, GlobalProblem p, InputSource& src, 
   return r;
 }
 
-void print_header(const BenchOptions& o, const GlobalProblem& p, const World& w, const std::vector<RankReport>& ranks) {
-  fmt::print("# ringattn bench: impl {}, device {}, transport {}, world {}\n", o.impl, o.problem.device,
+void print_header(std::FILE* f, const BenchOptions& o, const GlobalProblem& p, const World& w, const std::vector<RankReport>& ranks) {
+  fmt::print(f, "# ringattn bench: impl {}, device {}, transport {}, world {}\n", o.impl, o.problem.device,
              w.transport_name, w.size);
-  fmt::print("# batch {} heads {}/{} dim {} dtype {} {} shard {} | seq {}..{} x{} | iters {} warmup {} | seed {}\n",
+  fmt::print(f, "# batch {} heads {}/{} dim {} dtype {} {} shard {} | seq {}..{} x{} | iters {} warmup {} | seed {}\n",
              p.batch, p.q_heads, p.kv_heads, p.head_dim, dtype_name(p.dtype), p.causal ? "causal" : "full",
              sharding_name(p.sharding), o.seq_min, o.seq_max, o.seq_factor, o.iters, o.warmup, o.problem.seed);
-  fmt::print("# check: {}\n", o.check ? "fp64 naive reference (all rows when small, a seeded sample when large)"
+  fmt::print(f, "# check: {}\n", o.check ? "fp64 naive reference (all rows when small, a seeded sample when large)"
                                        : "off (non-finite values still counted)");
-  fmt::print("#\n");
-  for (const RankReport& r : ranks) fmt::print("#  Rank {:>3} Host {:<20} Device {}\n", r.rank, r.host, r.device);
-  fmt::print("#\n");
-  fmt::print("# {:>9} {:>6} {:>11} {:>10} {:>8} {:>8} {:>10} {:>10} {:>6} {:>8} {:>7}\n", "seq", "impl", "time_ms",
+  fmt::print(f, "#\n");
+  for (const RankReport& r : ranks) fmt::print(f, "#  Rank {:>3} Host {:<20} Device {}\n", r.rank, r.host, r.device);
+  fmt::print(f, "#\n");
+  fmt::print(f, "# {:>9} {:>6} {:>11} {:>10} {:>8} {:>8} {:>10} {:>10} {:>6} {:>8} {:>7}\n", "seq", "impl", "time_ms",
              "rate", "unit", "hidden%", "max_abs", "max_rel", "#nan", "rss", "check");
 }
 
-void print_row(const SizeResult& r) {
+void print_row(std::FILE* f, const SizeResult& r) {
   const double rate = r.median_s > 0 ? r.flops / r.median_s : 0;
   const bool tera = rate >= 1e12;
-  fmt::print("  {:>9} {:>6} {:>11.3f} {:>10.2f} {:>8} {:>8} {:>10.2e} {:>10.2e} {:>6} {:>8} {:>7}\n", r.seq, r.impl,
+  fmt::print(f, "  {:>9} {:>6} {:>11.3f} {:>10.2f} {:>8} {:>8} {:>10.2e} {:>10.2e} {:>6} {:>8} {:>7}\n", r.seq, r.impl,
              r.median_s * 1e3, tera ? rate / 1e12 : rate / 1e9, tera ? "TFLOP/s" : "GFLOP/s",
              r.hidden >= 0 ? fmt::format("{:.1f}", 100 * r.hidden) : std::string("n/a"), r.sum.max_abs, r.sum.max_rel,
              r.sum.nan_count, human_bytes(double(r.sum.peak_rss)), r.pass ? "OK" : "FAILED");
-  std::fflush(stdout);
+  std::fflush(f);
 }
 
 }  // namespace
@@ -143,7 +144,9 @@ int bench_command(const BenchOptions& o, MpiSession& mpi) {
                                                           : std::vector<std::string>{o.impl};
   RankReport me = make_rank_report(w, RankStats{}, 0, 0);
   const auto ranks = gather_reports(t, me);
-  if (w.rank == 0) print_header(o, setup.problem, w, ranks);
+  // With --json - the record owns stdout; the table moves to stderr.
+  std::FILE* f = o.json_file == "-" ? stderr : stdout;
+  if (w.rank == 0) print_header(f, o, setup.problem, w, ranks);
 
   bool all_ok = true;
   nlohmann::json rows = nlohmann::json::array();
@@ -162,9 +165,9 @@ int bench_command(const BenchOptions& o, MpiSession& mpi) {
       all_ok = all_ok && r.pass;
       if (impl == "flash") flash_s = r.median_s;
       if (w.rank != 0) continue;
-      print_row(r);
+      print_row(f, r);
       if (impl == "naive" && flash_s > 0)
-        fmt::print("# seq {}: flash is {:.1f}x the naive reference ({:.2f} vs {:.2f} GFLOP/s)\n", n,
+        fmt::print(f, "# seq {}: flash is {:.1f}x the naive reference ({:.2f} vs {:.2f} GFLOP/s)\n", n,
                    r.median_s / flash_s, r.flops / flash_s / 1e9, r.flops / r.median_s / 1e9);
       rows.push_back({{"seq", n}, {"impl", impl}, {"median_s", r.median_s}, {"flops", r.flops},
                       {"gflops_per_s", r.median_s > 0 ? r.flops / r.median_s / 1e9 : 0.0},
@@ -175,9 +178,9 @@ int bench_command(const BenchOptions& o, MpiSession& mpi) {
   }
   int code = all_ok ? kExitOk : kExitCheckFailed;
   if (w.rank == 0) {
-    fmt::print("# Out of tolerance or non-finite results: {}\n", all_ok ? "none" : "some (see the check column)");
-    fmt::print("# Result: {}\n", all_ok ? "OK" : "FAILED");
-    std::fflush(stdout);
+    fmt::print(f, "# Out of tolerance or non-finite results: {}\n", all_ok ? "none" : "some (see the check column)");
+    fmt::print(f, "# Result: {}\n", all_ok ? "OK" : "FAILED");
+    std::fflush(f);
     if (!o.json_file.empty()) {
       nlohmann::json j = {{"command", "bench"},  {"impl", o.impl},       {"device", o.problem.device},
                           {"transport", w.transport_name}, {"world", w.size}, {"problem", problem_json(setup.problem)},

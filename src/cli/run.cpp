@@ -1,5 +1,6 @@
 // `ringattn run`: one problem, once, on every rank of the world (a world of one without mpirun).
 #include <chrono>
+#include <cstdio>
 
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
@@ -13,34 +14,34 @@
 namespace ringattn::cli {
 namespace {
 
-void print_run_report(const GlobalProblem& p, const World& w, const std::vector<RankReport>& all, const Summary& s,
-                      bool checked) {
-  fmt::print("# ringattn run: {}\n", problem_line(p));
-  fmt::print("# world {}, transport {}\n", w.size, w.transport_name);
-  fmt::print("# {:>4}  {:<16} {:<18} {:>9} {:>11} {:>11} {:>8} {:>11} {:>11} {:>11}\n", "rank", "host", "device",
+void print_run_report(std::FILE* f, const GlobalProblem& p, const World& w, const std::vector<RankReport>& all,
+                      const Summary& s, bool checked) {
+  fmt::print(f, "# ringattn run: {}\n", problem_line(p));
+  fmt::print(f, "# world {}, transport {}\n", w.size, w.transport_name);
+  fmt::print(f, "# {:>4}  {:<16} {:<18} {:>9} {:>11} {:>11} {:>8} {:>11} {:>11} {:>11}\n", "rank", "host", "device",
              "wall_ms", "compute_ms", "exposed_ms", "hidden%", "sent", "peak_rss", "workspace");
   for (const RankReport& r : all)
-    fmt::print("  {:>4}  {:<16} {:<18} {:>9.2f} {:>11.2f} {:>11.2f} {:>8} {:>11} {:>11} {:>11}\n", r.rank, r.host,
+    fmt::print(f, "  {:>4}  {:<16} {:<18} {:>9.2f} {:>11.2f} {:>11.2f} {:>8} {:>11} {:>11} {:>11}\n", r.rank, r.host,
                r.device, r.wall_s * 1e3, r.compute_s * 1e3, r.exposed_comm_s * 1e3,
                r.hidden >= 0 ? fmt::format("{:.1f}", 100 * r.hidden) : std::string("n/a"), human_bytes(double(r.bytes_sent)),
                human_bytes(double(r.peak_rss)), human_bytes(double(r.workspace)));
   const double flops = attention_flops(p);
-  fmt::print("time     {:.3f} ms (slowest rank)\n", s.wall_s * 1e3);
-  fmt::print("rate     {} ({:.3f} GFLOP = 4 x batch x heads x dim x visible query-key pairs)\n",
+  fmt::print(f, "time     {:.3f} ms (slowest rank)\n", s.wall_s * 1e3);
+  fmt::print(f, "rate     {} ({:.3f} GFLOP = 4 x batch x heads x dim x visible query-key pairs)\n",
              rate_string(flops, s.wall_s), flops / 1e9);
-  fmt::print("memory   peak rss {} (largest rank), workspace {} (largest rank, backend allocations)\n",
+  fmt::print(f, "memory   peak rss {} (largest rank), workspace {} (largest rank, backend allocations)\n",
              human_bytes(double(s.peak_rss)), human_bytes(double(s.workspace)));
   if (checked) {
     const Tolerance t = tolerance_for(p.dtype);
-    fmt::print("check    {} of {} rows{}: max abs {:.3e}, max rel {:.3e}, max lse abs {:.3e}, non-finite {}, over "
+    fmt::print(f, "check    {} of {} rows{}: max abs {:.3e}, max rel {:.3e}, max lse abs {:.3e}, non-finite {}, over "
                "tolerance {} -> {}\n",
                s.rows_checked, s.rows_total, s.rows_checked == s.rows_total ? " (all)" : " (seeded sample)", s.max_abs,
                s.max_rel, s.max_lse_abs, s.nan_count, s.violations,
                s.nan_count == 0 && s.violations == 0 ? "OK" : "FAILED");
-    fmt::print("         tolerance {}: |o - ref| <= {:.0e} + {:.0e} |ref|, |lse - ref| <= {:.0e}\n", dtype_name(p.dtype),
+    fmt::print(f, "         tolerance {}: |o - ref| <= {:.0e} + {:.0e} |ref|, |lse - ref| <= {:.0e}\n", dtype_name(p.dtype),
                t.atol, t.rtol, t.lse_atol);
   }
-  std::fflush(stdout);
+  std::fflush(f);
 }
 
 }  // namespace
@@ -106,7 +107,8 @@ int run_command(const RunOptions& o, MpiSession& mpi) {
   }
 
   if (w.rank == 0) {
-    print_run_report(p, w, all, s, o.check);
+    // With --json - the record owns stdout; the table moves to stderr.
+    print_run_report(o.json_file == "-" ? stderr : stdout, p, w, all, s, o.check);
     if (!o.json_file.empty()) {
       const double flops = attention_flops(p);
       nlohmann::json j = {{"command", "run"},

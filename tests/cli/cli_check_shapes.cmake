@@ -27,4 +27,6 @@ string(JSON rank0 GET "${json}" ranks 0 host)
 if(NOT pass STREQUAL "ON" OR gflops LESS_EQUAL 0 OR rank0 STREQUAL "")
   message(FATAL_ERROR "run.json: pass=${pass} gflops=${gflops} host=${rank0}")
 endif()
-step(EXPECT_RC 0 COMMAND ${RINGATTN} run --seq 64 --seed ${SEED} --json - STDOUT "\"command\":\"run\"")
+# --json - : stdout holds the record alone (one line); the table moves to stderr.
+step(EXPECT_RC 0 COMMAND ${RINGATTN} run --seq 64 --seed ${SEED} --json -
+     STDOUT "^{[^\n]*\"command\":\"run\"[^\n]*}\n$" STDERR "# ringattn run")
