@@ -37,7 +37,7 @@ struct SplitPartials {
 // How a decode is cut: `splits` key chunks of `chunk` keys (a multiple of the key tile).
 struct DecodePlan {
   int64_t splits = 1, chunk = 0, row_blocks = 1;
-  int64_t parts = 1;  // partial states per row (splits x warps that each own a key subset)
+  int64_t parts = 1;  // partial states per row (one per split)
 };
 
 // Plans a decode of f with the packed tensor-core kernel: enough CTAs to fill `sms`
@@ -45,7 +45,7 @@ struct DecodePlan {
 DecodePlan plan_decode_mma(const FlashParams& f, int splits_hint, int sms);
 
 // Split-KV decode (bf16/fp16, head dim 64 or 128): every CTA takes one (batch, KV head, key
-// chunk, block of 16 packed query rows) and writes its warps' partial states into `out`.
+// chunk, block of 16 packed query rows) and writes one partial state per row into `out`.
 void launch_decode_mma(const FlashParams& f, const DecodePlan& plan, const SplitPartials& out, cudaStream_t stream);
 
 // Merges all partials of each row and writes (StateMode::Write) or folds (Fold) into `state`.

@@ -6,12 +6,12 @@
 // - Split KV: the grid is (key chunk, batch x KV head, row block), sized so that every
 //   multiprocessor holds CTAs even at batch 1 with 8 KV heads; each CTA streams its chunk
 //   through a 3-stage cp.async ring of 64-key tiles.
-// - Each of the 4 warps takes its own 16 keys of every tile and keeps its own partial state;
-//   the partials of all (chunk, warp) pairs are combined by the merge-splits kernel (merge.cu).
+// - Each of the 4 warps takes its own 16 keys of every tile and keeps its own (m, l, acc); the
+//   warps combine through shared memory at the end, and the partials of all chunks are
+//   combined by the merge-splits kernel (merge.cu).
 #include "kernels/cuda/cuda_check.hpp"
 #include "kernels/cuda/cuda_kernels.hpp"
 #include "kernels/cuda/device_common.cuh"
-#include "kernels/cuda/flash_epilogue.cuh"
 
 namespace ringattn::cuda {
 namespace {
@@ -178,16 +178,58 @@ __global__ void __launch_bounds__(kThreads) decode_mma_kernel(const DecodeKernel
     }
   }
   cp_async_wait<0>();
+  __syncthreads();  // every warp is done with the K/V tiles: their memory becomes the scratch
 
-  // Every (split, warp) writes a partial for each of its rows, empty or not: the merge reads all.
-  const int64_t part = split * kWarps + warp;
+  // The 4 warps saw disjoint keys of the same rows: combine their (m, l, acc) through shared
+  // memory so that each split writes one partial per row (the merge then reads 4x less).
+  constexpr int kLd = D + 4;  // padded rows: the quads' stores spread over the banks
+  static_assert(sizeof(float) * (kWarps * 16 * (kLd + 2)) <= sizeof(T) * kStages * kTileKeys * D,
+                "the combine scratch fits in the K stages");
+  float* red_acc = reinterpret_cast<float*>(sK);    // [kWarps][16][kLd], unnormalized
+  float* red_m = red_acc + kWarps * 16 * kLd;       // [kWarps][16], log2 units
+  float* red_l = red_m + kWarps * 16;               // [kWarps][16]
+#pragma unroll
+  for (int half = 0; half < 2; ++half) {
+    const int r = (lane >> 2) + half * 8;
+    float sum = l[half];
+    sum += __shfl_xor_sync(0xffffffffu, sum, 1);
+    sum += __shfl_xor_sync(0xffffffffu, sum, 2);
+    if ((lane & 3) == 0) {
+      red_m[warp * 16 + r] = m[half];
+      red_l[warp * 16 + r] = sum;
+    }
+    float* dst = red_acc + (warp * 16 + r) * kLd + (lane & 3) * 2;
+#pragma unroll
+    for (int n = 0; n < kDT; ++n) {
+      dst[n * 8] = acc[n][half * 2];
+      dst[n * 8 + 1] = acc[n][half * 2 + 1];
+    }
+  }
+  __syncthreads();
+
   const SplitPartials& out = a.out;
-  finish_rows<kDT>(StateMode::Write, lane, acc, m, l, [&](int r) {
+  for (int i = tid; i < 16 * D; i += kThreads) {
+    const int r = i / D, d = i % D;
     const int64_t R = row0 + r;
-    if (R >= packed_rows) return RowPtr{};
+    if (R >= packed_rows) continue;
+    float mx = neg_inf();
+#pragma unroll
+    for (int w = 0; w < kWarps; ++w) mx = fmaxf(mx, red_m[w * 16 + r]);
+    float total_l = 0.f, total_o = 0.f;
+    if (mx != neg_inf()) {
+#pragma unroll
+      for (int w = 0; w < kWarps; ++w) {
+        const float mw = red_m[w * 16 + r];
+        const float c = mw == neg_inf() ? 0.f : fast_exp2(mw - mx);
+        total_l += c * red_l[w * 16 + r];
+        total_o += c * red_acc[(w * 16 + r) * kLd + d];
+      }
+    }
     const int64_t row = (b * f.q.heads + hk * group + R % group) * len_q + R / group;
-    return RowPtr{out.o + (part * out.rows + row) * out.dim, out.lse + part * out.rows + row};
-  });
+    const bool seen = total_l > 0.f;
+    out.o[(split * out.rows + row) * out.dim + d] = seen ? total_o / total_l : 0.f;
+    if (d == 0) out.lse[split * out.rows + row] = seen ? (mx + log2f(total_l)) * kLn2 : neg_inf();
+  }
 }
 
 template <typename T, int D>
@@ -239,7 +281,7 @@ DecodePlan plan_decode_mma(const FlashParams& f, int splits_hint, int sms) {
   chunk = (chunk + kTileKeys - 1) / kTileKeys * kTileKeys;
   plan.chunk = chunk;
   plan.splits = (keys + chunk - 1) / chunk;
-  plan.parts = plan.splits * kWarps;
+  plan.parts = plan.splits;  // the warps of a CTA combine before writing
   return plan;
 }
 

@@ -32,7 +32,7 @@ struct FlashShape {
   static constexpr size_t smem_bytes(size_t elem) { return size_t(kBM * D + 4 * kBN * D) * elem; }
 };
 
-template <typename T, int D, int kWarps, int kM, int kBN, bool kCausal>
+template <typename T, int D, int kWarps, int kM, int kBN, bool kCausal, bool kPosScale>
 __global__ void __launch_bounds__(32 * kWarps) flash_fwd_mma_kernel(const FlashParams p) {
   using Shape = FlashShape<D, kWarps, kM, kBN>;
   using H = Half16<T>;
@@ -154,6 +154,7 @@ __global__ void __launch_bounds__(32 * kWarps) flash_fwd_mma_kernel(const FlashP
     if (!warp_sees_none) {
 #pragma unroll
       for (int mt = 0; mt < kM; ++mt) {
+        float alpha[2];
 #pragma unroll
         for (int half = 0; half < 2; ++half) {
           const int row = mt * 16 + (lane >> 2) + half * 8;  // within the warp's rows
@@ -162,7 +163,9 @@ __global__ void __launch_bounds__(32 * kWarps) flash_fwd_mma_kernel(const FlashP
           for (int n = 0; n < kNT; ++n) {
 #pragma unroll
             for (int e = 0; e < 2; ++e) {
-              float x = s[mt][n][half * 2 + e] * scale_log2;
+              // kPosScale: scores stay raw here and the scale is folded into the exponent's
+              // FFMA below (max commutes with a positive scale); otherwise scale first.
+              float x = kPosScale ? s[mt][n][half * 2 + e] : s[mt][n][half * 2 + e] * scale_log2;
               if (need_mask) {
                 const int key = n * 8 + (lane & 3) * 2 + e;  // within the tile
                 if (key >= kv_lim || (kCausal && key + diag > row)) x = neg_inf();
@@ -173,26 +176,33 @@ __global__ void __launch_bounds__(32 * kWarps) flash_fwd_mma_kernel(const FlashP
           }
           mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
           mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+          if (kPosScale) mx *= scale_log2;  // -inf stays -inf
           const float m_new = fmaxf(m[mt][half], mx);
           // A row that has seen only masked keys keeps m = -inf; subtract 0 then, not -inf.
           const float m_use = m_new == neg_inf() ? 0.f : m_new;
-          const float alpha = fast_exp2(m[mt][half] - m_use);
+          alpha[half] = fast_exp2(m[mt][half] - m_use);
           m[mt][half] = m_new;
           float sum = 0.f;
 #pragma unroll
           for (int n = 0; n < kNT; ++n) {
 #pragma unroll
             for (int e = 0; e < 2; ++e) {
-              const float pe = fast_exp2(s[mt][n][half * 2 + e] - m_use);
+              const float x = s[mt][n][half * 2 + e];
+              const float pe = kPosScale ? fast_exp2(fmaf(x, scale_log2, -m_use)) : fast_exp2(x - m_use);
               s[mt][n][half * 2 + e] = pe;
               sum += pe;
             }
           }
-          l[mt][half] = l[mt][half] * alpha + sum;  // per-thread partial row sum; reduced at the end
+          l[mt][half] = l[mt][half] * alpha[half] + sum;  // per-thread partial row sum; reduced at the end
+        }
+        // Once the running max settles, alpha is exactly 1 for every row: skip the rescale then.
+        if (__any_sync(0xffffffffu, alpha[0] != 1.f || alpha[1] != 1.f)) {
 #pragma unroll
           for (int n = 0; n < kDT; ++n) {
-            acc[mt][n][half * 2] *= alpha;
-            acc[mt][n][half * 2 + 1] *= alpha;
+            acc[mt][n][0] *= alpha[0];
+            acc[mt][n][1] *= alpha[0];
+            acc[mt][n][2] *= alpha[1];
+            acc[mt][n][3] *= alpha[1];
           }
         }
       }
@@ -237,11 +247,11 @@ __global__ void __launch_bounds__(32 * kWarps) flash_fwd_mma_kernel(const FlashP
   }
 }
 
-template <typename T, int D, int kWarps, int kM, int kBN, bool kCausal>
+template <typename T, int D, int kWarps, int kM, int kBN, bool kCausal, bool kPosScale>
 void launch_instance(const FlashParams& p, cudaStream_t stream) {
   using Shape = FlashShape<D, kWarps, kM, kBN>;
   const size_t smem = Shape::smem_bytes(sizeof(T));
-  auto kernel = flash_fwd_mma_kernel<T, D, kWarps, kM, kBN, kCausal>;
+  auto kernel = flash_fwd_mma_kernel<T, D, kWarps, kM, kBN, kCausal, kPosScale>;
   // Above 48 KiB a kernel must opt in to its dynamic shared memory; once per instantiation.
   static bool attribute_set = false;
   if (!attribute_set) {
@@ -255,10 +265,10 @@ void launch_instance(const FlashParams& p, cudaStream_t stream) {
 
 int g_flash_variant = 0;  // 0: the default; see set_flash_mma_variant
 
-template <typename T, int D, int kWarps, int kM, int kBN>
+template <typename T, int D, int kWarps, int kM, int kBN, bool kPosScale = true>
 void dispatch_causal(const FlashParams& p, cudaStream_t stream) {
-  if (p.causal) launch_instance<T, D, kWarps, kM, kBN, true>(p, stream);
-  else launch_instance<T, D, kWarps, kM, kBN, false>(p, stream);
+  if (p.causal) launch_instance<T, D, kWarps, kM, kBN, true, kPosScale>(p, stream);
+  else launch_instance<T, D, kWarps, kM, kBN, false, kPosScale>(p, stream);
 }
 
 template <typename T, int D>
@@ -268,6 +278,9 @@ void dispatch_variant(const FlashParams& p, cudaStream_t stream) {
   //   feeds two m16 tiles, 37% less shared-memory traffic per FLOP.
   // Variant 3: 4 warps x 32 rows, 32-key tiles (fewer live score registers).
   // Short query blocks use variant 1 so that small problems still spread over many CTAs.
+  // A zero or negative softmax scale (legal, if unusual) takes the one configuration built to
+  // scale scores before their max.
+  if (!(p.scale > 0.f)) return dispatch_causal<T, D, 4, 1, 64, false>(p, stream);
   int v = g_flash_variant;
   if (v == 0) v = p.q.len >= 512 ? 2 : 1;
   if (v == 2) dispatch_causal<T, D, 4, 2, 64>(p, stream);

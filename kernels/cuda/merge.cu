@@ -117,11 +117,6 @@ __global__ void __launch_bounds__(kSplitThreads) merge_splits_kernel(const Merge
   if (tid == 0) *lse = merged;
 }
 
-struct FinalizeKernelParams {
-  FinalizeParams p;
-  int64_t total;  // elements
-};
-
 template <typename T>
 __device__ __forceinline__ T cast_from_float(float x);
 template <>
@@ -131,31 +126,40 @@ __device__ __forceinline__ __half cast_from_float<__half>(float x) { return __fl
 template <>
 __device__ __forceinline__ __nv_bfloat16 cast_from_float<__nv_bfloat16>(float x) { return __float2bfloat16_rn(x); }
 
+// One warp per row (grid-stride over rows): the row's (b, h, t) is worked out once per row, not
+// per element (64-bit divisions are slow), and the lanes move coalesced runs of the row.
 template <typename T>
-__global__ void __launch_bounds__(kThreads) finalize_kernel(const FinalizeKernelParams a) {
-  const StateView& s = a.p.state;
-  const TensorView& out = a.p.out;
-  for (int64_t i = int64_t(blockIdx.x) * kThreads + threadIdx.x; i < a.total; i += int64_t(gridDim.x) * kThreads) {
-    const int64_t d = i % s.dim, row = i / s.dim;
+__global__ void __launch_bounds__(kThreads) finalize_kernel(const FinalizeParams p) {
+  const StateView& s = p.state;
+  const int64_t rows = s.batch * s.heads * s.len;
+  const int lane = threadIdx.x % 32;
+  for (int64_t row = int64_t(blockIdx.x) * kRowsPerBlock + threadIdx.x / 32; row < rows;
+       row += int64_t(gridDim.x) * kRowsPerBlock) {
     const RowIndex r = row_index(s, row);
-    static_cast<T*>(out.data)[view_offset(out, r.b, r.h, r.t) + d] = cast_from_float<T>(state_o_row(s, r.b, r.h, r.t)[d]);
+    const float* o = state_o_row(s, r.b, r.h, r.t);
+    T* out = static_cast<T*>(p.out.data) + view_offset(p.out, r.b, r.h, r.t);
+#pragma unroll 4
+    for (int64_t d = lane; d < s.dim; d += 32) out[d] = cast_from_float<T>(o[d]);
   }
 }
 
 __global__ void __launch_bounds__(kThreads) fill_empty_kernel(const StateView s) {
-  const int64_t total = s.batch * s.heads * s.len * s.dim;
-  for (int64_t i = int64_t(blockIdx.x) * kThreads + threadIdx.x; i < total; i += int64_t(gridDim.x) * kThreads) {
-    const int64_t d = i % s.dim, row = i / s.dim;
+  const int64_t rows = s.batch * s.heads * s.len;
+  const int lane = threadIdx.x % 32;
+  for (int64_t row = int64_t(blockIdx.x) * kRowsPerBlock + threadIdx.x / 32; row < rows;
+       row += int64_t(gridDim.x) * kRowsPerBlock) {
     const RowIndex r = row_index(s, row);
-    state_o_row(s, r.b, r.h, r.t)[d] = 0.f;
-    if (d == 0) *state_lse_at(s, r.b, r.h, r.t) = neg_inf();
+    float* o = state_o_row(s, r.b, r.h, r.t);
+    for (int64_t d = lane; d < s.dim; d += 32) o[d] = 0.f;
+    if (lane == 0) *state_lse_at(s, r.b, r.h, r.t) = neg_inf();
   }
 }
 
 unsigned row_blocks(int64_t rows) { return unsigned((rows + kRowsPerBlock - 1) / kRowsPerBlock); }
-unsigned elementwise_blocks(int64_t n) {
-  const int64_t b = (n + kThreads - 1) / kThreads;
-  return unsigned(b < 65536 ? (b > 0 ? b : 1) : 65536);  // grid-stride beyond that
+// Row-per-warp kernels: enough CTAs to fill the GPU several times over, grid-stride beyond that.
+unsigned grid_stride_row_blocks(int64_t rows) {
+  const int64_t b = (rows + kRowsPerBlock - 1) / kRowsPerBlock;
+  return unsigned(b < (1 << 16) ? (b > 0 ? b : 1) : (1 << 16));
 }
 
 }  // namespace
@@ -174,21 +178,21 @@ void launch_merge_splits(const MergeSplitsParams& p, cudaStream_t stream) {
 }
 
 void launch_finalize(const FinalizeParams& p, cudaStream_t stream) {
-  const int64_t total = p.state.batch * p.state.heads * p.state.len * p.state.dim;
-  if (total == 0) return;
-  const FinalizeKernelParams a{p, total};
+  const int64_t rows = p.state.batch * p.state.heads * p.state.len;
+  if (rows == 0 || p.state.dim == 0) return;
+  const unsigned blocks = grid_stride_row_blocks(rows);
   switch (p.out.dtype) {
-    case DType::F32: finalize_kernel<float><<<elementwise_blocks(total), kThreads, 0, stream>>>(a); break;
-    case DType::F16: finalize_kernel<__half><<<elementwise_blocks(total), kThreads, 0, stream>>>(a); break;
-    case DType::BF16: finalize_kernel<__nv_bfloat16><<<elementwise_blocks(total), kThreads, 0, stream>>>(a); break;
+    case DType::F32: finalize_kernel<float><<<blocks, kThreads, 0, stream>>>(p); break;
+    case DType::F16: finalize_kernel<__half><<<blocks, kThreads, 0, stream>>>(p); break;
+    case DType::BF16: finalize_kernel<__nv_bfloat16><<<blocks, kThreads, 0, stream>>>(p); break;
   }
   RA_CUDA_CHECK_LAUNCH("finalize_kernel");
 }
 
 void launch_fill_empty(const StateView& s, cudaStream_t stream) {
-  const int64_t total = s.batch * s.heads * s.len * s.dim;
-  if (total == 0) return;
-  fill_empty_kernel<<<elementwise_blocks(total), kThreads, 0, stream>>>(s);
+  const int64_t rows = s.batch * s.heads * s.len;
+  if (rows == 0) return;
+  fill_empty_kernel<<<grid_stride_row_blocks(rows), kThreads, 0, stream>>>(s);
   RA_CUDA_CHECK_LAUNCH("fill_empty_kernel");
 }
 

@@ -189,6 +189,36 @@ TEST_P(FlashFold, MergesIntoIncomingState) {
 INSTANTIATE_TEST_SUITE_P(Dtypes, FlashFold, ::testing::Values(DType::BF16, DType::F16, DType::F32),
                          [](const auto& info) { return std::string(dtype_name(info.param)); });
 
+// A zero or negative softmax scale is unusual but valid: same result as the oracle.
+TEST_F(CudaFlash, NonPositiveScale) {
+  const uint64_t seed = test::fresh_seed();
+  std::mt19937_64 rng(seed);
+  for (float scale : {-0.07f, 0.f}) {
+    HostTensor q(DType::BF16, 1, 4, 90, 128, rng), k(DType::BF16, 1, 2, 150, 128, rng),
+        v(DType::BF16, 1, 2, 150, 128, rng);
+    DeviceTensor dq(*be, q), dk(*be, k), dv(*be, v);
+    DeviceState st(*be, 1, 4, 90, 128);
+    FlashParams p;
+    p.q = dq.view;
+    p.k = dk.view;
+    p.v = dv.view;
+    p.state = st.view;
+    p.scale = scale;
+    p.causal = true;
+    p.q_offset = 30;
+    be->flash(p);
+    std::vector<float> o, lse;
+    st.read(*be, o, lse);
+    FlashParams hp = p;
+    hp.q = q.view;
+    hp.k = k.view;
+    hp.v = v.view;
+    const cpu::Reference ref = cpu::naive_attention(hp);
+    EXPECT_LT(test::rel_error(o, ref.o), 1e-2) << "scale " << scale << " seed " << seed;
+    EXPECT_LT(test::max_abs_error(lse, ref.lse), 1e-3) << "scale " << scale << " seed " << seed;
+  }
+}
+
 // Unsupported input is rejected before any launch, with the value and what is allowed.
 TEST_F(CudaFlash, RejectsUnsupportedHeadDimAndLayout) {
   std::mt19937_64 rng(7);
