@@ -13,8 +13,10 @@ has() { [[ $stages == *" $1 "* ]]; }
 SHAPES=(4,32,8,2048,2048,128,full 4,32,8,2048,2048,128,causal 1,32,8,8192,8192,128,full
         1,32,8,8192,8192,128,causal 1,32,8,32768,32768,128,causal 4,32,32,4096,4096,64,causal
         1,32,8,8192,8192,64,full 1,32,8,8192,8192,64,causal 8,32,8,1,32768,128,full 1,32,8,1,131072,128,full)
-# The peers run the shapes of the issue (peers.py defaults); ours also the head-dim-64 8k pair.
-PEER_SHAPES=("${SHAPES[@]:0:6}" "${SHAPES[@]:8:2}")
+# The peers run the issue's headline shapes (8k prefill full/causal, the two decodes) unless
+# PEER_SHAPES is set; ours runs all of SHAPES.
+if [[ -n ${PEER_SHAPES:-} ]]; then read -r -a PEER_SHAPES <<<"$PEER_SHAPES"; else
+  PEER_SHAPES=("${SHAPES[@]:2:2}" "${SHAPES[@]:8:2}"); fi
 shape_args() { for s in "$@"; do printf -- '--shape %s ' "$s"; done; }
 
 nvidia-smi --query-gpu=name,clocks.sm,clocks.mem,temperature.gpu,power.draw --format=csv,noheader | tee "$OUT/gpu.txt"
@@ -46,11 +48,11 @@ fi
 
 if has sanitize; then
   # The fp64 oracle dominates the plain run; under the sanitizers the kernels do. Same binary.
-  # racecheck watches shared memory: the fp16 and fp32 cases run the same shared-memory code as
-  # bf16 (or none), so it skips them to fit the call.
+  # racecheck watches shared memory: fp16 runs the same shared-memory code as bf16 and the fp32
+  # path uses none, so it takes the bf16 head-dim-128 cases, decode and the merges to fit the call.
   for tool in memcheck racecheck; do
     filter=""
-    [[ $tool == racecheck ]] && filter="--gtest_filter=-*fp16*:*Fp32*:*fp32*"
+    [[ $tool == racecheck ]] && filter="--gtest_filter=*bf16_d128*:*DecodeFold*:*Merge*:*FlashFold*bf16*"
     t0=$(date +%s)
     timeout 150 compute-sanitizer --tool $tool --error-exitcode 99 "$T" --gtest_brief=1 $filter >"$OUT/sanitize_$tool.log" 2>&1
     echo "compute-sanitizer $tool: rc=$? in $(( $(date +%s) - t0 )) s; $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$OUT/sanitize_$tool.log" | tr '\n' ' ')"
