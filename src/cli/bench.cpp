@@ -56,6 +56,7 @@ SizeResult bench_size(const BenchOptions& o, GlobalProblem p, InputSource& src, 
   r.seq = p.q_len;
   r.impl = impl;
   r.flops = attention_flops(p);
+  w.counter->reset_peak();  // each size reports its own workspace
   LocalProblem local = load_local(p, src, *w.backend, w.rank, w.size);
   ringattn::RunOptions ro;
   ro.tile_q = o.problem.tile_q;
@@ -186,6 +187,7 @@ int bench_command(const BenchOptions& o, MpiSession& mpi) {
                           {"transport", w.transport_name}, {"world", w.size}, {"problem", problem_json(setup.problem)},
                           {"iters", o.iters},    {"warmup", o.warmup},   {"sizes", rows},
                           {"ranks", ranks_json(ranks)},    {"pass", all_ok}};
+      for (const char* k : {"q_len", "kv_len", "q_offset"}) j["problem"].erase(k);  // per size, in "sizes"
       try {
         write_json(o.json_file, j);
       } catch (const std::exception& e) {

@@ -40,7 +40,7 @@ class MpiSession {
 // The backend, the transport and what the report says about them.
 struct World {
   std::unique_ptr<Backend> backend;  // a CountingBackend around the device's backend
-  const CountingBackend* counter = nullptr;
+  CountingBackend* counter = nullptr;
   std::unique_ptr<Transport> transport;
   int rank = 0, size = 1;
   int gpu = -1;              // the CUDA device, -1 on cpu

@@ -1,0 +1,107 @@
+// Pieces of the command line that the end-to-end scenarios cannot pin down exactly: the FLOP
+// count's visible pairs, the dtype rules for files, and that a rank's shard read from .npy
+// files equals the same shard made from the seed, for every sharding and rank.
+#include <gtest/gtest.h>
+
+#include <unistd.h>
+
+#include <cmath>
+#include <cstring>
+#include <filesystem>
+#include <random>
+
+#include "cli/problem.hpp"
+#include "common/test_util.hpp"
+#include "kernels/params.hpp"
+
+namespace ringattn::cli {
+namespace {
+
+std::string temp_file(const std::string& tag) {
+  return (std::filesystem::temp_directory_path() / ("ringattn_cli_" + tag + "_" + std::to_string(getpid()) + ".npy"))
+      .string();
+}
+
+TEST(CliProblem, VisiblePairsMatchesCounting) {
+  const uint64_t seed = test::fresh_seed();
+  std::mt19937_64 rng(seed);
+  for (int trial = 0; trial < 200; ++trial) {
+    GlobalProblem p;
+    p.q_len = 1 + int64_t(rng() % 70);
+    p.kv_len = 1 + int64_t(rng() % 70);
+    p.causal = rng() % 4 != 0;
+    p.q_offset = int64_t(rng() % 160) - 40;
+    FlashParams fp;
+    fp.causal = p.causal;
+    fp.q_offset = p.q_offset;
+    fp.k.len = p.kv_len;
+    double count = 0;
+    for (int64_t i = 0; i < p.q_len; ++i) count += double(visible_keys(fp, i));
+    EXPECT_EQ(visible_pairs(p), count) << "seed " << seed << " T=" << p.q_len << " S=" << p.kv_len
+                                       << " off=" << p.q_offset << " causal=" << p.causal;
+  }
+  GlobalProblem self;
+  self.q_len = self.kv_len = 1000;
+  self.causal = true;
+  EXPECT_EQ(visible_pairs(self), 1000.0 * 1001 / 2);  // about half of T x S
+}
+
+TEST(CliProblem, FileShardsEqualSeededShards) {
+  const uint64_t seed = test::fresh_seed();
+  const int64_t B = 2, H = 4, Hkv = 2, T = 48, D = 16;
+  // Files holding exactly the seeded inputs (fp32).
+  const std::string names[3] = {temp_file("q"), temp_file("k"), temp_file("v")};
+  for (int t = 0; t < 3; ++t) {
+    const int64_t heads = t == 0 ? H : Hkv;
+    std::vector<float> x(size_t(B * heads * T * D));
+    fill_input(bhtd_view(x.data(), DType::F32, B, heads, T, D), seed, InputTensor(t + 1), 0, 1);
+    write_npy(names[t], {B, heads, T, D}, DType::F32, x.data());
+  }
+  ProblemOptions o;
+  o.q_file = names[0];
+  o.k_file = names[1];
+  o.v_file = names[2];
+  o.seed = seed;
+  o.causal = true;
+  for (const char* shard : {"contiguous", "zigzag", "striped"}) {
+    o.shard = shard;
+    ProblemSetup files = setup_problem(o);
+    EXPECT_EQ(files.problem.q_heads, H);
+    EXPECT_EQ(files.problem.kv_heads, Hkv);
+    EXPECT_EQ(files.problem.dtype, DType::F32);
+    InputSource seeded(seed);
+    auto b = make_cpu_backend();
+    for (int world : {1, 2, 3, 4})
+      for (int rank = 0; rank < world; ++rank) {
+        LocalProblem a = load_local(files.problem, *files.source, *b, rank, world);
+        LocalProblem c = load_local(files.problem, seeded, *b, rank, world);
+        ASSERT_EQ(a.q.bytes(), c.q.bytes());
+        EXPECT_EQ(0, std::memcmp(a.q.get(), c.q.get(), a.q.bytes())) << shard << " rank " << rank << "/" << world;
+        EXPECT_EQ(0, std::memcmp(a.k.get(), c.k.get(), a.k.bytes())) << shard << " rank " << rank << "/" << world;
+        EXPECT_EQ(0, std::memcmp(a.v.get(), c.v.get(), a.v.bytes())) << shard << " rank " << rank << "/" << world;
+        // The output is poisoned before any run.
+        EXPECT_TRUE(std::isnan(a.views.lse[0]));
+      }
+  }
+  for (const auto& n : names) std::remove(n.c_str());
+}
+
+TEST(CliProblem, HalfFilesRunFp16UnlessTold) {
+  const std::string names[3] = {temp_file("hq"), temp_file("hk"), temp_file("hv")};
+  std::vector<uint16_t> x(size_t(1 * 2 * 8 * 4), float_to_fp16(0.5f));
+  for (const auto& n : names) write_npy(n, {1, 2, 8, 4}, DType::F16, x.data());
+  ProblemOptions o;
+  o.q_file = names[0];
+  o.k_file = names[1];
+  o.v_file = names[2];
+  EXPECT_EQ(setup_problem(o).problem.dtype, DType::F16);
+  o.dtype = "bf16";
+  EXPECT_EQ(setup_problem(o).problem.dtype, DType::BF16);
+  o.dtype = "";
+  o.device = "cuda";
+  EXPECT_EQ(setup_problem(o).problem.dtype, DType::F16);
+  for (const auto& n : names) std::remove(n.c_str());
+}
+
+}  // namespace
+}  // namespace ringattn::cli
