@@ -1,8 +1,13 @@
 #!/usr/bin/env bash
 # Builds ringattn and runs the whole test suite (labels: unit, cli, mpi, gpu; GPU tests skip
-# without a GPU). ctest's summary is the last thing printed. Extra arguments go to ctest,
-# e.g. `bash launch/test.sh -L unit`.
+# without a GPU). Extra arguments go to ctest, e.g. `bash launch/test.sh -L unit`.
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/setup.sh"
 cd "$BUILD_DIR"
-exec ctest --output-on-failure --no-label-summary --parallel "$(nproc)" "$@"
+set +e
+ctest --output-on-failure --no-label-summary --parallel "$(nproc)" "$@" 2>&1 | tee ctest.log
+rc=${PIPESTATUS[0]}
+# ctest prints the list of skipped tests (the GPU tests on a machine without one) after its
+# summary; repeat the summary so that it is the last line of the output.
+grep -E "^[0-9]+% tests passed, [0-9]+ tests? failed out of [0-9]+" ctest.log | tail -1
+exit "$rc"
