@@ -106,8 +106,10 @@ struct HopStats {
   int kernel_calls = 0;        // flash calls (visible segment pairs); 0 = forwarded only
   int64_t visible_pairs = 0;   // query-key pairs this hop computes (causal mask applied)
   double compute_s = 0;        // kernels of this hop, to completion
-  double exposed_comm_s = 0;   // waiting for the exchange after the compute finished
-  double transfer_s = -1;      // the exchange itself, post to completion (-1 when not measurable)
+  double exposed_comm_s = 0;   // waiting for the exchange after the compute finished (this includes
+                               // waiting for a slower neighbour: load imbalance shows up here)
+  double transfer_s = -1;      // the exchange itself, post to completion (-1 when not measurable;
+                               // the MPI helper thread measures it, the nonblocking mode cannot)
   uint64_t bytes_sent = 0;     // bytes this hop sent to the next rank
 };
 
