@@ -48,6 +48,8 @@ void check_cuda_flash(const FlashParams& p) {
     }
   }
   check_grid("batch * q_heads", p.q.batch * p.q.heads);
+  // Causal launches put the query tiles (of at least 64 rows) in the grid's y dimension.
+  if (p.causal && p.q.dtype != DType::F32) check_grid("causal query tiles ceil(q_len / 64)", (p.q.len + 63) / 64);
 }
 
 class CudaBackend final : public Backend {

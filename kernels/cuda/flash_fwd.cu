@@ -49,9 +49,12 @@ __global__ void __launch_bounds__(32 * kWarps) flash_fwd_mma_kernel(const FlashP
 
   const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
   const int64_t len_q = p.q.len, len_k = p.k.len;
-  // Causal: the last query tiles see the most keys; launch them first so the tail is short.
-  const int64_t q_tile = kCausal ? gridDim.x - 1 - blockIdx.x : blockIdx.x;
-  const int64_t b = blockIdx.y / p.q.heads, h = blockIdx.y % p.q.heads;
+  // Causal: the last query tiles see the most keys. The grid is (head, query tile) with the
+  // tiles reversed, so the CTAs are handed out heaviest first across all heads and the last
+  // wave holds only light tiles (longest-processing-time-first); the tail otherwise costs ~20%.
+  const int64_t q_tile = kCausal ? gridDim.y - 1 - blockIdx.y : blockIdx.x;
+  const int64_t bh = kCausal ? blockIdx.x : blockIdx.y;
+  const int64_t b = bh / p.q.heads, h = bh % p.q.heads;
   const int64_t hk = h / (p.q.heads / p.k.heads);
   const int64_t i0 = q_tile * kBM;
   const T* q_base = static_cast<const T*>(p.q.data) + b * p.q.stride_b + h * p.q.stride_h;
@@ -258,7 +261,8 @@ void launch_instance(const FlashParams& p, cudaStream_t stream) {
     RA_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
     attribute_set = true;
   }
-  const dim3 grid(unsigned((p.q.len + Shape::kBM - 1) / Shape::kBM), unsigned(p.q.batch * p.q.heads));
+  const unsigned q_tiles = unsigned((p.q.len + Shape::kBM - 1) / Shape::kBM), heads = unsigned(p.q.batch * p.q.heads);
+  const dim3 grid = kCausal ? dim3(heads, q_tiles) : dim3(q_tiles, heads);
   kernel<<<grid, Shape::kThreads, smem, stream>>>(p);
   RA_CUDA_CHECK_LAUNCH("flash_fwd_mma_kernel");
 }
