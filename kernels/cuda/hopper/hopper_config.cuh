@@ -13,8 +13,10 @@ namespace ringattn::cuda::hopper {
 
 // One CTA: warpgroup 0 produces (one thread issues the bulk copies), warpgroups 1..NC consume,
 // each owning 64 of the tile's 64 * NC query rows. Keys stream in tiles of N through a ring of
-// STAGES stages (K and V each).
-template <int D, int N, int NC, int STAGES>
+// STAGES stages (K and V each); Q through a ring of QSTAGES tiles. With QSTAGES = 2 the
+// consumers run the streamed loop (hopper_consumer.cuh): the next tile's first Q K^T is issued
+// with the current tile's last P V, and the epilogue overlaps the other warpgroups' wgmmas.
+template <int D, int N, int NC, int STAGES, int QSTAGES = 1>
 struct Config {
   static_assert(D == 64 || D == 128, "head dim 64 or 128");
   static_assert(N % 16 == 0 && N <= 256, "key tile: a multiple of 16, at most 256 (one TMA box)");
@@ -23,6 +25,8 @@ struct Config {
   static constexpr int kBlockM = 64 * NC;
   static constexpr int kBlockN = N;
   static constexpr int kStages = STAGES;
+  static constexpr int kQStages = QSTAGES;
+  static_assert(QSTAGES == 1 || QSTAGES == 2, "1 or 2 Q buffers");
   static constexpr int kConsumers = NC;
   static constexpr int kThreads = 128 * (NC + 1);
   static constexpr int kConsumerWarps = 4 * NC;
@@ -33,11 +37,11 @@ struct Config {
   static constexpr int kKVBytes = kColBlocks * kBlockN * 128;  // one K or V stage
   static_assert(kBlockM * 128 % 1024 == 0 && kBlockN * 128 % 1024 == 0, "column blocks on 1024-byte boundaries");
   static constexpr int kOffQ = 0;
-  static constexpr int kOffK = kOffQ + kQBytes;
+  static constexpr int kOffK = kOffQ + kQStages * kQBytes;
   static constexpr int kOffV = kOffK + kStages * kKVBytes;
   static constexpr int kOffBar = kOffV + kStages * kKVBytes;
-  // Barriers: full_k[S], full_v[S], empty_k[S], empty_v[S], q_full, q_empty.
-  static constexpr int kNumBars = 4 * kStages + 2;
+  // Barriers: full_k[S], full_v[S], empty_k[S], empty_v[S], q_full[QS], q_empty[QS].
+  static constexpr int kNumBars = 4 * kStages + 2 * kQStages;
   // +1024: the dynamic buffer is realigned to 1024 bytes, where the 128-byte swizzle repeats.
   static constexpr int kSmemBytes = kOffBar + kNumBars * 8 + 1024;
   static_assert(kSmemBytes <= 232448, "over the 227 KB of shared memory a CTA may have");
@@ -45,6 +49,22 @@ struct Config {
   static constexpr int kProducerRegs = NC == 2 ? 40 : 32;
   static constexpr int kConsumerRegs = NC == 2 ? 232 : 160;
   static_assert(128 * kProducerRegs + 128 * NC * kConsumerRegs <= 65536, "register file");
+};
+
+// Addresses in the 1024-byte aligned dynamic shared memory of one CTA.
+template <typename C>
+struct SmemPlan {
+  uint32_t base;
+  __device__ __forceinline__ uint32_t q(int slot) const { return base + C::kOffQ + slot * C::kQBytes; }
+  __device__ __forceinline__ uint32_t k(int s) const { return base + C::kOffK + s * C::kKVBytes; }
+  __device__ __forceinline__ uint32_t v(int s) const { return base + C::kOffV + s * C::kKVBytes; }
+  __device__ __forceinline__ uint32_t bar(int i) const { return base + C::kOffBar + 8 * i; }
+  __device__ __forceinline__ uint32_t full_k(int s) const { return bar(s); }
+  __device__ __forceinline__ uint32_t full_v(int s) const { return bar(C::kStages + s); }
+  __device__ __forceinline__ uint32_t empty_k(int s) const { return bar(2 * C::kStages + s); }
+  __device__ __forceinline__ uint32_t empty_v(int s) const { return bar(3 * C::kStages + s); }
+  __device__ __forceinline__ uint32_t q_full(int s) const { return bar(4 * C::kStages + s); }
+  __device__ __forceinline__ uint32_t q_empty(int s) const { return bar(4 * C::kStages + C::kQStages + s); }
 };
 
 struct HopperParams {
@@ -56,6 +76,7 @@ struct HopperParams {
   float scale;       // natural-log units, for the LSE
   float scale_log2;  // scale * log2(e): scores go through exp2
   int causal, fold;
+  int lazy_rescale;  // softmax_step(lazy): move the running max only when it grew by > 2^8
   int block_m, block_n;  // the Config's tile shape
   int m_blocks, num_tiles;
 };

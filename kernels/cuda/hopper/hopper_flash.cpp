@@ -16,6 +16,8 @@ bool hopper_flash_supported(const FlashParams& p, int device) {
   return hopper_detail::device_ready(device, nullptr) && hopper_detail::fits(p);
 }
 
+const char* hopper_flash_config(const FlashParams& p) { return hopper_detail::config_name(p); }
+
 void hopper_flash_forward(const FlashParams& p, cudaStream_t stream) {
   validate_flash(p, /*complete=*/false);
   int device = 0;

@@ -99,6 +99,14 @@ bool encode_view(CUtensorMap* map, const TensorView& v, int box_rows) {
             CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
 }
 
+// Lazy rescaling of the running max (softmax_step); RINGATTN_HOPPER_LAZY=0/1 overrides the
+// default for benchmarking both.
+bool lazy_rescale_enabled() {
+  const char* env = std::getenv("RINGATTN_HOPPER_LAZY");
+  if (env != nullptr && (env[0] == '0' || env[0] == '1')) return env[0] == '1';
+  return false;
+}
+
 // Everything but the device: shapes, dtypes, alignment, and that the three maps encode (with
 // tiles of block_m query rows and block_n keys).
 bool params_fit(const FlashParams& p, int block_m, int block_n, HopperParams* out) {
@@ -129,6 +137,7 @@ bool params_fit(const FlashParams& p, int block_m, int block_n, HopperParams* ou
     hp.scale_log2 = p.scale * 1.4426950408889634f;
     hp.causal = p.causal ? 1 : 0;
     hp.fold = p.mode == StateMode::Fold ? 1 : 0;
+    hp.lazy_rescale = lazy_rescale_enabled() ? 1 : 0;
     hp.block_m = block_m;
     hp.block_n = block_n;
     hp.m_blocks = int((q.len + block_m - 1) / block_m);
@@ -139,7 +148,7 @@ bool params_fit(const FlashParams& p, int block_m, int block_n, HopperParams* ou
 }
 
 // Tile configurations: Config<head dim, key tile, consumer warpgroups, stages>.
-enum class Variant { M128N128, M128N176, M128N128S3, M192N128 };
+enum class Variant { M128N128, M128N176, M128N128S3, M192N128, M128N128Q2 };
 
 struct VariantInfo {
   Variant v;
@@ -152,13 +161,17 @@ constexpr VariantInfo kVariants[] = {
     {Variant::M128N176, "128x176", 128, 176, true, true},
     {Variant::M128N128S3, "128x128s3", 128, 128, true, true},
     {Variant::M192N128, "192x128", 192, 128, true, false},
+    {Variant::M128N128Q2, "128x128q2", 128, 128, true, true},
 };
 
 // The default per head dim and mask; RINGATTN_HOPPER_TILE=<name> overrides it where the variant
 // exists for the head dim (for benchmarking the alternatives on one build).
 const VariantInfo& pick_variant(const FlashParams& p) {
   const bool d64 = p.q.dim == 64;
-  const VariantInfo* pick = &kVariants[0];
+  // Measured on the H200 (PERF.md): hd64 gains from a third consumer warpgroup (softmax is
+  // twice as heavy relative to the matrix work); hd128 from the 176-key tile on long rows, while
+  // short rows prefer 128 (fewer masked and partial key tiles).
+  const VariantInfo* pick = d64 ? &kVariants[3] : (p.k.len >= 8192 ? &kVariants[1] : &kVariants[0]);
   if (const char* env = std::getenv("RINGATTN_HOPPER_TILE")) {
     for (const VariantInfo& vi : kVariants)
       if (std::strcmp(env, vi.name) == 0 && (d64 ? vi.dim64 : vi.dim128)) pick = &vi;
@@ -191,12 +204,14 @@ void launch_variant(Variant v, int d, const HopperParams& hp, int sms, cudaStrea
       case Variant::M128N176: return launch<T, Config<64, 176, 2, 2>>(hp, sms, stream);
       case Variant::M128N128S3: return launch<T, Config<64, 128, 2, 3>>(hp, sms, stream);
       case Variant::M192N128: return launch<T, Config<64, 128, 3, 2>>(hp, sms, stream);
+      case Variant::M128N128Q2: return launch<T, Config<64, 128, 2, 2, 2>>(hp, sms, stream);
       default: return launch<T, Config<64, 128, 2, 2>>(hp, sms, stream);
     }
   }
   switch (v) {
     case Variant::M128N176: return launch<T, Config<128, 176, 2, 2>>(hp, sms, stream);
     case Variant::M128N128S3: return launch<T, Config<128, 128, 2, 3>>(hp, sms, stream);
+    case Variant::M128N128Q2: return launch<T, Config<128, 128, 2, 2, 2>>(hp, sms, stream);
     default: return launch<T, Config<128, 128, 2, 2>>(hp, sms, stream);
   }
 }
@@ -215,6 +230,8 @@ bool fits(const FlashParams& p) {
   const VariantInfo& vi = pick_variant(p);
   return params_fit(p, vi.block_m, vi.block_n, nullptr);
 }
+
+const char* config_name(const FlashParams& p) { return pick_variant(p).name; }
 
 bool try_launch(const FlashParams& p, int sms, cudaStream_t stream) {
   const VariantInfo& vi = pick_variant(p);

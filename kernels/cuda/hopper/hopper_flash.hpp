@@ -16,6 +16,11 @@ namespace ringattn::cuda {
 // aligned with even strides. Otherwise the caller uses the portable kernel.
 bool hopper_flash_supported(const FlashParams& p, int device);
 
+// The tile configuration the call would run with ("128x128", "128x176", ...; chosen per head dim
+// and mask; RINGATTN_HOPPER_TILE=<name> overrides it for benchmarking where that configuration
+// exists for the head dim). For logs and benchmarks.
+const char* hopper_flash_config(const FlashParams& p);
+
 // Queues the kernel on `stream`. Validates p (validate_flash with complete = false) and throws
 // InvalidArgument when hopper_flash_supported(p, current device) is false.
 void hopper_flash_forward(const FlashParams& p, cudaStream_t stream);

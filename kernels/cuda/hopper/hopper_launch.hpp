@@ -15,6 +15,8 @@ namespace ringattn::cuda::hopper_detail {
 bool device_ready(int device, int* sms);
 // Shapes, dtypes, alignment and the tensor maps (device independent).
 bool fits(const FlashParams& p);
+// The tile configuration a call would run with (for logs and benchmarks).
+const char* config_name(const FlashParams& p);
 // Launches on `stream` and returns true, or returns false without launching when !fits(p).
 bool try_launch(const FlashParams& p, int sms, cudaStream_t stream);
 

@@ -67,18 +67,36 @@ __device__ __forceinline__ void mask_scores(float (&s)[NS], long long row0, int 
 // p = exp2(s * scale_log2 - m * scale_log2) and returns in corr the factor by which the output
 // accumulated so far must be scaled. A row whose max is still -inf uses 0 as its base, so that
 // no (-inf) - (-inf) is formed; its p and corr are then exactly 0.
+//
+// lazy: the max is only moved when some row of the warp grew by more than 8 in exp2 units.
+// Otherwise the stale max stays the base: p <= 2^8, far inside fp32 and bf16/fp16 range, and l
+// and o share that base, so o / l and m + ln(l) are unchanged; corr is 1 and the caller skips
+// rescaling o. Returns whether the max moved (warp-uniform: the caller may branch on it).
 template <int NS>
-__device__ __forceinline__ void softmax_step(float (&s)[NS], RowStats& st, float (&corr)[2], float scale_log2) {
+__device__ __forceinline__ bool softmax_step(float (&s)[NS], RowStats& st, float (&corr)[2], float scale_log2,
+                                             bool lazy) {
   float mx[2] = {st.m[0], st.m[1]};
 #pragma unroll
   for (int i = 0; i < NS; ++i) mx[(i >> 1) & 1] = fmaxf(mx[(i >> 1) & 1], s[i]);
+  mx[0] = quad_max(mx[0]);
+  mx[1] = quad_max(mx[1]);
+  bool update = true;
+  if (lazy) {
+    // (finite - (-inf)) is +inf: a row's first visible key always moves the max.
+    const bool grow = (mx[0] - st.m[0]) * scale_log2 > 8.f || (mx[1] - st.m[1]) * scale_log2 > 8.f;
+    update = __any_sync(0xffffffffu, grow);
+  }
   float base[2], sum[2] = {0.f, 0.f};
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
-    mx[r] = quad_max(mx[r]);
-    base[r] = mx[r] == neg_inf_f() ? 0.f : mx[r] * scale_log2;
-    corr[r] = ex2(st.m[r] * scale_log2 - base[r]);
-    st.m[r] = mx[r];
+    if (update) {
+      base[r] = mx[r] == neg_inf_f() ? 0.f : mx[r] * scale_log2;
+      corr[r] = ex2(st.m[r] * scale_log2 - base[r]);
+      st.m[r] = mx[r];
+    } else {
+      base[r] = st.m[r] == neg_inf_f() ? 0.f : st.m[r] * scale_log2;
+      corr[r] = 1.f;
+    }
   }
 #pragma unroll
   for (int i = 0; i < NS; ++i) {
@@ -88,6 +106,7 @@ __device__ __forceinline__ void softmax_step(float (&s)[NS], RowStats& st, float
   }
 #pragma unroll
   for (int r = 0; r < 2; ++r) st.l[r] = st.l[r] * corr[r] + sum[r];
+  return update;
 }
 
 // P as the A operand of the P V wgmma: k-step kk (keys 16kk..16kk+15) takes accumulators
@@ -153,6 +172,23 @@ __device__ __forceinline__ void store_state(const HopperParams& p, const float (
       *dst = v;
     }
     if (t == 0) *lse = lse_out;
+  }
+}
+
+// A tile with no visible key: Write stores the empty state (o = 0, lse = -inf) in this thread's
+// part of rows row0 and row0 + 8; Fold leaves the state unchanged.
+template <int D>
+__device__ __forceinline__ void store_empty(const HopperParams& p, int b, int h, int row0, int t) {
+  if (p.fold) return;
+  const StateView& sv = p.state;
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    const int row = row0 + 8 * r;
+    if (row >= p.q_len) continue;
+    float* orow = sv.o + b * sv.o_stride_b + h * sv.o_stride_h + (long long)row * sv.o_stride_t;
+#pragma unroll
+    for (int j = 0; j < D / 8; ++j) *reinterpret_cast<float2*>(orow + 8 * j + 2 * t) = make_float2(0.f, 0.f);
+    if (t == 0) sv.lse[b * sv.lse_stride_b + h * sv.lse_stride_h + row] = neg_inf_f();
   }
 }
 

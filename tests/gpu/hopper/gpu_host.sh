@@ -30,24 +30,34 @@ cuobjdump --dump-sass $B/hf.o > $B/hf.sass
 echo "sass: HGMMA $(grep -c HGMMA $B/hf.sass) UTMALDG $(grep -c UTMALDG $B/hf.sass) LDL/STL $(grep -cE 'LDL|STL' $B/hf.sass)" >> "$OUT/ptxas.txt"
 cat "$OUT/ptxas.txt"
 
-VARIANTS="128x128 128x176 128x128s3 192x128"
+VARIANTS="128x128 128x176 128x128s3 192x128 128x128q2"
+BROKEN=""  # configurations whose tests hang are left out of everything after the tests
 for v in $VARIANTS; do
-  RINGATTN_HOPPER_TILE=$v timeout 120 $B/tests --gtest_color=no > "$OUT/tests_$v.log" 2>&1
-  rc=$?
-  echo "== tests tile $v rc=$rc: $(grep -E '^\[  (PASSED|FAILED) ' "$OUT/tests_$v.log" | tr '\n' ' ')"
-  grep -E "Failure|Expected|Which is|rel err o [1-9]\.[0-9]+e-0[12]" "$OUT/tests_$v.log" | head -12
-  if [ $rc -eq 124 ]; then echo "tests timed out (a hang): stopping"; exit 1; fi
+  for lazy in 0 1; do
+    RINGATTN_HOPPER_TILE=$v RINGATTN_HOPPER_LAZY=$lazy timeout 40 $B/tests --gtest_color=no > "$B/tests_${v}_$lazy.log" 2>&1
+    rc=$?
+    echo "== tests tile $v lazy $lazy rc=$rc: $(grep -E '^\[  (PASSED|FAILED) ' "$B/tests_${v}_$lazy.log" | tr '\n' ' ')"
+    grep -E "Failure|Expected|Which is|rel err o [1-9]\.[0-9]+e-0[12]" "$B/tests_${v}_$lazy.log" | head -8
+    if [ $rc -eq 124 ]; then echo "tests timed out (a hang) for $v lazy $lazy"; BROKEN="$BROKEN $v"; break; fi
+  done
 done
-grep -h "hopper   \]" "$OUT/tests_128x128.log" | head -20
+GOOD=""
+for v in $VARIANTS; do case " $BROKEN " in *" $v "*) ;; *) GOOD="$GOOD $v" ;; esac; done
+echo "configurations measured:$GOOD"
+cat $B/tests_*.log > "$OUT/tests.log"
+timeout 40 $B/tests --gtest_color=no > "$B/tests_default.log" 2>&1
+echo "== tests default rc=$?: $(grep -E '^\[  (PASSED|FAILED) ' "$B/tests_default.log" | tr '\n' ' ')"
+grep -h "hopper   \]" "$B/tests_default.log" | head -20
 
-SAN="--gtest_filter=HopperFlash.Fp16Dim64TailsGqa4:HopperFlash.CausalChunkedPrefill:HopperFlash.FoldCausalRowsWithNoKey"
-for v in $VARIANTS; do
+SAN="--gtest_filter=HopperFlash.Fp16Dim64TailsGqa4:HopperFlash.CausalChunkedPrefill:HopperFlash.FoldCausalRowsWithNoKey:HopperFlash.CausalTilesWithNoKeyWrite"
+for v in 128x128q2 192x128; do
+  case " $BROKEN " in *" $v "*) continue ;; esac
   for tool in racecheck synccheck; do
-    RINGATTN_HOPPER_TILE=$v timeout 100 compute-sanitizer --tool $tool $B/tests $SAN > "$B/san_${tool}_$v.log" 2>&1
+    RINGATTN_HOPPER_TILE=$v RINGATTN_HOPPER_LAZY=1 timeout 100 compute-sanitizer --tool $tool $B/tests $SAN > "$B/san_${tool}_$v.log" 2>&1
     echo "$tool $v rc=$? :: $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY|PASSED|FAILED' "$B/san_${tool}_$v.log" | tr '\n' ' ')"
   done
 done
-RINGATTN_HOPPER_TILE=128x128 timeout 100 compute-sanitizer --tool memcheck $B/tests $SAN > "$B/san_memcheck.log" 2>&1
+timeout 100 compute-sanitizer --tool memcheck $B/tests $SAN > "$B/san_memcheck.log" 2>&1
 echo "memcheck rc=$? :: $(grep -E 'ERROR SUMMARY|PASSED|FAILED' "$B/san_memcheck.log" | tr '\n' ' ')"
 cat $B/san_*.log > "$OUT/sanitizers.log"
 
@@ -57,10 +67,16 @@ for s in 1,32,8,8192,8192,128,full 1,32,8,8192,8192,128,causal 4,32,8,2048,2048,
          1,32,8,8192,8192,64,causal; do
   args="$args --shape $s"
 done
-: > "$OUT/ours.csv"
-for v in $VARIANTS; do
-  RINGATTN_HOPPER_TILE=$v timeout 100 $B/bench $args 2>&1 | sed "s/,ours_hopper,/,ours_$v,/" >> "$OUT/ours.csv"
-  echo "bench $v rc=$?"
+timeout 100 $B/bench $args > "$OUT/ours.csv" 2>&1
+echo "bench default rc=$?"
+[ -n "$BROKEN" ] && echo "NOTE: the default configuration may be among the broken:$BROKEN"
+# Every configuration with lazy rescaling; the two defaults also without, to size that gain.
+for run in $GOOD 128x176:0 192x128:0; do
+  v=${run%%:*}
+  lazy=1
+  [ "$v" != "$run" ] && lazy=${run##*:}
+  case " $GOOD " in *" $v "*) ;; *) continue ;; esac
+  RINGATTN_HOPPER_TILE=$v RINGATTN_HOPPER_LAZY=$lazy timeout 100 $B/bench $args 2>&1 | grep -v "^shape" >> "$OUT/ours.csv"
 done
 timeout 240 python3 .bench/peers.py --no-ceilings $args > "$OUT/peers.csv" 2>&1
 echo "peers rc=$?"

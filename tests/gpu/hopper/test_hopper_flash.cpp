@@ -172,6 +172,14 @@ TEST_F(HopperFlash, BthdViewsCausal) { run_case({DType::BF16, 2, 8, 2, 256, 256,
 // 2 * 8 * 9 = 144 query tiles: more than the 132 multiprocessors, so CTAs take several tiles.
 TEST_F(HopperFlash, PersistentManyTilesFull) { run_case({DType::BF16, 2, 8, 2, 1152, 1152, 64}); }
 TEST_F(HopperFlash, PersistentManyTilesCausal) { run_case({DType::F16, 2, 8, 8, 1152, 1152, 128, true, 0}); }
+// About 3 tiles per CTA with tiles that see no key among them (q_offset < 0), folded into a state:
+// the streamed consumer crosses tile boundaries with work in flight.
+TEST_F(HopperFlash, PersistentTilesWithEmptyOnesFold) {
+  run_case({DType::F16, 1, 32, 8, 1600, 1600, 64, true, -300, StateMode::Fold});
+}
+TEST_F(HopperFlash, PersistentTilesWithEmptyOnesWriteDim128) {
+  run_case({DType::BF16, 1, 32, 4, 1000, 1000, 128, true, -250});
+}
 
 TEST_F(HopperFlash, UnsupportedCallsAreRefused) {
   FlashParams p = make_probe();

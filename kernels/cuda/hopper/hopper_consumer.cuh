@@ -1,0 +1,289 @@
+// The consumer warpgroups of the Hopper flash kernel: wgmma issue for Q K^T and P V, and the two
+// loops over the CTA's tiles.
+//
+//   consume_per_tile (one Q buffer): each tile is a pipeline of its own: S_0 alone, then
+//     {S_j, P V_{j-1}} pairs, then the last P V alone, then the epilogue.
+//   consume_streamed (two Q buffers): the key tiles of all the CTA's query tiles form one stream;
+//     the first S of the next tile is issued together with the last P V of the current one, and
+//     the epilogue of a tile runs while the other warpgroups' wgmmas occupy the tensor cores.
+//
+// Both take one issue turn (named barriers, round robin over the consumers) per key tile plus
+// one at the end of each pipeline, the same count in every consumer of the CTA.
+#pragma once
+
+#include "kernels/cuda/hopper/hopper_config.cuh"
+#include "kernels/cuda/hopper/hopper_ptx.cuh"
+#include "kernels/cuda/hopper/hopper_softmax.cuh"
+#include "kernels/cuda/hopper/hopper_wgmma.cuh"
+
+namespace ringattn::cuda::hopper {
+
+template <typename T>
+struct WgmmaFor;
+template <>
+struct WgmmaFor<__nv_bfloat16> {
+  using type = WgmmaBf16;
+};
+template <>
+struct WgmmaFor<__half> {
+  using type = WgmmaF16;
+};
+
+template <typename T, typename C>
+struct Issue {
+  static constexpr int D = C::kHeadDim, N = C::kBlockN;
+  static constexpr int kS = N / 2;  // score accumulators per thread (64 rows x N over 128 threads)
+  static constexpr int kP = N / 4;  // packed P registers
+  using W = typename WgmmaFor<T>::type;
+
+  __device__ __forceinline__ static void qk_step(float (&s)[kS], uint64_t da, uint64_t db, int scale_d) {
+    if constexpr (N == 128)
+      W::ss_n128(s, da, db, scale_d);
+    else
+      W::ss_n176(s, da, db, scale_d);
+  }
+  // S = Q_wg K^T over D/16 k-steps. Within a 128-byte swizzle row a k-step of 16 values is 32
+  // bytes further; every 4 k-steps move to the next column block.
+  __device__ __forceinline__ static void qk(float (&s)[kS], uint32_t q_base, uint32_t k_base) {
+#pragma unroll
+    for (int kk = 0; kk < D / 16; ++kk) {
+      const uint32_t cb = kk / 4, within = (kk % 4) * 32;
+      const uint64_t da = smem_desc_sw128(q_base + cb * C::kBlockM * 128 + within, 16, 1024);
+      const uint64_t db = smem_desc_sw128(k_base + cb * C::kBlockN * 128 + within, 16, 1024);
+      qk_step(s, da, db, kk > 0 ? 1 : 0);
+    }
+  }
+  // O += P V over N keys: each k-step is 16 keys = two 8-row groups = 2048 bytes down V; the
+  // leading offset steps between the 64-wide column blocks of the head dim.
+  // accumulate = false starts O over (the first key tile of a query tile in the streamed loop).
+  __device__ __forceinline__ static void pv(float (&o)[D / 2], const uint32_t (&p)[kP], uint32_t v_base,
+                                            bool accumulate = true) {
+#pragma unroll
+    for (int kk = 0; kk < N / 16; ++kk) {
+      const uint64_t db = smem_desc_sw128(v_base + kk * 2048, C::kBlockN * 128, 1024);
+      const uint32_t a[4] = {p[4 * kk], p[4 * kk + 1], p[4 * kk + 2], p[4 * kk + 3]};
+      const int scale_d = (kk > 0 || accumulate) ? 1 : 0;
+      if constexpr (D == 64)
+        W::rs_n64(o, a, db, scale_d);
+      else
+        W::rs_n128(o, a, db, scale_d);
+    }
+  }
+};
+
+// This thread's place in its consumer warpgroup.
+struct Lane {
+  int cw, warp_in_wg, lane, g, tq, my_bar, next_bar;
+  __device__ __forceinline__ Lane(int consumer, int consumers) {
+    cw = consumer;
+    warp_in_wg = (threadIdx.x / 32) % 4;
+    lane = threadIdx.x % 32;
+    g = lane / 4;
+    tq = lane % 4;
+    my_bar = 1 + cw;
+    next_bar = 1 + (cw + 1) % consumers;
+  }
+  // This thread's first row of a tile starting at m0.
+  __device__ __forceinline__ int row0(int m0) const { return m0 + cw * 64 + warp_in_wg * 16 + g; }
+};
+
+template <typename T, typename C>
+__device__ __forceinline__ void consume_per_tile(const HopperParams& p, const SmemPlan<C>& sm, int consumer) {
+  using I = Issue<T, C>;
+  constexpr int D = C::kHeadDim, S = C::kStages;
+  const Lane ln(consumer, C::kConsumers);
+  const uint32_t q_base = sm.q(0) + ln.cw * 64 * 128;  // this warpgroup's rows in each column block
+  const bool lazy = p.lazy_rescale != 0;
+  int it = 0, q_it = 0;
+  for (int ti = blockIdx.x; ti < p.num_tiles; ti += gridDim.x) {
+    const Tile t = decode_tile(p, ti);
+    const int row0 = ln.row0(t.m0);
+    if (t.n_blocks == 0) {
+      store_empty<D>(p, t.b, t.h, row0, ln.tq);
+      continue;
+    }
+    float o[D / 2];
+#pragma unroll
+    for (int i = 0; i < D / 2; ++i) o[i] = 0.f;
+    RowStats st{{neg_inf_f(), neg_inf_f()}, {0.f, 0.f}};
+    float s[I::kS];
+    uint32_t pf[I::kP];
+    float corr[2];
+    mbar_wait(sm.q_full(0), q_it & 1);
+    ++q_it;
+    // First key tile: S alone.
+    int s_cur = it % S;
+    mbar_wait(sm.full_k(s_cur), (it / S) & 1);
+    named_sync(ln.my_bar, 256);
+    wgmma_fence();
+    I::qk(s, q_base, sm.k(s_cur));
+    wgmma_commit();
+    named_arrive(ln.next_bar, 256);
+    wgmma_wait<0>();
+    fence_regs(s);
+    if (ln.lane == 0) mbar_arrive(sm.empty_k(s_cur));
+    {
+      const int nb = t.n_blocks - 1;
+      if (block_needs_mask(p, t, nb)) mask_scores(s, row0, nb * C::kBlockN + 2 * ln.tq, p.kv_len, p.causal, p.q_offset);
+      softmax_step(s, st, corr, p.scale_log2, lazy);
+      scores_to_p<T>(s, pf);
+    }
+    int s_prev = s_cur, it_prev = it;
+    ++it;
+    for (int i = 1; i < t.n_blocks; ++i, ++it) {
+      const int nb = t.n_blocks - 1 - i;
+      s_cur = it % S;
+      mbar_wait(sm.full_k(s_cur), (it / S) & 1);
+      mbar_wait(sm.full_v(s_prev), (it_prev / S) & 1);
+      named_sync(ln.my_bar, 256);
+      wgmma_fence();
+      I::qk(s, q_base, sm.k(s_cur));
+      wgmma_commit();
+      I::pv(o, pf, sm.v(s_prev));
+      wgmma_commit();
+      named_arrive(ln.next_bar, 256);
+      wgmma_wait<1>();
+      fence_regs(s);
+      if (ln.lane == 0) mbar_arrive(sm.empty_k(s_cur));
+      if (block_needs_mask(p, t, nb)) mask_scores(s, row0, nb * C::kBlockN + 2 * ln.tq, p.kv_len, p.causal, p.q_offset);
+      const bool moved = softmax_step(s, st, corr, p.scale_log2, lazy);
+      wgmma_wait<0>();
+      fence_regs(o);
+      fence_regs(pf);
+      if (ln.lane == 0) mbar_arrive(sm.empty_v(s_prev));
+      if (moved) rescale_rows(o, corr);
+      scores_to_p<T>(s, pf);
+      s_prev = s_cur;
+      it_prev = it;
+    }
+    // Every S of this tile is done: the producer may load the next tile's Q.
+    if (ln.lane == 0) mbar_arrive(sm.q_empty(0));
+    mbar_wait(sm.full_v(s_prev), (it_prev / S) & 1);
+    named_sync(ln.my_bar, 256);
+    wgmma_fence();
+    I::pv(o, pf, sm.v(s_prev));
+    wgmma_commit();
+    named_arrive(ln.next_bar, 256);
+    wgmma_wait<0>();
+    fence_regs(o);
+    if (ln.lane == 0) mbar_arrive(sm.empty_v(s_prev));
+    store_state<D>(p, o, st, t.b, t.h, row0, ln.tq);
+  }
+}
+
+// Walks the CTA's (query tile, key tile) stream in order, writing the empty state of query
+// tiles that see no key on the way.
+struct BlockCursor {
+  int ti, i;  // tile index and key-tile step within it
+  Tile t;
+  __device__ __forceinline__ BlockCursor() : ti(int(blockIdx.x) - int(gridDim.x)), i(0), t{} { t.n_blocks = 0; }
+  template <int D>
+  __device__ __forceinline__ bool next(const HopperParams& p, const Lane& ln) {
+    if (++i < t.n_blocks) return true;
+    for (ti += gridDim.x; ti < p.num_tiles; ti += gridDim.x) {
+      t = decode_tile(p, ti);
+      i = 0;
+      if (t.n_blocks > 0) return true;
+      store_empty<D>(p, t.b, t.h, ln.row0(t.m0), ln.tq);
+    }
+    return false;
+  }
+  __device__ __forceinline__ int nb() const { return t.n_blocks - 1 - i; }
+};
+
+template <typename T, typename C>
+__device__ __forceinline__ void consume_streamed(const HopperParams& p, const SmemPlan<C>& sm, int consumer) {
+  using I = Issue<T, C>;
+  constexpr int D = C::kHeadDim, S = C::kStages, QS = C::kQStages;
+  const Lane ln(consumer, C::kConsumers);
+  const bool lazy = p.lazy_rescale != 0;
+  BlockCursor cur;
+  if (!cur.next<D>(p, ln)) return;
+  float o[D / 2];
+  float s[I::kS];
+  uint32_t pf[I::kP];
+  float corr[2];
+  RowStats st{{neg_inf_f(), neg_inf_f()}, {0.f, 0.f}};
+  int it = 0, q_it = 0;
+  // Prologue: the first key tile of the first query tile, S alone.
+  mbar_wait(sm.q_full(0), 0);
+  uint32_t q_base = sm.q(0) + ln.cw * 64 * 128;
+  mbar_wait(sm.full_k(0), 0);
+  named_sync(ln.my_bar, 256);
+  wgmma_fence();
+  I::qk(s, q_base, sm.k(0));
+  wgmma_commit();
+  named_arrive(ln.next_bar, 256);
+  wgmma_wait<0>();
+  fence_regs(s);
+  if (ln.lane == 0) {
+    mbar_arrive(sm.empty_k(0));
+    if (cur.t.n_blocks == 1) mbar_arrive(sm.q_empty(0));
+  }
+  if (block_needs_mask(p, cur.t, cur.nb()))
+    mask_scores(s, ln.row0(cur.t.m0), cur.nb() * C::kBlockN + 2 * ln.tq, p.kv_len, p.causal, p.q_offset);
+  softmax_step(s, st, corr, p.scale_log2, lazy);
+  scores_to_p<T>(s, pf);
+  Tile prev = cur.t;       // the query tile of the pending P V
+  bool prev_first = true;  // the pending P V is its tile's first (starts O over)
+  int s_prev = 0, it_prev = 0;
+  ++it;
+  while (cur.next<D>(p, ln)) {
+    const int s_cur = it % S;
+    const bool first = cur.i == 0;
+    if (first) {  // a new query tile: its Q is in the next buffer
+      ++q_it;
+      mbar_wait(sm.q_full(q_it % QS), (q_it / QS) & 1);
+      q_base = sm.q(q_it % QS) + ln.cw * 64 * 128;
+    }
+    mbar_wait(sm.full_k(s_cur), (it / S) & 1);
+    mbar_wait(sm.full_v(s_prev), (it_prev / S) & 1);
+    named_sync(ln.my_bar, 256);
+    wgmma_fence();
+    I::qk(s, q_base, sm.k(s_cur));
+    wgmma_commit();
+    I::pv(o, pf, sm.v(s_prev), !prev_first);
+    wgmma_commit();
+    named_arrive(ln.next_bar, 256);
+    wgmma_wait<1>();
+    fence_regs(s);
+    if (ln.lane == 0) {
+      mbar_arrive(sm.empty_k(s_cur));
+      if (cur.i == cur.t.n_blocks - 1) mbar_arrive(sm.q_empty(q_it % QS));  // every S of this tile is done
+    }
+    if (block_needs_mask(p, cur.t, cur.nb()))
+      mask_scores(s, ln.row0(cur.t.m0), cur.nb() * C::kBlockN + 2 * ln.tq, p.kv_len, p.causal, p.q_offset);
+    // A new query tile starts fresh statistics; the previous tile's are kept for its epilogue,
+    // which runs once its last P V has landed.
+    RowStats done = st;
+    if (first) st = RowStats{{neg_inf_f(), neg_inf_f()}, {0.f, 0.f}};
+    const bool moved = softmax_step(s, st, corr, p.scale_log2, lazy);
+    wgmma_wait<0>();
+    fence_regs(o);
+    fence_regs(pf);
+    if (ln.lane == 0) mbar_arrive(sm.empty_v(s_prev));
+    if (first)
+      store_state<D>(p, o, done, prev.b, prev.h, ln.row0(prev.m0), ln.tq);
+    else if (moved)
+      rescale_rows(o, corr);
+    scores_to_p<T>(s, pf);
+    prev_first = first;
+    prev = cur.t;
+    s_prev = s_cur;
+    it_prev = it;
+    ++it;
+  }
+  // Drain: the last P V and the last epilogue.
+  mbar_wait(sm.full_v(s_prev), (it_prev / S) & 1);
+  named_sync(ln.my_bar, 256);
+  wgmma_fence();
+  I::pv(o, pf, sm.v(s_prev), !prev_first);
+  wgmma_commit();
+  named_arrive(ln.next_bar, 256);
+  wgmma_wait<0>();
+  fence_regs(o);
+  if (ln.lane == 0) mbar_arrive(sm.empty_v(s_prev));
+  store_state<D>(p, o, st, prev.b, prev.h, ln.row0(prev.m0), ln.tq);
+}
+
+}  // namespace ringattn::cuda::hopper
