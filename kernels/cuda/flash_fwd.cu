@@ -1,16 +1,21 @@
-// Flash forward on tensor cores (bf16/fp16), FlashAttention-2 style.
+// Flash forward on tensor cores (bf16/fp16, mma.sync m16n8k16), FlashAttention-2 style.
 //
-// One CTA owns kBM = 16 * kWarps query rows of one (batch, query head); each warp owns 16 rows
-// and keeps their Q fragments, the fp32 accumulator and the softmax statistics (m, l) in
-// registers for the whole key loop. Key tiles of 64 rows stream through shared memory: K and V
+// One CTA owns kBM query rows of one (batch, query head): 4 warps of 16 * kM rows each. Every
+// warp keeps its rows' fp32 accumulator and softmax statistics (m, l) in registers for the whole
+// key loop (and its Q fragments too when they fit; at 32 rows x head dim 128 they are re-read
+// from shared memory per key tile). Key tiles of kBN rows stream through shared memory: K and V
 // each double-buffered with cp.async, V_j loading while S = Q K_j^T is computed and K_{j+1}
 // loading while O += P V_j is. Shared tiles are XOR-swizzled (SwizzledTile) so ldmatrix is free
-// of bank conflicts. Scores are scaled into log2 units once (scale * log2 e), so every
-// exponential is one ex2. The S accumulators are converted in registers into the A operand of
-// the P V product (their m16n8 C layout is exactly two halves of the m16k16 A layout).
+// of bank conflicts. Scores are moved into log2 units with the scale folded into the exponent's
+// FFMA, so every exponential is one ex2; the accumulator rescale is skipped once a warp's
+// running maxima stop moving. The S accumulators become the A operand of the P V product in
+// registers (their m16n8 C layout is exactly two halves of the m16k16 A layout).
+//
+// With kM = 2 every K/V fragment read from shared memory feeds two m16 tiles: 37% less
+// shared-memory traffic per FLOP than kM = 1, which is what bounds this design (PERF.md).
 //
 // Tile classification: the CTA loads only key tiles that some of its rows can see (invisible
-// tiles are never loaded); a warp whose 16 rows see none of a tile skips its math, and a tile
+// tiles are never loaded); a warp whose rows see none of a tile skips its math, and a tile
 // that every row of the warp fully sees (and that lies inside kv_len) is processed unmasked.
 #include "kernels/cuda/cuda_check.hpp"
 #include "kernels/cuda/cuda_kernels.hpp"
