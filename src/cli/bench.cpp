@@ -129,10 +129,12 @@ void print_row(std::FILE* f, const SizeResult& r) {
 int bench_command(const BenchOptions& o, MpiSession& mpi) {
   World w = make_world(o.problem, mpi);
   Transport& t = *w.transport;
-  if (o.seq_max < o.seq_min) fail_arg("--seq-max {} is below --seq-min {}", o.seq_max, o.seq_min);
+  // Every rank sees the same flags, so these errors are collective.
+  if (o.seq_max < o.seq_min)
+    throw CollectiveError(fmt::format("--seq-max {} is below --seq-min {}", o.seq_max, o.seq_min));
   if ((o.impl == "naive" || o.impl == "both") && (w.size != 1 || o.problem.device != "cpu"))
-    fail_arg("--impl {} runs the fp64 oracle on one CPU process (got --device {} over {} ranks)", o.impl,
-             o.problem.device, w.size);
+    throw CollectiveError(fmt::format("--impl {} runs the fp64 oracle on one CPU process (got --device {} over {} ranks)",
+                                      o.impl, o.problem.device, w.size));
   std::vector<int64_t> sizes;
   for (double s = double(o.seq_min); s <= double(o.seq_max) * (1 + 1e-9); s *= o.seq_factor) {
     // Round to the sharding's multiple so that every size splits over the ranks.

@@ -56,6 +56,9 @@ int main(int argc, char** argv) {
   add_run_flags(*run_cmd, run);
   CLI::App* bench_cmd = app.add_subcommand("bench", "sweep sequence lengths and print a table (like nccl-tests)");
   add_bench_flags(*bench_cmd, bench);
+  PlanOptions plan;
+  CLI::App* plan_cmd = app.add_subcommand("plan", "print the ring schedule and load balance of a sharding (no run)");
+  add_plan_flags(*plan_cmd, plan);
   bool show_version = false;
   app.add_flag("--version", show_version, "print what this build supports (cuda yes|no, nccl yes|no)");
 
@@ -72,6 +75,10 @@ int main(int argc, char** argv) {
       if (rank == 0) fmt::print("ringattn (cuda {}, nccl {})\n", kHaveCuda ? "yes" : "no",
                                 kHaveNccl ? "yes" : "no");
       return 0;
+    }
+    if (app.got_subcommand(plan_cmd)) {
+      if (rank != 0) return 0;
+      return plan_command(plan);
     }
     if (!app.got_subcommand(run_cmd) && !app.got_subcommand(bench_cmd))
       throw CLI::CallForHelp();

@@ -64,6 +64,18 @@ void add_bench_flags(CLI::App& app, BenchOptions& o) {
   app.add_option("--json", o.json_file, "write one JSON record per size ('-' for stdout)");
 }
 
+void add_plan_flags(CLI::App& app, PlanOptions& o) {
+  app.add_option("--seq", o.seq, "tokens (global)")->check(CLI::PositiveNumber)->capture_default_str();
+  app.add_option("--ranks", o.ranks, "ranks of the ring")->check(CLI::Range(1, 1 << 20))->capture_default_str();
+  app.add_option("--shard", o.shard, "sequence sharding over ranks")
+      ->check(CLI::IsMember({"contiguous", "zigzag", "striped"}))
+      ->capture_default_str();
+  app.add_flag("--causal", o.causal, "causal mask");
+  app.add_option("--batch", o.batch, "batch size (scales the FLOP column)")->check(CLI::PositiveNumber);
+  app.add_option("--heads", o.heads, "query heads (scales the FLOP column)")->check(CLI::PositiveNumber);
+  app.add_option("--dim", o.dim, "head dimension (scales the FLOP column)")->check(CLI::PositiveNumber);
+}
+
 void validate_problem_options(const ProblemOptions& o) {
   if (o.heads % o.kv_heads != 0)
     fail_arg("--heads {} is not a multiple of --kv-heads {}: grouped-query attention needs heads = g * kv-heads "

@@ -44,11 +44,20 @@ struct BenchOptions {
   std::string json_file;
 };
 
+// `ringattn plan`: the schedule only, for any rank count, without MPI.
+struct PlanOptions {
+  int64_t seq = 8192, batch = 1, heads = 8, dim = 64;
+  int ranks = 4;
+  std::string shard = "zigzag";
+  bool causal = false;
+};
+
 // Registers the problem flags on a subcommand. `with_seq` is false for bench (its sizes come
 // from the sweep flags).
 void add_problem_flags(CLI::App& app, ProblemOptions& o, bool with_seq);
 void add_run_flags(CLI::App& app, RunOptions& o);
 void add_bench_flags(CLI::App& app, BenchOptions& o);
+void add_plan_flags(CLI::App& app, PlanOptions& o);
 
 // Cross-flag checks CLI11 cannot express; throws InvalidArgument naming the flags.
 void validate_problem_options(const ProblemOptions& o);

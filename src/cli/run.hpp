@@ -13,5 +13,7 @@ inline constexpr int kExitCheckFailed = 2;
 
 int run_command(const RunOptions& o, MpiSession& mpi);
 int bench_command(const BenchOptions& o, MpiSession& mpi);
+// No MPI: prints the schedule of every rank of a ring of o.ranks.
+int plan_command(const PlanOptions& o);
 
 }  // namespace ringattn::cli

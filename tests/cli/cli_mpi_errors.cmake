@@ -8,3 +8,4 @@ step(EXPECT_RC 0 COMMAND ${NPY_TOOL} corrupt k.npy truncated)
 step(EXPECT_RC nonzero COMMAND ${MPIRUN} ${RINGATTN} run --q q.npy --k k.npy --v k.npy STDERR "k.npy")
 step(EXPECT_RC nonzero COMMAND ${MPIRUN} ${RINGATTN} run --seq 64 --out /nonexistent-dir/o.npy
      STDERR "/nonexistent-dir/o.npy")
+step(EXPECT_RC nonzero COMMAND ${MPIRUN} ${RINGATTN} bench --impl naive -b 64 -e 64 STDERR "one CPU process")
