@@ -59,7 +59,7 @@ void add_bench_flags(CLI::App& app, BenchOptions& o) {
   app.add_option("--impl", o.impl, "flash (the runtime), naive (the fp64 oracle; cpu, one process) or both (the ratio in one run)")
       ->check(CLI::IsMember({"flash", "naive", "both"}))
       ->capture_default_str();
-  app.add_flag("--naive", [&o](int64_t) { o.impl = "naive"; }, "same as --impl naive");
+  app.add_flag_function("--naive", [&o](std::int64_t) { o.impl = "naive"; }, "same as --impl naive");
   app.add_flag("!--no-check", o.check, "skip the per-size correctness check");
   app.add_option("--json", o.json_file, "write one JSON record per size ('-' for stdout)");
 }
