@@ -99,12 +99,12 @@ bool encode_view(CUtensorMap* map, const TensorView& v, int box_rows) {
             CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
 }
 
-// Lazy rescaling of the running max (softmax_step); RINGATTN_HOPPER_LAZY=0/1 overrides the
-// default for benchmarking both.
+// Lazy rescaling of the running max (softmax_step): on by default (1-3% on the H200, PERF.md);
+// RINGATTN_HOPPER_LAZY=0/1 overrides it for benchmarking both.
 bool lazy_rescale_enabled() {
   const char* env = std::getenv("RINGATTN_HOPPER_LAZY");
   if (env != nullptr && (env[0] == '0' || env[0] == '1')) return env[0] == '1';
-  return false;
+  return true;
 }
 
 // Everything but the device: shapes, dtypes, alignment, and that the three maps encode (with
@@ -147,8 +147,8 @@ bool params_fit(const FlashParams& p, int block_m, int block_n, HopperParams* ou
   return true;
 }
 
-// Tile configurations: Config<head dim, key tile, consumer warpgroups, stages>.
-enum class Variant { M128N128, M128N176, M128N128S3, M192N128, M128N128Q2 };
+// Tile configurations: Config<head dim, key tile, consumer warpgroups, stages, Q buffers>.
+enum class Variant { M128N128, M128N176, M192N128, M128N128Q2 };
 
 struct VariantInfo {
   Variant v;
@@ -158,20 +158,20 @@ struct VariantInfo {
 };
 constexpr VariantInfo kVariants[] = {
     {Variant::M128N128, "128x128", 128, 128, true, true},
-    {Variant::M128N176, "128x176", 128, 176, true, true},
-    {Variant::M128N128S3, "128x128s3", 128, 128, true, true},
+    {Variant::M128N176, "128x176", 128, 176, false, true},
     {Variant::M192N128, "192x128", 192, 128, true, false},
-    {Variant::M128N128Q2, "128x128q2", 128, 128, true, true},
+    {Variant::M128N128Q2, "128x128q2", 128, 128, false, true},
 };
 
-// The default per head dim and mask; RINGATTN_HOPPER_TILE=<name> overrides it where the variant
-// exists for the head dim (for benchmarking the alternatives on one build).
+// The default per head dim and mask, from the H200 measurements in PERF.md: hd64 gains from a
+// third consumer warpgroup (its softmax is twice as heavy relative to the matrix work); hd128
+// from the 176-key tile on long rows (8k full, 32k causal), while shorter rows prefer 128 keys
+// (fewer partial and masked key tiles). RINGATTN_HOPPER_TILE=<name> overrides it where the
+// configuration exists for the head dim (for benchmarking the alternatives on one build).
 const VariantInfo& pick_variant(const FlashParams& p) {
   const bool d64 = p.q.dim == 64;
-  // Measured on the H200 (PERF.md): hd64 gains from a third consumer warpgroup (softmax is
-  // twice as heavy relative to the matrix work); hd128 from the 176-key tile on long rows, while
-  // short rows prefer 128 (fewer masked and partial key tiles).
-  const VariantInfo* pick = d64 ? &kVariants[3] : (p.k.len >= 8192 ? &kVariants[1] : &kVariants[0]);
+  const bool long_rows = p.k.len >= (p.causal ? 16384 : 8192);
+  const VariantInfo* pick = d64 ? &kVariants[2] : (long_rows ? &kVariants[1] : &kVariants[0]);
   if (const char* env = std::getenv("RINGATTN_HOPPER_TILE")) {
     for (const VariantInfo& vi : kVariants)
       if (std::strcmp(env, vi.name) == 0 && (d64 ? vi.dim64 : vi.dim128)) pick = &vi;
@@ -200,17 +200,11 @@ template <typename T>
 void launch_variant(Variant v, int d, const HopperParams& hp, int sms, cudaStream_t stream) {
   using hopper::Config;
   if (d == 64) {
-    switch (v) {
-      case Variant::M128N176: return launch<T, Config<64, 176, 2, 2>>(hp, sms, stream);
-      case Variant::M128N128S3: return launch<T, Config<64, 128, 2, 3>>(hp, sms, stream);
-      case Variant::M192N128: return launch<T, Config<64, 128, 3, 2>>(hp, sms, stream);
-      case Variant::M128N128Q2: return launch<T, Config<64, 128, 2, 2, 2>>(hp, sms, stream);
-      default: return launch<T, Config<64, 128, 2, 2>>(hp, sms, stream);
-    }
+    if (v == Variant::M192N128) return launch<T, Config<64, 128, 3, 2>>(hp, sms, stream);
+    return launch<T, Config<64, 128, 2, 2>>(hp, sms, stream);
   }
   switch (v) {
     case Variant::M128N176: return launch<T, Config<128, 176, 2, 2>>(hp, sms, stream);
-    case Variant::M128N128S3: return launch<T, Config<128, 128, 2, 3>>(hp, sms, stream);
     case Variant::M128N128Q2: return launch<T, Config<128, 128, 2, 2, 2>>(hp, sms, stream);
     default: return launch<T, Config<128, 128, 2, 2>>(hp, sms, stream);
   }

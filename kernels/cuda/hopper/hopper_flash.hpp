@@ -16,9 +16,11 @@ namespace ringattn::cuda {
 // aligned with even strides. Otherwise the caller uses the portable kernel.
 bool hopper_flash_supported(const FlashParams& p, int device);
 
-// The tile configuration the call would run with ("128x128", "128x176", ...; chosen per head dim
-// and mask; RINGATTN_HOPPER_TILE=<name> overrides it for benchmarking where that configuration
-// exists for the head dim). For logs and benchmarks.
+// The tile configuration the call would run with ("128x128", "128x176", "192x128", "128x128q2";
+// chosen per head dim and row length, PERF.md). For logs and benchmarks. Two environment
+// variables exist for benchmarking the alternatives with one build: RINGATTN_HOPPER_TILE=<name>
+// forces a configuration where it exists for the head dim, RINGATTN_HOPPER_LAZY=0|1 turns the
+// lazy rescaling of the running max off or on (default on).
 const char* hopper_flash_config(const FlashParams& p);
 
 // Queues the kernel on `stream`. Validates p (validate_flash with complete = false) and throws
