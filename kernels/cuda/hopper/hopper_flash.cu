@@ -117,7 +117,9 @@ bool params_fit(const FlashParams& p, int block_m, int block_n, HopperParams* ou
   if (k.dim != q.dim || v.dim != q.dim) return false;
   if (!(p.scale > 0.f) || !std::isfinite(p.scale)) return false;
   if (k.heads < 1 || q.heads % k.heads != 0) return false;
-  if (q.len > INT32_MAX || k.len > INT32_MAX || q.heads * q.batch > INT32_MAX / 2) return false;
+  // Tile indices and TMA coordinates are 32-bit.
+  if (q.len > INT32_MAX || k.len > INT32_MAX) return false;
+  if ((q.len + block_m - 1) / block_m * q.heads * q.batch > INT32_MAX / 2) return false;
   if (!aligned(q.data, 16) || !aligned(k.data, 16) || !aligned(v.data, 16)) return false;
   const StateView& s = p.state;
   if (!aligned(s.o, 8) || (s.o_stride_t % 2) || (s.o_stride_h % 2) || (s.o_stride_b % 2)) return false;

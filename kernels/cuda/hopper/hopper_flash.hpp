@@ -14,6 +14,8 @@ namespace ringattn::cuda {
 // bf16/fp16, head dim 64 or 128, positive scale, q/k/v base addresses 16-byte aligned with
 // 16-byte multiple strides (what the bulk tensor copy engine needs), the state's o 8-byte
 // aligned with even strides. Otherwise the caller uses the portable kernel.
+// The first call per device reads a flag from the device (a synchronous copy): make one before
+// capturing a CUDA graph.
 bool hopper_flash_supported(const FlashParams& p, int device);
 
 // The tile configuration the call would run with ("128x128", "128x176", "192x128", "128x128q2";

@@ -9,12 +9,14 @@
 //       issue S_j = Q K_j^T (wgmma, both from shared memory)
 //       issue O += P_{j-1} V_{j-1} (wgmma, P from registers)
 //       wait for S_j; softmax of S_j while P V_{j-1} still runs (intra-warpgroup overlap)
-//       wait for P V_{j-1}; rescale O; P_j := bf16(S_j)
+//       wait for P V_{j-1}; rescale O (only when the running max moved: lazy rescaling,
+//       hopper_softmax.cuh); P_j := bf16(S_j)
 //     and the consumers take turns issuing their wgmmas (named barriers 1..NC, round robin), so
 //     that one warpgroup's softmax runs while the others' matrix products occupy the tensor cores.
 //
 // Key tiles are visited from the last to the first: the tiles that need the causal or length
-// mask come first, every later tile runs the unmasked path.
+// mask come first, every later tile runs the unmasked path. The consumer loops (per query tile,
+// or streamed across query tiles with two Q buffers) are in hopper_consumer.cuh.
 #pragma once
 
 #include "kernels/cuda/hopper/hopper_config.cuh"
