@@ -4,6 +4,9 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <atomic>
+#include <cstdlib>
+#include <string>
 #include <cstdint>
 #include <utility>
 #include <memory>
@@ -11,6 +14,7 @@
 #include "kernels/backend.hpp"
 #include "kernels/cuda/cuda_check.hpp"
 #include "kernels/cuda/cuda_kernels.hpp"
+#include "kernels/cuda/hopper/hopper_flash.hpp"
 #include "ringattn/error.hpp"
 
 namespace ringattn {
@@ -51,6 +55,19 @@ void check_cuda_flash(const FlashParams& p) {
   // Causal launches put the query tiles (of at least 64 rows) in the grid's y dimension.
   if (p.causal && p.q.dtype != DType::F32) check_grid("causal query tiles ceil(q_len / 64)", (p.q.len + 63) / 64);
 }
+
+using cuda::FlashKernel;
+
+FlashKernel initial_flash_kernel() {
+  const char* env = std::getenv("RINGATTN_FLASH_KERNEL");
+  const std::string v = env ? env : "";
+  if (v.empty() || v == "auto") return FlashKernel::Auto;
+  if (v == "hopper") return FlashKernel::Hopper;
+  if (v == "portable") return FlashKernel::Portable;
+  fail_arg("RINGATTN_FLASH_KERNEL='{}' is not understood: allowed are auto, hopper, portable", v);
+}
+
+std::atomic<int> g_flash_kernel{-1};  // -1: not read from the environment yet
 
 class CudaBackend final : public Backend {
  public:
@@ -109,8 +126,13 @@ class CudaBackend final : public Backend {
     validate_flash(p, /*complete=*/false);
     check_cuda_flash(p);
     use_device();
-    if (p.q.dtype == DType::F32) cuda::launch_flash_simt(p, stream_);
-    else cuda::launch_flash_mma(p, stream_);
+    if (p.q.dtype == DType::F32) return cuda::launch_flash_simt(p, stream_);
+    const FlashKernel k = cuda::flash_kernel();
+    if (k != FlashKernel::Portable && cuda::hopper_flash_supported(p, device_)) return cuda::hopper_flash_forward(p, stream_);
+    if (k == FlashKernel::Hopper)
+      fail_arg("RINGATTN_FLASH_KERNEL=hopper, but the Hopper kernel does not take this call (it needs an sm_90 GPU, a "
+               "build with sm_90a, bf16/fp16, head dim 64 or 128, a positive scale and 16-byte aligned views)");
+    cuda::launch_flash_mma(p, stream_);
   }
 
   void decode(const DecodeParams& dp) override {
@@ -199,6 +221,26 @@ class CudaBackend final : public Backend {
 };
 
 }  // namespace
+
+namespace cuda {
+void set_flash_kernel(FlashKernel k) { g_flash_kernel = int(k); }
+FlashKernel flash_kernel() {
+  int k = g_flash_kernel.load();
+  if (k < 0) {
+    k = int(initial_flash_kernel());
+    g_flash_kernel = k;
+  }
+  return FlashKernel(k);
+}
+const char* flash_kernel_name(FlashKernel k) {
+  switch (k) {
+    case FlashKernel::Auto: return "auto";
+    case FlashKernel::Hopper: return "hopper";
+    case FlashKernel::Portable: return "portable";
+  }
+  return "?";
+}
+}  // namespace cuda
 
 std::unique_ptr<Backend> make_cuda_backend(int device) { return std::make_unique<CudaBackend>(device); }
 

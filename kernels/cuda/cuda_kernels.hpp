@@ -23,6 +23,15 @@ void launch_flash_mma(const FlashParams& p, cudaStream_t stream);
 // tiles; 2: 32 rows per warp, 64-key tiles; 3: 32 rows per warp, 32-key tiles), 0 for the default.
 void set_flash_mma_variant(int variant);
 
+// Which bf16/fp16 flash kernel the backend dispatches to. Auto: the Hopper kernel
+// (kernels/cuda/hopper, wgmma + bulk tensor copies) wherever hopper_flash_supported says so, the
+// portable mma.sync kernel elsewhere. The environment variable RINGATTN_FLASH_KERNEL=
+// auto|hopper|portable sets the initial choice; benchmarks switch with set_flash_kernel.
+enum class FlashKernel : uint8_t { Auto = 0, Hopper = 1, Portable = 2 };
+void set_flash_kernel(FlashKernel k);
+FlashKernel flash_kernel();
+const char* flash_kernel_name(FlashKernel k);
+
 // Flash forward in true fp32 (fp32 q, k, v; head dim <= kSimtMaxHeadDim). Slow, for accuracy.
 void launch_flash_simt(const FlashParams& p, cudaStream_t stream);
 

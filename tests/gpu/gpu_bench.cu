@@ -259,6 +259,14 @@ int main(int argc, char** argv) {
         }
       }
       cuda::set_flash_mma_variant(0);
+      // The dispatch default above picks the Hopper kernel where it applies; the portable
+      // mma.sync kernel beside it, same inputs and timing.
+      if (sh.t > 16) {
+        cuda::set_flash_kernel(cuda::FlashKernel::Portable);
+        const Result r = bench_shape(*be, sh, dt, reps, ok, rng);
+        emit("ours_portable_state", r.ms_state);
+        cuda::set_flash_kernel(cuda::FlashKernel::Auto);
+      }
     }
     if (js) {
       std::fprintf(js, "\n]}\n");
