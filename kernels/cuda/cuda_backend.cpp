@@ -5,6 +5,8 @@
 
 #include <algorithm>
 #include <atomic>
+#include <map>
+#include <unordered_map>
 #include <cstdlib>
 #include <string>
 #include <cstdint>
@@ -87,6 +89,8 @@ class CudaBackend final : public Backend {
     cudaSetDevice(device_);
     cudaStreamSynchronize(stream_);
     if (workspace_) cudaFree(workspace_);
+    for (auto& [bytes, p] : cached_) cudaFree(p);
+    for (auto& [p, bytes] : live_) cudaFree(p);
     cudaStreamDestroy(stream_);
   }
 
@@ -94,17 +98,48 @@ class CudaBackend final : public Backend {
   bool device_memory() const override { return true; }
   void* stream() const override { return stream_; }
 
+  // A caching allocator: freed buffers are kept per size and handed out again, so that a call
+  // that allocates its buffers each time (the ring runner) pays no cudaMalloc/cudaFree (which
+  // synchronizes the device) after the first. Every operation runs on the one stream, so a
+  // reused buffer is only touched after the work queued on it before it was freed.
   void* allocate(size_t bytes) override {
     if (bytes == 0) return nullptr;
     use_device();
+    const size_t rounded = (bytes + kAlign - 1) / kAlign * kAlign;
+    if (auto it = cached_.find(rounded); it != cached_.end()) {
+      void* p = it->second;
+      cached_.erase(it);
+      live_[p] = rounded;
+      return p;
+    }
     void* p = nullptr;
-    RA_CUDA_CHECK(cudaMalloc(&p, bytes));
+    cudaError_t e = cudaMalloc(&p, rounded);
+    if (e == cudaErrorMemoryAllocation && !cached_.empty()) {
+      cudaGetLastError();  // clear the sticky-free error, give the cache back, try once more
+      release_cache();
+      e = cudaMalloc(&p, rounded);
+    }
+    if (e != cudaSuccess)
+      fail_runtime("cudaMalloc of {} bytes on GPU {} failed: {} ({})", rounded, device_, cudaGetErrorString(e),
+                   cudaGetErrorName(e));
+    live_[p] = rounded;
     return p;
   }
   void deallocate(void* p) override {
     if (p == nullptr) return;
+    const auto it = live_.find(p);
+    if (it == live_.end()) {  // not ours: free it directly (never throw here: destructors call this)
+      cudaFree(p);
+      return;
+    }
+    cached_.emplace(it->second, p);
+    live_.erase(it);
+  }
+  void release_cache() {
     use_device();
-    RA_CUDA_CHECK(cudaFree(p));
+    RA_CUDA_CHECK(cudaStreamSynchronize(stream_));
+    for (auto& [bytes, p] : cached_) RA_CUDA_CHECK(cudaFree(p));
+    cached_.clear();
   }
   // Host copies complete before returning: the caller may reuse or free its host buffer.
   void copy_from_host(void* dst, const void* src, size_t bytes) override {
@@ -218,6 +253,9 @@ class CudaBackend final : public Backend {
   cudaStream_t stream_ = nullptr;
   void* workspace_ = nullptr;
   size_t workspace_bytes_ = 0;
+  static constexpr size_t kAlign = 512;
+  std::multimap<size_t, void*> cached_;      // freed buffers by (rounded) size
+  std::unordered_map<void*, size_t> live_;  // handed-out buffers and their size
 };
 
 }  // namespace
