@@ -265,6 +265,7 @@ NpyReader::~NpyReader() {
 void NpyReader::read(int64_t first, int64_t count, void* dst, DType to) {
   if (first < 0 || count < 0 || first + count > header_.numel())
     fail_arg("{}: elements [{}, {}) are outside the array of {} elements", path_, first, first + count, header_.numel());
+  if (count == 0) return;
   const int isz = header_.itemsize();
   const uint64_t off = header_.data_offset + uint64_t(first) * uint64_t(isz);
   if (std::fseek(file_, long(off), SEEK_SET) != 0) fail_runtime("{}: cannot seek to byte {}", path_, off);
@@ -335,6 +336,7 @@ void NpyWriter::write(const void* data, int64_t count) {
   if (!file_) fail_runtime("{}: write after close", path_);
   if (written_ + count > expected_)
     fail_runtime("{}: {} elements written but the shape holds {}", path_, written_ + count, expected_);
+  if (count == 0) return;  // an empty array may come with a null pointer
   const size_t bytes = size_t(count) * size_t(dtype_size(dtype_));
   if (std::fwrite(data, 1, bytes, file_) != bytes) fail_runtime("{}: write failed: {}", path_, std::strerror(errno));
   written_ += count;
