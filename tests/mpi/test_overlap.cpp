@@ -43,14 +43,14 @@ struct Measured {
 Measured run_once(MpiProgress mode) {
   const int P = test::world_size(), r = test::world_rank();
   // One K/V block is 2 x 4 heads x 8192 tokens x 64 x 4 bytes = 16 MiB: a rendezvous message that
-  // takes milliseconds to move, well under the 60 ms nap that stands in for each hop's compute.
+  // takes milliseconds to move, well under the 150 ms nap that stands in for each hop's compute.
   GlobalProblem p;
   p.batch = 1, p.q_heads = 4, p.kv_heads = 4, p.head_dim = 64, p.q_len = p.kv_len = 8192 * P;
   const ShardLayout l = shard_layout(p.sharding, p.q_len, r, P);
   const int64_t T = l.tokens();
   test::ShardTensor q(p.dtype, 1, 4, T, 64), k(p.dtype, 1, 4, T, 64), v(p.dtype, 1, 4, T, 64), out(p.dtype, 1, 4, T, 64);
   for (auto* x : {&q, &k, &v}) std::fill(x->bytes.begin(), x->bytes.end(), uint8_t(0x3c));
-  SleepyBackend backend(std::chrono::milliseconds(60));
+  SleepyBackend backend(std::chrono::milliseconds(150));
   auto t = make_mpi_transport(MPI_COMM_WORLD, mode);
   const RankStats st = run_ring_attention(p, LocalTensors{q.view, k.view, v.view, out.view, nullptr}, backend, *t);
   EXPECT_EQ(st.bytes_sent, expected_ring_bytes(p, P));
@@ -70,9 +70,9 @@ TEST(Overlap, HelperThreadHidesTheExchangeBehindCompute) {
   if (test::world_rank() == 0)
     std::printf("P=%d exposed communication over %d hops (slowest rank): helper thread %.4f s (transfer %.4f s), "
                 "nonblocking %.4f s\n", P, P - 1, worst[0], worst[2], worst[1]);
-  // The exchange runs during the 60 ms nap of each hop; a transport that only moved data after
+  // The exchange runs during the 150 ms nap of each hop; a transport that only moved data after
   // the compute would expose its whole transfer here.
-  EXPECT_LT(worst[0], 0.030 * (P - 1));
+  EXPECT_LT(worst[0], 0.075 * (P - 1));  // half the nap per hop: room for a loaded machine
   EXPECT_GT(thread.transfer, 0.0);  // the helper thread times each exchange
   EXPECT_LT(nonblocking.transfer, 0.0);  // ... the nonblocking mode cannot, and says so
 }
