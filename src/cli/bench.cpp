@@ -124,10 +124,7 @@ void print_row(std::FILE* f, const SizeResult& r) {
   std::fflush(f);
 }
 
-}  // namespace
-
-int bench_command(const BenchOptions& o, MpiSession& mpi) {
-  World w = make_world(o.problem, mpi);
+int bench_on(const BenchOptions& o, World& w) {
   Transport& t = *w.transport;
   // Every rank sees the same flags, so these errors are collective.
   if (o.seq_max < o.seq_min)
@@ -199,6 +196,13 @@ int bench_command(const BenchOptions& o, MpiSession& mpi) {
     }
   }
   return agree_exit_code(t, code);
+}
+
+}  // namespace
+
+int bench_command(const BenchOptions& o, MpiSession& mpi) {
+  World w = make_world(o.problem, mpi);
+  return run_guarded(w, [&] { return bench_on(o, w); });
 }
 
 }  // namespace ringattn::cli

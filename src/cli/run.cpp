@@ -46,8 +46,9 @@ void print_run_report(std::FILE* f, const GlobalProblem& p, const World& w, cons
 
 }  // namespace
 
-int run_command(const RunOptions& o, MpiSession& mpi) {
-  World w = make_world(o.problem, mpi);
+namespace {
+
+int run_on(const RunOptions& o, World& w) {
   Transport& t = *w.transport;
 
   // Local phase: every rank reads its files and fills its shard. Errors here may hit one rank
@@ -140,6 +141,13 @@ int run_command(const RunOptions& o, MpiSession& mpi) {
   }
   if (write_global_outputs(p, local, result, t, o.out_file, o.lse_file) != 0) code = std::max(code, kExitError);
   return agree_exit_code(t, code);
+}
+
+}  // namespace
+
+int run_command(const RunOptions& o, MpiSession& mpi) {
+  World w = make_world(o.problem, mpi);
+  return run_guarded(w, [&] { return run_on(o, w); });
 }
 
 }  // namespace ringattn::cli

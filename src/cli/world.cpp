@@ -153,6 +153,20 @@ int agree_exit_code(Transport& t, int code) {
   return worst;
 }
 
+int run_guarded(World& w, const std::function<int()>& body) {
+  try {
+    return body();
+  } catch (const CollectiveError&) {
+    throw;
+  } catch (const std::exception& e) {
+    if (w.size <= 1) throw;
+    spdlog::error("{}", e.what());
+    spdlog::default_logger()->flush();
+    w.transport->abort(1);
+  }
+  return 1;  // not reached: abort ends the process
+}
+
 int agree_on_errors(Transport& t, int code, const std::string& message) {
   struct Entry {
     int code;

@@ -2,6 +2,7 @@
 // backend. A process that was not launched by a launcher never calls MPI_Init (a world of one).
 #pragma once
 
+#include <functional>
 #include <memory>
 #include <string>
 
@@ -56,6 +57,12 @@ World make_world(const ProblemOptions& o, const MpiSession& mpi);
 
 // The largest of every rank's `code` (collective over `t`): the exit code all ranks agree on.
 int agree_exit_code(Transport& t, int code);
+
+// Runs `body` on this world. A CollectiveError (every rank raised it) passes through; any other
+// error on a world of several ranks is logged here and ends the whole job through the
+// transport's abort (MPI_Abort; NCCL aborts its communicator first) while the transport is still
+// alive, rather than in destructors that might wait for ranks that will never come.
+int run_guarded(World& w, const std::function<int()>& body);
 
 // Like agree_exit_code, and logs `message` (the error of a failing rank) once per distinct
 // message: by the lowest rank that holds it. An error every rank meets alike prints once, an
