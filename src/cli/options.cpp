@@ -1,24 +1,47 @@
 #include "cli/options.hpp"
 
+#include <fmt/format.h>
+
 #include "ringattn/error.hpp"
 
 namespace ringattn::cli {
+namespace {
+
+// An integer flag bounded below, with a message that names the bound ("--seq: must be an integer
+// >= 1 (got 0)"); CLI11's own number validators print the whole double range.
+CLI::Validator at_least(long long lo) {
+  return CLI::Validator(
+      [lo](std::string& s) -> std::string {
+        size_t used = 0;
+        long long v = 0;
+        try {
+          v = std::stoll(s, &used);
+        } catch (const std::exception&) {
+          used = 0;
+        }
+        if (used == 0 || used != s.size() || v < lo) return fmt::format("must be an integer >= {} (got '{}')", lo, s);
+        return std::string();
+      },
+      lo == 1 ? std::string("POSITIVE") : lo == 0 ? std::string("NON-NEGATIVE") : fmt::format(">= {}", lo));
+}
+
+}  // namespace
 
 void add_problem_flags(CLI::App& app, ProblemOptions& o, bool with_seq) {
-  app.add_option("--batch", o.batch, "batch size")->check(CLI::PositiveNumber)->capture_default_str();
-  app.add_option("--heads", o.heads, "query heads")->check(CLI::PositiveNumber)->capture_default_str();
+  app.add_option("--batch", o.batch, "batch size")->check(at_least(1))->capture_default_str();
+  app.add_option("--heads", o.heads, "query heads")->check(at_least(1))->capture_default_str();
   app.add_option("--kv-heads", o.kv_heads, "key/value heads (heads must be a multiple: GQA, MQA when 1)")
-      ->check(CLI::PositiveNumber)
+      ->check(at_least(1))
       ->capture_default_str();
   if (with_seq) {
-    app.add_option("--seq", o.seq, "query tokens (global)")->check(CLI::PositiveNumber)->capture_default_str();
-    app.add_option("--kv-seq", o.kv_seq, "key/value tokens (global; default: --seq)")->check(CLI::PositiveNumber);
+    app.add_option("--seq", o.seq, "query tokens (global)")->check(at_least(1))->capture_default_str();
+    app.add_option("--kv-seq", o.kv_seq, "key/value tokens (global; default: --seq)")->check(at_least(1));
     app.add_option("--q-offset", o.q_offset, "position of query 0 minus position of key 0 (default kv-seq - seq)");
     app.add_option("--q", o.q_file, "queries: .npy [batch, heads, q_len, dim], <f4 or <f2");
     app.add_option("--k", o.k_file, "keys: .npy [batch, kv_heads, kv_len, dim]");
     app.add_option("--v", o.v_file, "values: .npy [batch, kv_heads, kv_len, dim]");
   }
-  app.add_option("--dim", o.dim, "head dimension")->check(CLI::PositiveNumber)->capture_default_str();
+  app.add_option("--dim", o.dim, "head dimension")->check(at_least(1))->capture_default_str();
   app.add_option("--seed", o.seed, "seed of the random inputs")->capture_default_str();
   app.add_flag("--causal", o.causal, "causal mask (key j visible to query i when pos(j) <= pos(i))");
   app.add_option("--device", o.device, "compute device")
@@ -26,8 +49,8 @@ void add_problem_flags(CLI::App& app, ProblemOptions& o, bool with_seq) {
       ->capture_default_str();
   app.add_option("--dtype", o.dtype, "input/output dtype (default: fp32 on cpu, bf16 on cuda, the files' dtype)")
       ->check(CLI::IsMember({"fp32", "fp16", "bf16"}));
-  app.add_option("--tile-q", o.tile_q, "CPU query tile (0: default)")->check(CLI::NonNegativeNumber);
-  app.add_option("--tile-k", o.tile_k, "CPU key tile (0: default)")->check(CLI::NonNegativeNumber);
+  app.add_option("--tile-q", o.tile_q, "CPU query tile (0: default)")->check(at_least(0));
+  app.add_option("--tile-k", o.tile_k, "CPU key tile (0: default)")->check(at_least(0));
   app.add_option("--shard", o.shard, "sequence sharding over ranks")
       ->check(CLI::IsMember({"contiguous", "zigzag", "striped"}))
       ->capture_default_str();
@@ -35,7 +58,7 @@ void add_problem_flags(CLI::App& app, ProblemOptions& o, bool with_seq) {
       ->check(CLI::IsMember({"auto", "mpi", "nccl", "local"}))
       ->capture_default_str();
   app.add_option("--check-rows", o.check_rows, "rows per rank the check compares (0: all when small, else a sample)")
-      ->check(CLI::NonNegativeNumber);
+      ->check(at_least(0));
   app.add_option("--log-level", o.log_level, "trace|debug|info|warn|error|off (default: $RINGATTN_LOG_LEVEL or info)");
 }
 
@@ -49,13 +72,13 @@ void add_run_flags(CLI::App& app, RunOptions& o) {
 
 void add_bench_flags(CLI::App& app, BenchOptions& o) {
   add_problem_flags(app, o.problem, false);
-  app.add_option("-b,--seq-min", o.seq_min, "smallest sequence length")->check(CLI::PositiveNumber)->capture_default_str();
-  app.add_option("-e,--seq-max", o.seq_max, "largest sequence length")->check(CLI::PositiveNumber)->capture_default_str();
+  app.add_option("-b,--seq-min", o.seq_min, "smallest sequence length")->check(at_least(1))->capture_default_str();
+  app.add_option("-e,--seq-max", o.seq_max, "largest sequence length")->check(at_least(1))->capture_default_str();
   app.add_option("-f,--seq-factor", o.seq_factor, "multiply the length by this between sizes")
       ->check(CLI::Range(1.01, 1e6))
       ->capture_default_str();
-  app.add_option("-n,--iters", o.iters, "timed iterations per size")->check(CLI::PositiveNumber)->capture_default_str();
-  app.add_option("-w,--warmup", o.warmup, "untimed iterations per size")->check(CLI::NonNegativeNumber)->capture_default_str();
+  app.add_option("-n,--iters", o.iters, "timed iterations per size")->check(at_least(1))->capture_default_str();
+  app.add_option("-w,--warmup", o.warmup, "untimed iterations per size")->check(at_least(0))->capture_default_str();
   app.add_option("--impl", o.impl, "flash (the runtime), naive (the fp64 oracle; cpu, one process) or both (the ratio in one run)")
       ->check(CLI::IsMember({"flash", "naive", "both"}))
       ->capture_default_str();
@@ -65,15 +88,15 @@ void add_bench_flags(CLI::App& app, BenchOptions& o) {
 }
 
 void add_plan_flags(CLI::App& app, PlanOptions& o) {
-  app.add_option("--seq", o.seq, "tokens (global)")->check(CLI::PositiveNumber)->capture_default_str();
+  app.add_option("--seq", o.seq, "tokens (global)")->check(at_least(1))->capture_default_str();
   app.add_option("--ranks", o.ranks, "ranks of the ring")->check(CLI::Range(1, 1 << 20))->capture_default_str();
   app.add_option("--shard", o.shard, "sequence sharding over ranks")
       ->check(CLI::IsMember({"contiguous", "zigzag", "striped"}))
       ->capture_default_str();
   app.add_flag("--causal", o.causal, "causal mask");
-  app.add_option("--batch", o.batch, "batch size (scales the FLOP column)")->check(CLI::PositiveNumber);
-  app.add_option("--heads", o.heads, "query heads (scales the FLOP column)")->check(CLI::PositiveNumber);
-  app.add_option("--dim", o.dim, "head dimension (scales the FLOP column)")->check(CLI::PositiveNumber);
+  app.add_option("--batch", o.batch, "batch size (scales the FLOP column)")->check(at_least(1));
+  app.add_option("--heads", o.heads, "query heads (scales the FLOP column)")->check(at_least(1));
+  app.add_option("--dim", o.dim, "head dimension (scales the FLOP column)")->check(at_least(1));
 }
 
 void validate_problem_options(const ProblemOptions& o) {
