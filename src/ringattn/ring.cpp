@@ -26,6 +26,33 @@ std::string check_ring_tensors(const GlobalProblem& p, const LocalTensors& x, in
   return "";
 }
 
+void empty_unwritten(std::vector<char>& written, Backend& b, const StateView& state, int64_t r0 = 0, int64_t n = -1);
+
+// Whether rows [r0, r0 + n) of the state are all unwritten (then the call writes them and they
+// count as written). Rows partly written are first emptied where unwritten, so the call folds.
+bool first_touch(std::vector<char>& written, int64_t r0, int64_t n, Backend& b, const StateView& state) {
+  const auto first = written.begin() + r0, last = first + n;
+  const bool none = std::none_of(first, last, [](char w) { return w != 0; });
+  if (!none) empty_unwritten(written, b, state, r0, n);
+  std::fill(first, last, char(1));
+  return none;
+}
+
+// Empties the unwritten rows of [r0, r0 + n) (all rows by default), in maximal runs.
+void empty_unwritten(std::vector<char>& written, Backend& b, const StateView& state, int64_t r0, int64_t n) {
+  if (n < 0) n = int64_t(written.size()) - r0;
+  for (int64_t i = r0; i < r0 + n;) {
+    if (written[size_t(i)]) {
+      ++i;
+      continue;
+    }
+    int64_t j = i;
+    while (j < r0 + n && !written[size_t(j)]) written[size_t(j++)] = 1;
+    b.fill_empty(state.rows(i, j - i));
+    i = j;
+  }
+}
+
 }  // namespace
 
 uint64_t expected_ring_bytes(const GlobalProblem& p, int world) {
@@ -71,7 +98,8 @@ RankStats run_ring_attention(const GlobalProblem& p, const LocalTensors& x, Back
   const int64_t B = p.batch, Hq = p.q_heads, D = p.head_dim;
   const size_t es = size_t(dtype_size(p.dtype));
   const size_t k_bytes = size_t(block_elems(x.k)) * es, block_bytes = 2 * k_bytes;
-  DeviceBuffer blocks[2] = {DeviceBuffer(b, block_bytes), DeviceBuffer(b, P > 1 ? block_bytes : 0)};
+  // A world of one has nothing to send: hop 0 reads x.k and x.v in place and no block is packed.
+  DeviceBuffer blocks[2] = {DeviceBuffer(b, P > 1 ? block_bytes : 0), DeviceBuffer(b, P > 1 ? block_bytes : 0)};
   DeviceBuffer state_o(b, size_t(B * Hq * T * D) * sizeof(float));
   DeviceBuffer state_lse_owned;
   float* lse = x.lse;
@@ -86,10 +114,14 @@ RankStats run_ring_attention(const GlobalProblem& p, const LocalTensors& x, Back
   if (staged && P > 1) host[0].resize(block_bytes), host[1].resize(block_bytes);
   if (b.stream() != nullptr) t.set_stream(b.stream());
 
-  pack_block(b, blocks[0].get(), x.k);
-  pack_block(b, static_cast<char*>(blocks[0].get()) + k_bytes, x.v);
-  if (staged && P > 1) b.copy_to_host(host[0].data(), blocks[0].get(), block_bytes);
-  b.fill_empty(state);
+  if (P > 1) {
+    pack_block(b, blocks[0].get(), x.k);
+    pack_block(b, static_cast<char*>(blocks[0].get()) + k_bytes, x.v);
+    if (staged) b.copy_to_host(host[0].data(), blocks[0].get(), block_bytes);
+  }
+  // The state is not emptied up front: the first call on a run of query rows writes it
+  // (StateMode::Write), later calls fold. Rows no call reaches are emptied at the end.
+  std::vector<char> written(size_t(T), 0);
   const BlockLayout k_layout = layout_of(x.k), v_layout = layout_of(x.v);
   b.synchronize();
   st.setup_s = seconds_since(t_setup);
@@ -98,7 +130,7 @@ RankStats run_ring_attention(const GlobalProblem& p, const LocalTensors& x, Back
   base.q = x.q;
   base.state = state;
   base.scale = p.resolved_scale();
-  base.mode = StateMode::Fold;  // every call folds into the state emptied above
+  base.mode = StateMode::Fold;
   base.tile_q = opt.tile_q;
   base.tile_k = opt.tile_k;
 
@@ -130,12 +162,14 @@ RankStats run_ring_attention(const GlobalProblem& p, const LocalTensors& x, Back
       hs.bytes_sent = t.bytes_sent() - before;
     }
     const auto t0 = Clock::now();
-    const TensorView kb = block_view(blocks[cur].get(), x.k, k_layout);
-    const TensorView vb = block_view(static_cast<char*>(blocks[cur].get()) + k_bytes, x.v, v_layout);
+    // Hop 0 is this rank's own block: read in place (the packed copy only travels).
+    const TensorView kb = s == 0 ? x.k : block_view(blocks[cur].get(), x.k, k_layout);
+    const TensorView vb = s == 0 ? x.v : block_view(static_cast<char*>(blocks[cur].get()) + k_bytes, x.v, v_layout);
     for (const PairCall& c : plan.calls) {
       FlashParams f = base;
       f.q = x.q.rows(c.q_row0, c.q_rows);
       f.state = state.rows(c.q_row0, c.q_rows);
+      f.mode = first_touch(written, c.q_row0, c.q_rows, b, state) ? StateMode::Write : StateMode::Fold;
       f.k = kb.rows(c.k_row0, c.k_rows);
       f.v = vb.rows(c.k_row0, c.k_rows);
       f.causal = c.causal;
@@ -173,6 +207,7 @@ RankStats run_ring_attention(const GlobalProblem& p, const LocalTensors& x, Back
   st.bytes_sent = t.bytes_sent() - bytes_before;
 
   const auto t_fin = Clock::now();
+  empty_unwritten(written, b, state);
   b.finalize(FinalizeParams{state, x.out});
   b.synchronize();
   st.finalize_s = seconds_since(t_fin);
