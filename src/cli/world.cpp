@@ -135,6 +135,16 @@ World make_world(const ProblemOptions& o, const MpiSession& mpi) {
     w.backend = make_cuda_backend(w.gpu);
     w.device_label = fmt::format("cuda:{}", w.gpu);
   } else {
+    // Several ranks on one host would each start one thread per core; split the cores instead
+    // unless the user chose (OMP_NUM_THREADS).
+    const int local_size = env_int({"OMPI_COMM_WORLD_LOCAL_SIZE", "MPI_LOCALNRANKS", "SLURM_NTASKS_PER_NODE"}, 1);
+    if (local_size > 1 && std::getenv("OMP_NUM_THREADS") == nullptr) {
+      const int threads = std::max(1, omp_get_num_procs() / local_size);
+      omp_set_num_threads(threads);
+      if (w.rank == 0)
+        spdlog::info("{} ranks share this host: {} OpenMP threads each (set OMP_NUM_THREADS to choose)", local_size,
+                     threads);
+    }
     w.backend = make_cpu_backend();
     w.device_label = fmt::format("cpu ({} threads)", omp_get_max_threads());
   }
