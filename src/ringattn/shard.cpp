@@ -86,6 +86,19 @@ ShardLayout shard_layout(Sharding s, int64_t seq_len, int rank, int world) {
       l.segments.push_back({r, seq_len / P, P});
       break;
   }
+  // Runs that continue each other become one segment (zigzag's last rank holds chunks P-1 and P;
+  // at P = 1 every scheme is one run): one kernel call instead of several, and no fold between
+  // them. Row order is unchanged.
+  std::vector<Segment> merged;
+  for (const Segment& g : l.segments) {
+    Segment* last = merged.empty() ? nullptr : &merged.back();
+    if (last && (last->stride == g.stride || last->len == 1) && g.stride == 1 && last->position(last->len) == g.start &&
+        last->stride == 1)
+      last->len += g.len;
+    else
+      merged.push_back(g);
+  }
+  l.segments = std::move(merged);
   return l;
 }
 

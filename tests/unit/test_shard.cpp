@@ -39,12 +39,28 @@ TEST(Shard, LayoutsPartitionTheSequence) {
 }
 
 TEST(Shard, ZigzagRowOrderIsChunkRThenMirror) {
-  const ShardLayout l = shard_layout(Sharding::Zigzag, 16, 1, 2);  // chunks of 4: 1 and 2
+  const ShardLayout l = shard_layout(Sharding::Zigzag, 24, 1, 3);  // chunks of 4: 1 and 4
   ASSERT_EQ(l.segments.size(), 2u);
   EXPECT_EQ(l.global_position(0), 4);
-  EXPECT_EQ(l.global_position(4), 8);
+  EXPECT_EQ(l.global_position(4), 16);
   EXPECT_EQ(l.first_row(1), 4);
   EXPECT_THROW(l.global_position(8), InvalidArgument);
+}
+
+TEST(Shard, AdjacentChunksBecomeOneSegment) {
+  // The last zigzag rank holds chunks P-1 and P, which continue each other.
+  const ShardLayout last = shard_layout(Sharding::Zigzag, 16, 1, 2);  // chunks of 4: 1 and 2
+  ASSERT_EQ(last.segments.size(), 1u);
+  EXPECT_EQ(last.segments[0].start, 4);
+  EXPECT_EQ(last.segments[0].len, 8);
+  EXPECT_EQ(last.global_position(7), 11);
+  // A world of one is one run under every scheme.
+  for (Sharding s : {Sharding::Contiguous, Sharding::Zigzag, Sharding::Striped}) {
+    const ShardLayout one = shard_layout(s, 12, 0, 1);
+    ASSERT_EQ(one.segments.size(), 1u) << sharding_name(s);
+    EXPECT_EQ(one.segments[0].len, 12);
+    EXPECT_EQ(one.global_position(11), 11);
+  }
 }
 
 TEST(Shard, IndivisibleLengthsNameTheRequiredMultiple) {
