@@ -25,6 +25,12 @@ struct FlashParams {
   int64_t q_offset = 0;
   StateMode mode = StateMode::Write;
   int tile_q = 0, tile_k = 0;  // CPU tile sizes; 0 picks the default. GPU kernels pick their own.
+  // Optional: the final output [B, Hq, T, D] in out.dtype. When set, the call also writes the
+  // normalized result (after the fold) into `out`, cast once, and state.o is unspecified
+  // afterwards (a kernel may skip writing it); state.lse is written as always. This is how the
+  // last call on a row skips a separate cast pass. Backends whose kernel cannot do it write the
+  // state and cast.
+  TensorView out;
 };
 
 // state := merge(state, other), row by row. Shapes must match.

@@ -41,6 +41,10 @@ void validate_flash(const FlashParams& p, bool complete) {
   if (s.batch != q.batch || s.heads != q.heads || s.len != q.len || s.dim != q.dim)
     fail_arg("state shape [{}, {}, {}, {}] does not match q [{}, {}, {}, {}]", s.batch, s.heads, s.len, s.dim, q.batch,
              q.heads, q.len, q.dim);
+  const TensorView& o = p.out;
+  if (o.data != nullptr && (o.batch != q.batch || o.heads != q.heads || o.len != q.len || o.dim != q.dim))
+    fail_arg("output shape [{}, {}, {}, {}] does not match q [{}, {}, {}, {}]", o.batch, o.heads, o.len, o.dim, q.batch,
+             q.heads, q.len, q.dim);
   if (complete && p.causal && p.q_offset < 0)
     fail_arg("causal attention with q_offset={} leaves query row 0 with no visible key; a complete attention needs "
              "q_offset >= 0 (the default is kv_len - q_len)", p.q_offset);

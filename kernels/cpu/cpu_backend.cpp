@@ -23,8 +23,14 @@ class CpuBackend final : public Backend {
   void copy_from_host(void* dst, const void* src, size_t bytes) override { std::memcpy(dst, src, bytes); }
   void copy_to_host(void* dst, const void* src, size_t bytes) override { std::memcpy(dst, src, bytes); }
   void copy(void* dst, const void* src, size_t bytes) override { std::memmove(dst, src, bytes); }
-  void flash(const FlashParams& p) override { cpu::flash_forward(p); }
-  void decode(const DecodeParams& p) override { cpu::decode_split_kv(p); }
+  void flash(const FlashParams& p) override {
+    cpu::flash_forward(p);
+    if (p.out.data != nullptr) cpu::finalize(FinalizeParams{p.state, p.out});
+  }
+  void decode(const DecodeParams& p) override {
+    cpu::decode_split_kv(p);
+    if (p.flash.out.data != nullptr) cpu::finalize(FinalizeParams{p.flash.state, p.flash.out});
+  }
   void merge(const MergeParams& p) override { cpu::merge_states(p); }
   void finalize(const FinalizeParams& p) override { cpu::finalize(p); }
   void fill_empty(const StateView& s) override { cpu::fill_empty(s); }

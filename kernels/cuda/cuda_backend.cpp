@@ -161,13 +161,18 @@ class CudaBackend final : public Backend {
     validate_flash(p, /*complete=*/false);
     check_cuda_flash(p);
     use_device();
-    if (p.q.dtype == DType::F32) return cuda::launch_flash_simt(p, stream_);
     const FlashKernel k = cuda::flash_kernel();
-    if (k != FlashKernel::Portable && cuda::hopper_flash_supported(p, device_)) return cuda::hopper_flash_forward(p, stream_);
-    if (k == FlashKernel::Hopper)
+    if (p.q.dtype != DType::F32 && k != FlashKernel::Portable && cuda::hopper_flash_supported(p, device_))
+      return cuda::hopper_flash_forward(p, stream_);  // writes p.out itself when asked
+    if (k == FlashKernel::Hopper && p.q.dtype != DType::F32)
       fail_arg("RINGATTN_FLASH_KERNEL=hopper, but the Hopper kernel does not take this call (it needs an sm_90 GPU, a "
-               "build with sm_90a, bf16/fp16, head dim 64 or 128, a positive scale and 16-byte aligned views)");
-    cuda::launch_flash_mma(p, stream_);
+               "build with sm_90a, bf16/fp16, head dim 64 or 128, a positive scale, 16-byte aligned views and an "
+               "output in the input dtype)");
+    if (p.q.dtype == DType::F32)
+      cuda::launch_flash_simt(p, stream_);
+    else
+      cuda::launch_flash_mma(p, stream_);
+    if (p.out.data != nullptr) finalize(FinalizeParams{p.state, p.out});
   }
 
   void decode(const DecodeParams& dp) override {
@@ -184,6 +189,7 @@ class CudaBackend final : public Backend {
       const cuda::SplitPartials parts = partials(plan.parts, rows, f.q.dim);
       cuda::launch_decode_mma(f, plan, parts, stream_);
       cuda::launch_merge_splits({parts, f.state, f.mode}, stream_);
+      if (f.out.data != nullptr) finalize(FinalizeParams{f.state, f.out});
       return;
     }
     // fp32: each key chunk through the SIMT flash kernel into its own partial, then one merge.
@@ -201,9 +207,11 @@ class CudaBackend final : public Backend {
       sub.mode = StateMode::Write;
       sub.state = contiguous_state(parts.o + c * rows * f.q.dim, parts.lse + c * rows, f.q.batch, f.q.heads, f.q.len,
                                    f.q.dim);
+      sub.out = TensorView{};
       cuda::launch_flash_simt(sub, stream_);
     }
     cuda::launch_merge_splits({parts, f.state, f.mode}, stream_);
+    if (f.out.data != nullptr) finalize(FinalizeParams{f.state, f.out});
   }
 
   void merge(const MergeParams& p) override {

@@ -28,6 +28,25 @@ std::string check_ring_tensors(const GlobalProblem& p, const LocalTensors& x, in
 
 void empty_unwritten(std::vector<char>& written, Backend& b, const StateView& state, int64_t r0 = 0, int64_t n = -1);
 
+// For every call of every hop: whether it is the last call on its query rows (a later call
+// starting at the same row reaches the same run of rows: the schedule's query segments).
+std::vector<std::vector<char>> final_calls(const RingSchedule& sched) {
+  std::vector<std::vector<char>> last(sched.hops().size());
+  std::vector<int64_t> seen;
+  for (size_t s = sched.hops().size(); s-- > 0;) {
+    const auto& calls = sched.hops()[s].calls;
+    last[s].assign(calls.size(), 0);
+    for (size_t i = calls.size(); i-- > 0;) {
+      const int64_t r0 = calls[i].q_row0;
+      if (std::find(seen.begin(), seen.end(), r0) == seen.end()) {
+        last[s][i] = 1;
+        seen.push_back(r0);
+      }
+    }
+  }
+  return last;
+}
+
 // Whether rows [r0, r0 + n) of the state are all unwritten (then the call writes them and they
 // count as written). Rows partly written are first emptied where unwritten, so the call folds.
 bool first_touch(std::vector<char>& written, int64_t r0, int64_t n, Backend& b, const StateView& state) {
@@ -122,6 +141,10 @@ RankStats run_ring_attention(const GlobalProblem& p, const LocalTensors& x, Back
   // The state is not emptied up front: the first call on a run of query rows writes it
   // (StateMode::Write), later calls fold. Rows no call reaches are emptied at the end.
   std::vector<char> written(size_t(T), 0);
+  // The last call on each run of query rows writes the final output itself (FlashParams::out),
+  // cast once: no separate pass over the fp32 state at the end.
+  const std::vector<std::vector<char>> final_call = final_calls(sched);
+  std::vector<char> finalized(size_t(T), 0);
   const BlockLayout k_layout = layout_of(x.k), v_layout = layout_of(x.v);
   b.synchronize();
   st.setup_s = seconds_since(t_setup);
@@ -170,6 +193,10 @@ RankStats run_ring_attention(const GlobalProblem& p, const LocalTensors& x, Back
       f.q = x.q.rows(c.q_row0, c.q_rows);
       f.state = state.rows(c.q_row0, c.q_rows);
       f.mode = first_touch(written, c.q_row0, c.q_rows, b, state) ? StateMode::Write : StateMode::Fold;
+      if (final_call[size_t(s)][size_t(&c - plan.calls.data())]) {
+        f.out = x.out.rows(c.q_row0, c.q_rows);
+        std::fill(finalized.begin() + c.q_row0, finalized.begin() + c.q_row0 + c.q_rows, char(1));
+      }
       f.k = kb.rows(c.k_row0, c.k_rows);
       f.v = vb.rows(c.k_row0, c.k_rows);
       f.causal = c.causal;
@@ -208,7 +235,16 @@ RankStats run_ring_attention(const GlobalProblem& p, const LocalTensors& x, Back
 
   const auto t_fin = Clock::now();
   empty_unwritten(written, b, state);
-  b.finalize(FinalizeParams{state, x.out});
+  for (int64_t i = 0; i < T;) {  // rows whose output no call wrote (none in self-attention)
+    if (finalized[size_t(i)]) {
+      ++i;
+      continue;
+    }
+    int64_t j = i;
+    while (j < T && !finalized[size_t(j)]) ++j;
+    b.finalize(FinalizeParams{state.rows(i, j - i), x.out.rows(i, j - i)});
+    i = j;
+  }
   b.synchronize();
   st.finalize_s = seconds_since(t_fin);
   st.total_s = seconds_since(t_start);

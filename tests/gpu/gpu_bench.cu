@@ -158,10 +158,14 @@ Result bench_shape(Backend& be, const Shape& sh, DType dt, int reps, bool& ok, s
     p.k = bhtd_view(in[size_t(i)].k.get(), dt, sh.b, sh.hkv, sh.s, sh.d);
     p.v = bhtd_view(in[size_t(i)].v.get(), dt, sh.b, sh.hkv, sh.s, sh.d);
   };
-  auto run = [&](bool with_finalize) {
-    if (decode) be.decode(DecodeParams{p, 0});
-    else be.flash(p);
-    if (with_finalize) be.finalize(FinalizeParams{p.state, out_view});
+  // The complete attention asks for the final output in the call (FlashParams::out: the Hopper
+  // kernel writes it from its epilogue, other paths cast the state); "state" stops at the fp32
+  // state.
+  auto run = [&](bool complete) {
+    FlashParams f = p;
+    if (complete) f.out = out_view;
+    if (decode) be.decode(DecodeParams{f, 0});
+    else be.flash(f);
   };
   cudaStream_t stream = static_cast<cudaStream_t>(be.stream());
   cudaEvent_t e0, e1;

@@ -70,6 +70,8 @@ struct SmemPlan {
 struct HopperParams {
   CUtensorMap tm_q, tm_k, tm_v;  // 4-d maps over (dim, len, heads, batch), boxes of 64 x block rows
   StateView state;
+  void* out;  // when set: the final output in the input dtype (then state.o is not written)
+  long long out_stride_b, out_stride_h, out_stride_t;
   int batch, q_heads, kv_heads, group;  // group = q_heads / kv_heads
   int q_len, kv_len;
   long long q_offset;

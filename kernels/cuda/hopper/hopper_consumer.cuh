@@ -99,7 +99,7 @@ __device__ __forceinline__ void consume_per_tile(const HopperParams& p, const Sm
     const Tile t = decode_tile(p, ti);
     const int row0 = ln.row0(t.m0);
     if (t.n_blocks == 0) {
-      store_empty<D>(p, t.b, t.h, row0, ln.tq);
+      store_empty<T, D>(p, t.b, t.h, row0, ln.tq);
       continue;
     }
     float o[D / 2];
@@ -167,7 +167,7 @@ __device__ __forceinline__ void consume_per_tile(const HopperParams& p, const Sm
     wgmma_wait<0>();
     fence_regs(o);
     if (ln.lane == 0) mbar_arrive(sm.empty_v(s_prev));
-    store_state<D>(p, o, st, t.b, t.h, row0, ln.tq);
+    store_state<T, D>(p, o, st, t.b, t.h, row0, ln.tq);
   }
 }
 
@@ -177,14 +177,14 @@ struct BlockCursor {
   int ti, i;  // tile index and key-tile step within it
   Tile t;
   __device__ __forceinline__ BlockCursor() : ti(int(blockIdx.x) - int(gridDim.x)), i(0), t{} { t.n_blocks = 0; }
-  template <int D>
+  template <typename T, int D>
   __device__ __forceinline__ bool next(const HopperParams& p, const Lane& ln) {
     if (++i < t.n_blocks) return true;
     for (ti += gridDim.x; ti < p.num_tiles; ti += gridDim.x) {
       t = decode_tile(p, ti);
       i = 0;
       if (t.n_blocks > 0) return true;
-      store_empty<D>(p, t.b, t.h, ln.row0(t.m0), ln.tq);
+      store_empty<T, D>(p, t.b, t.h, ln.row0(t.m0), ln.tq);
     }
     return false;
   }
@@ -198,7 +198,7 @@ __device__ __forceinline__ void consume_streamed(const HopperParams& p, const Sm
   const Lane ln(consumer, C::kConsumers);
   const bool lazy = p.lazy_rescale != 0;
   BlockCursor cur;
-  if (!cur.next<D>(p, ln)) return;
+  if (!cur.next<T, D>(p, ln)) return;
   float o[D / 2];
   float s[I::kS];
   uint32_t pf[I::kP];
@@ -228,7 +228,7 @@ __device__ __forceinline__ void consume_streamed(const HopperParams& p, const Sm
   bool prev_first = true;  // the pending P V is its tile's first (starts O over)
   int s_prev = 0, it_prev = 0;
   ++it;
-  while (cur.next<D>(p, ln)) {
+  while (cur.next<T, D>(p, ln)) {
     const int s_cur = it % S;
     const bool first = cur.i == 0;
     if (first) {  // a new query tile: its Q is in the next buffer
@@ -263,7 +263,7 @@ __device__ __forceinline__ void consume_streamed(const HopperParams& p, const Sm
     fence_regs(pf);
     if (ln.lane == 0) mbar_arrive(sm.empty_v(s_prev));
     if (first)
-      store_state<D>(p, o, done, prev.b, prev.h, ln.row0(prev.m0), ln.tq);
+      store_state<T, D>(p, o, done, prev.b, prev.h, ln.row0(prev.m0), ln.tq);
     else if (moved)
       rescale_rows(o, corr);
     scores_to_p<T>(s, pf);
@@ -283,7 +283,7 @@ __device__ __forceinline__ void consume_streamed(const HopperParams& p, const Sm
   wgmma_wait<0>();
   fence_regs(o);
   if (ln.lane == 0) mbar_arrive(sm.empty_v(s_prev));
-  store_state<D>(p, o, st, prev.b, prev.h, ln.row0(prev.m0), ln.tq);
+  store_state<T, D>(p, o, st, prev.b, prev.h, ln.row0(prev.m0), ln.tq);
 }
 
 }  // namespace ringattn::cuda::hopper

@@ -123,11 +123,21 @@ bool params_fit(const FlashParams& p, int block_m, int block_n, HopperParams* ou
   if (!aligned(q.data, 16) || !aligned(k.data, 16) || !aligned(v.data, 16)) return false;
   const StateView& s = p.state;
   if (!aligned(s.o, 8) || (s.o_stride_t % 2) || (s.o_stride_h % 2) || (s.o_stride_b % 2)) return false;
+  // The final output straight from the epilogue: the input dtype, 4-byte aligned column pairs.
+  const TensorView& o = p.out;
+  if (o.data != nullptr) {
+    if (o.dtype != q.dtype || !aligned(o.data, 4) || (o.stride_t % 2) || (o.stride_h % 2) || (o.stride_b % 2))
+      return false;
+  }
   HopperParams hp{};
   if (!encode_view(&hp.tm_q, q, block_m) || !encode_view(&hp.tm_k, k, block_n) || !encode_view(&hp.tm_v, v, block_n))
     return false;
   if (out != nullptr) {
     hp.state = s;
+    hp.out = o.data;
+    hp.out_stride_b = o.stride_b;
+    hp.out_stride_h = o.stride_h;
+    hp.out_stride_t = o.stride_t;
     hp.batch = int(q.batch);
     hp.q_heads = int(q.heads);
     hp.kv_heads = int(k.heads);

@@ -123,9 +123,22 @@ __device__ __forceinline__ void rescale_rows(float (&o)[N], const float (&corr)[
   for (int i = 0; i < N; ++i) o[i] *= corr[(i >> 1) & 1];
 }
 
+// Two adjacent output values (columns col, col + 1) of a row: into the fp32 state, or, when the
+// call asked for the final output (p.out), cast to T straight into it (the state's o is then
+// left unwritten; its lse is still written).
+template <typename T>
+__device__ __forceinline__ void put2(const HopperParams& p, float* orow, int b, int h, int row, int col, float2 v) {
+  if (p.out != nullptr) {
+    T* dst = static_cast<T*>(p.out) + b * p.out_stride_b + h * p.out_stride_h + (long long)row * p.out_stride_t + col;
+    *reinterpret_cast<uint32_t*>(dst) = pack2<T>(v.x, v.y);
+  } else {
+    *reinterpret_cast<float2*>(orow + col) = v;
+  }
+}
+
 // Writes (Write) or folds (Fold, the merge of kernels/cpu/merge.cpp merge_row) this thread's
 // part of rows row0 and row0 + 8 of the tile. o holds D/2 accumulators (unnormalized).
-template <int D>
+template <typename T, int D>
 __device__ __forceinline__ void store_state(const HopperParams& p, const float (&o)[D / 2], RowStats& st, int b, int h,
                                             int row0, int t) {
   const StateView& sv = p.state;
@@ -150,8 +163,10 @@ __device__ __forceinline__ void store_state(const HopperParams& p, const float (
     float* lse = sv.lse + b * sv.lse_stride_b + h * sv.lse_stride_h + row;
     float wa = 0.f, wb = inv[r], lse_out = lse_new[r];
     if (p.fold) {
-      if (lse_new[r] == neg_inf_f()) continue;  // nothing seen: the state is unchanged
-      if (lse_old[r] != neg_inf_f()) {
+      if (lse_new[r] == neg_inf_f()) {  // nothing seen: the state is unchanged
+        if (p.out == nullptr) continue;
+        wa = 1.f, wb = 0.f, lse_out = lse_old[r];  // the final output is the old state's, cast
+      } else if (lse_old[r] != neg_inf_f()) {
         const float mx = fmaxf(lse_old[r], lse_new[r]);
         const float ea = expf(lse_old[r] - mx), eb = expf(lse_new[r] - mx);
         const float sum = ea + eb;
@@ -162,24 +177,25 @@ __device__ __forceinline__ void store_state(const HopperParams& p, const float (
     }
 #pragma unroll
     for (int j = 0; j < D / 8; ++j) {
-      float2* dst = reinterpret_cast<float2*>(orow + 8 * j + 2 * t);
+      const int col = 8 * j + 2 * t;
       float2 v = make_float2(o[4 * j + 2 * r] * wb, o[4 * j + 2 * r + 1] * wb);
       if (wa != 0.f) {  // wa == 0 also when the old state was empty: its o is never read
-        const float2 old = *dst;
+        const float2 old = *reinterpret_cast<const float2*>(orow + col);
         v.x = fmaf(old.x, wa, v.x);
         v.y = fmaf(old.y, wa, v.y);
       }
-      *dst = v;
+      put2<T>(p, orow, b, h, row, col, v);
     }
     if (t == 0) *lse = lse_out;
   }
 }
 
 // A tile with no visible key: Write stores the empty state (o = 0, lse = -inf) in this thread's
-// part of rows row0 and row0 + 8; Fold leaves the state unchanged.
-template <int D>
+// part of rows row0 and row0 + 8; Fold leaves the state unchanged (and, when the call asked for
+// the final output, casts the old state's o into it).
+template <typename T, int D>
 __device__ __forceinline__ void store_empty(const HopperParams& p, int b, int h, int row0, int t) {
-  if (p.fold) return;
+  if (p.fold && p.out == nullptr) return;
   const StateView& sv = p.state;
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
@@ -187,8 +203,12 @@ __device__ __forceinline__ void store_empty(const HopperParams& p, int b, int h,
     if (row >= p.q_len) continue;
     float* orow = sv.o + b * sv.o_stride_b + h * sv.o_stride_h + (long long)row * sv.o_stride_t;
 #pragma unroll
-    for (int j = 0; j < D / 8; ++j) *reinterpret_cast<float2*>(orow + 8 * j + 2 * t) = make_float2(0.f, 0.f);
-    if (t == 0) sv.lse[b * sv.lse_stride_b + h * sv.lse_stride_h + row] = neg_inf_f();
+    for (int j = 0; j < D / 8; ++j) {
+      const int col = 8 * j + 2 * t;
+      const float2 v = p.fold ? *reinterpret_cast<const float2*>(orow + col) : make_float2(0.f, 0.f);
+      put2<T>(p, orow, b, h, row, col, v);
+    }
+    if (t == 0 && !p.fold) sv.lse[b * sv.lse_stride_b + h * sv.lse_stride_h + row] = neg_inf_f();
   }
 }
 
