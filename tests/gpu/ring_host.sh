@@ -16,7 +16,7 @@ nvidia-smi --query-gpu=name,clocks.sm,clocks.mem,temperature.gpu --format=csv,no
 
 t0=$(date +%s)
 cmake -S . -B "$B" -G Ninja -DCMAKE_CUDA_ARCHITECTURES=90a >"$OUT/build.log" 2>&1 &&
-  timeout 300 cmake --build "$B" -j16 --target ringattn ringattn_gpu_tests test_ring_gpu test_ring_device \
+  timeout 300 cmake --build "$B" -j16 --target ringattn ringattn_gpu_tests ringattn_hopper_tests test_ring_gpu test_ring_device \
     ringattn_ring_overhead ringattn_gpu_bench >>"$OUT/build.log" 2>&1
 rc=$?; step build $rc $(( $(date +%s) - t0 ))
 [ $rc -eq 0 ] || { grep -E "error|FAILED" "$OUT/build.log" | head -30; exit 1; }
@@ -35,12 +35,15 @@ if has tests; then
 t0=$(date +%s)
 timeout 150 $B/tests/gpu/ringattn_gpu_tests --gtest_brief=1 >"$OUT/gpu_tests.log" 2>&1
 step gpu_tests $? $(( $(date +%s) - t0 )); grep -E "^\[  (PASSED|FAILED)|Failure|seed" "$OUT/gpu_tests.log" | head -20
+t0=$(date +%s)
+timeout 120 $B/tests/gpu/hopper/ringattn_hopper_tests --gtest_brief=1 >"$OUT/hopper_tests.log" 2>&1
+step hopper_tests $? $(( $(date +%s) - t0 )); grep -E "^\[  (PASSED|FAILED)|Failure|seed" "$OUT/hopper_tests.log" | head -20
 
 fi
 if has mpi; then
 t0=$(date +%s)
 for np in 1 2 4; do timeout 90 $MPI -np $np $B/tests/mpi/test_ring_gpu --gtest_brief=1 >"$OUT/ring_gpu_np$np.log" 2>&1
-  echo "test_ring_gpu np$np rc=$? $(grep -E '^\[  (PASSED|FAILED)' "$OUT/ring_gpu_np$np.log" | tr '\n' ' ')"; done
+  echo "test_ring_gpu np$np rc=$? $(grep -cE '^\[       OK' "$OUT/ring_gpu_np$np.log") ok, $(grep -cE 'SKIPPED \]' "$OUT/ring_gpu_np$np.log") skipped, $(grep -cE '^\[  FAILED' "$OUT/ring_gpu_np$np.log") failed"; done
 for np in 1 2; do timeout 60 $MPI -np $np $B/tests/mpi/test_ring_device --gtest_brief=1 >"$OUT/ring_dev_np$np.log" 2>&1
   echo "test_ring_device np$np rc=$? $(grep -E '^\[  (PASSED|FAILED)' "$OUT/ring_dev_np$np.log" | tr '\n' ' ')"; done
 step mpi_gpu_tests - $(( $(date +%s) - t0 )); grep -hE "Failure|rank [0-9].*:" "$OUT"/ring_*_np*.log | head -20
@@ -101,6 +104,10 @@ fi
 if has memcheck; then
 t0=$(date +%s)
 timeout 60 compute-sanitizer --tool memcheck --error-exitcode 99 $B/tests/gpu/ringattn_gpu_tests --gtest_brief=1 \
-  --gtest_filter='*bf16_d128*:*Fold*' >"$OUT/memcheck.log" 2>&1
+  --gtest_filter='*bf16_d128*:*Fold*:*FusedOut*' >"$OUT/memcheck.log" 2>&1
 step memcheck_hopper_dispatch $? $(( $(date +%s) - t0 )); grep -E "ERROR SUMMARY" "$OUT/memcheck.log"
+t0=$(date +%s)
+timeout 90 compute-sanitizer --tool racecheck --error-exitcode 99 $B/tests/gpu/ringattn_gpu_tests --gtest_brief=1 \
+  --gtest_filter='*FusedOut*k0*' >"$OUT/racecheck.log" 2>&1
+step racecheck_fused_out $? $(( $(date +%s) - t0 )); grep -E "RACECHECK SUMMARY|ERROR SUMMARY" "$OUT/racecheck.log"
 fi
