@@ -6,7 +6,9 @@
 set -u -o pipefail
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1 PYTHONUNBUFFERED=1
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
-OUT=${OUT:-/tmp/ring_host}; mkdir -p "$OUT"; B=${BUILD_DIR:-/tmp/b}
+OUT=${OUT:-/tmp/ring_host}; B=${BUILD_DIR:-/tmp/b}
+# $OUT keeps the few files worth fetching (the tables and the main logs); the rest goes to $LOG.
+LOG=${LOG:-/tmp/ring_host_logs}; mkdir -p "$OUT" "$LOG"
 MPI="mpirun --oversubscribe --bind-to none -x NCCL_NVLS_ENABLE -x OMP_NUM_THREADS=2"
 step() { echo "== $1: rc=$2 in $3 s"; }
 # Stages to run (default all): STAGES="build cli tests mpi overhead bench memcheck"
@@ -15,11 +17,11 @@ has() { [[ $STAGES == *" $1 "* ]]; }
 nvidia-smi --query-gpu=name,clocks.sm,clocks.mem,temperature.gpu --format=csv,noheader
 
 t0=$(date +%s)
-cmake -S . -B "$B" -G Ninja -DCMAKE_CUDA_ARCHITECTURES=90a >"$OUT/build.log" 2>&1 &&
+cmake -S . -B "$B" -G Ninja -DCMAKE_CUDA_ARCHITECTURES=90a >"$LOG/build.log" 2>&1 &&
   timeout 300 cmake --build "$B" -j16 --target ringattn ringattn_gpu_tests ringattn_hopper_tests test_ring_gpu test_ring_device \
-    ringattn_ring_overhead ringattn_gpu_bench >>"$OUT/build.log" 2>&1
+    ringattn_ring_overhead ringattn_gpu_bench >>"$LOG/build.log" 2>&1
 rc=$?; step build $rc $(( $(date +%s) - t0 ))
-[ $rc -eq 0 ] || { grep -E "error|FAILED" "$OUT/build.log" | head -30; exit 1; }
+[ $rc -eq 0 ] || { grep -E "error|FAILED" "$LOG/build.log" | head -30; exit 1; }
 R=$B/src/ringattn
 
 if has cli; then
@@ -42,11 +44,11 @@ step hopper_tests $? $(( $(date +%s) - t0 )); grep -E "^\[  (PASSED|FAILED)|Fail
 fi
 if has mpi; then
 t0=$(date +%s)
-for np in 1 2 4; do timeout 90 $MPI -np $np $B/tests/mpi/test_ring_gpu --gtest_brief=1 >"$OUT/ring_gpu_np$np.log" 2>&1
-  echo "test_ring_gpu np$np rc=$? $(grep -cE '^\[       OK' "$OUT/ring_gpu_np$np.log") ok, $(grep -cE 'SKIPPED \]' "$OUT/ring_gpu_np$np.log") skipped, $(grep -cE '^\[  FAILED' "$OUT/ring_gpu_np$np.log") failed"; done
-for np in 1 2; do timeout 60 $MPI -np $np $B/tests/mpi/test_ring_device --gtest_brief=1 >"$OUT/ring_dev_np$np.log" 2>&1
-  echo "test_ring_device np$np rc=$? $(grep -E '^\[  (PASSED|FAILED)' "$OUT/ring_dev_np$np.log" | tr '\n' ' ')"; done
-step mpi_gpu_tests - $(( $(date +%s) - t0 )); grep -hE "Failure|rank [0-9].*:" "$OUT"/ring_*_np*.log | head -20
+for np in 1 2 4; do timeout 90 $MPI -np $np $B/tests/mpi/test_ring_gpu >"$LOG/ring_gpu_np$np.log" 2>&1
+  echo "test_ring_gpu np$np rc=$? $(grep -cE '^\[       OK' "$LOG/ring_gpu_np$np.log") ok, $(grep -cE 'SKIPPED \]' "$LOG/ring_gpu_np$np.log") skipped, $(grep -cE '^\[  FAILED' "$LOG/ring_gpu_np$np.log") failed"; done
+for np in 1 2; do timeout 60 $MPI -np $np $B/tests/mpi/test_ring_device >"$LOG/ring_dev_np$np.log" 2>&1
+  echo "test_ring_device np$np rc=$? $(grep -cE '^\[       OK' "$LOG/ring_dev_np$np.log") ok, $(grep -cE '^\[  FAILED' "$LOG/ring_dev_np$np.log") failed"; done
+step mpi_gpu_tests - $(( $(date +%s) - t0 )); grep -hE "Failure|rank [0-9].*:" "$LOG"/ring_*_np*.log | head -20
 
 fi
 if has overhead; then
@@ -63,10 +65,10 @@ SHAPES="4,32,8,2048,2048,128,full 4,32,8,2048,2048,128,causal 1,32,8,8192,8192,1
  1,32,8,32768,32768,128,causal 1,32,8,8192,8192,64,full 1,32,8,8192,8192,64,causal 8,32,8,1,32768,128,full 1,32,8,1,131072,128,full"
 args=""; for s in $SHAPES; do args="$args --shape $s"; done
 t0=$(date +%s)
-timeout 150 $B/tests/gpu/ringattn_gpu_bench $args --reps 20 --json "$OUT/ours.json" >"$OUT/ours.csv" 2>"$OUT/ours.err"
-step bench $? $(( $(date +%s) - t0 )); cat "$OUT/ours.err" | head -5
+timeout 150 $B/tests/gpu/ringattn_gpu_bench $args --reps 20 --json "$LOG/ours.json" >"$OUT/ours.csv" 2>"$LOG/ours.err"
+step bench $? $(( $(date +%s) - t0 )); cat "$LOG/ours.err" | head -5
 t0=$(date +%s)
-timeout 170 python3 .bench/peers.py $args >"$OUT/peers.csv" 2>"$OUT/peers.err"
+timeout 170 python3 .bench/peers.py $args >"$OUT/peers.csv" 2>"$LOG/peers.err"
 step peers $? $(( $(date +%s) - t0 ))
 
 python3 - "$OUT" <<'PY'
@@ -104,10 +106,10 @@ fi
 if has memcheck; then
 t0=$(date +%s)
 timeout 60 compute-sanitizer --tool memcheck --error-exitcode 99 $B/tests/gpu/ringattn_gpu_tests --gtest_brief=1 \
-  --gtest_filter='*bf16_d128*:*Fold*:*FusedOut*' >"$OUT/memcheck.log" 2>&1
-step memcheck_hopper_dispatch $? $(( $(date +%s) - t0 )); grep -E "ERROR SUMMARY" "$OUT/memcheck.log"
+  --gtest_filter='*bf16_d128*:*Fold*:*FusedOut*' >"$LOG/memcheck.log" 2>&1
+step memcheck_hopper_dispatch $? $(( $(date +%s) - t0 )); grep -E "ERROR SUMMARY" "$LOG/memcheck.log"
 t0=$(date +%s)
 timeout 90 compute-sanitizer --tool racecheck --error-exitcode 99 $B/tests/gpu/ringattn_gpu_tests --gtest_brief=1 \
-  --gtest_filter='*FusedOut*k0*' >"$OUT/racecheck.log" 2>&1
-step racecheck_fused_out $? $(( $(date +%s) - t0 )); grep -E "RACECHECK SUMMARY|ERROR SUMMARY" "$OUT/racecheck.log"
+  --gtest_filter='*FusedOut*k0*' >"$LOG/racecheck.log" 2>&1
+step racecheck_fused_out $? $(( $(date +%s) - t0 )); grep -E "RACECHECK SUMMARY|ERROR SUMMARY" "$LOG/racecheck.log"
 fi
