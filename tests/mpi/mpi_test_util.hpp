@@ -123,6 +123,39 @@ inline bool same_on_all_ranks(const std::string& s) {
   return gmin == gmax;
 }
 
+// A host tensor mirrored in backend memory (device memory for the CUDA backend).
+struct DeviceCopy {
+  DeviceBuffer buf;
+  TensorView view;
+  DeviceCopy(Backend& b, const ShardTensor& h) : buf(b, h.bytes.size()) {
+    b.copy_from_host(buf.get(), h.bytes.data(), h.bytes.size());
+    view = h.view;
+    view.data = buf.get();
+  }
+};
+
+// Relative errors of a rank's ring output (and fp32 LSE, [B, H, T] contiguous) against the fp64
+// oracle of the global problem, reduced over all ranks: the same verdict on every rank.
+struct RingErrors {
+  double out = 0, lse = 0;
+};
+inline RingErrors ring_errors_vs_oracle(const GlobalProblem& p, const GlobalInputs& g, const ShardLayout& l,
+                                        const ShardTensor& out, const std::vector<float>& lse) {
+  const FlashParams gf = g.params(p);
+  const int64_t T = l.tokens(), H = p.q_heads, D = p.head_dim;
+  ErrorSums eo, el;
+  std::vector<double> ro(static_cast<size_t>(D));
+  double rl = 0;
+  for (int64_t b = 0; b < p.batch; ++b)
+    for (int64_t h = 0; h < H; ++h)
+      for (int64_t i = 0; i < T; ++i) {
+        cpu::naive_row(gf, b, h, l.global_position(i), ro.data(), &rl);
+        for (int64_t d = 0; d < D; ++d) eo.add(out.at(b, h, i, d), ro[size_t(d)]);
+        el.add(lse[size_t((b * H + h) * T + i)], rl);
+      }
+  return {eo.reduced_rel(), el.reduced_rel()};
+}
+
 // main() of every MPI test binary: MPI with the thread level the helper-thread transport needs.
 inline int run_all_tests_under_mpi(int argc, char** argv) {
   int provided = 0;

@@ -9,20 +9,10 @@
 namespace ringattn {
 namespace {
 
+using test::DeviceCopy;
 using test::ErrorSums;
 using test::GlobalInputs;
 using test::ShardTensor;
-
-// A host tensor mirrored in backend memory.
-struct DeviceCopy {
-  DeviceBuffer buf;
-  TensorView view;
-  DeviceCopy(Backend& b, const ShardTensor& h) : buf(b, h.bytes.size()) {
-    b.copy_from_host(buf.get(), h.bytes.data(), h.bytes.size());
-    view = h.view;
-    view.data = buf.get();
-  }
-};
 
 // Every rank sees a GPU (the decision must be the same on all ranks: the tests are collective).
 bool all_ranks_have_cuda() { return test::all_ranks(cuda_available()); }
@@ -65,21 +55,11 @@ TEST_P(DeviceRing, StagedThroughHostMatchesOracle) {
   std::vector<float> lse(size_t(4 * T));
   backend->copy_to_host(lse.data(), dlse.get(), lse.size() * 4);
 
-  const GlobalInputs g(p, seed);
-  const FlashParams gf = g.params(p);
-  ErrorSums eo, el;
-  std::vector<double> ro(static_cast<size_t>(c.dim));
-  double rl = 0;
-  for (int64_t h = 0; h < 4; ++h)
-    for (int64_t i = 0; i < T; ++i) {
-      cpu::naive_row(gf, 0, h, l.global_position(i), ro.data(), &rl);
-      for (int64_t d = 0; d < c.dim; ++d) eo.add(out.at(0, h, i, d), ro[size_t(d)]);
-      el.add(lse[size_t(h * T + i)], rl);
-    }
+  const test::RingErrors e = test::ring_errors_vs_oracle(p, GlobalInputs(p, seed), l, out, lse);
   // Half-precision tensor-core products and a half-precision output: 1e-2 relative; fp32: 1e-5.
   const double tol = c.dtype == DType::F32 ? 1e-5 : 1e-2;
-  EXPECT_LT(eo.reduced_rel(), tol);
-  EXPECT_LT(el.reduced_rel(), c.dtype == DType::F32 ? 1e-5 : 1e-3);
+  EXPECT_LT(e.out, tol);
+  EXPECT_LT(e.lse, c.dtype == DType::F32 ? 1e-5 : 1e-3);
 }
 
 INSTANTIATE_TEST_SUITE_P(Cases, DeviceRing,

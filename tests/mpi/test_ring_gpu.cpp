@@ -15,21 +15,12 @@
 namespace ringattn {
 namespace {
 
+using test::DeviceCopy;
 using test::ErrorSums;
 using test::GlobalInputs;
 using test::ShardTensor;
 
 bool all_ranks_have_cuda() { return test::all_ranks(cuda_available()); }
-
-struct DeviceCopy {
-  DeviceBuffer buf;
-  TensorView view;
-  DeviceCopy(Backend& b, const ShardTensor& h) : buf(b, h.bytes.size()) {
-    b.copy_from_host(buf.get(), h.bytes.data(), h.bytes.size());
-    view = h.view;
-    view.data = buf.get();
-  }
-};
 
 // The transports this world can run: MPI always; NCCL when every rank has its own GPU.
 std::vector<std::string> transports() {
@@ -52,8 +43,7 @@ std::unique_ptr<Transport> make_transport(const std::string& name, MPI_Comm comm
 
 // Runs the ring for `p` over `comm` on GPU 0 and returns the relative error of the output (and
 // of the LSE) against the oracle, reduced over the ranks of MPI_COMM_WORLD.
-struct RingErrors {
-  double out, lse;
+struct RingErrors : test::RingErrors {
   RankStats stats;
 };
 RingErrors ring_errors(const GlobalProblem& p, const GlobalInputs& g, uint64_t seed, const std::string& transport,
@@ -79,19 +69,7 @@ RingErrors ring_errors(const GlobalProblem& p, const GlobalInputs& g, uint64_t s
   e.stats = run_ring_attention(p, LocalTensors{dq.view, dk.view, dv.view, dout.view, dlse.as<float>()}, *backend, *t);
   backend->copy_to_host(out.bytes.data(), dout.buf.get(), out.bytes.size());
   backend->copy_to_host(lse.data(), dlse.get(), lse.size() * 4);
-  const FlashParams gf = g.params(p);
-  ErrorSums eo, el;
-  std::vector<double> ro(static_cast<size_t>(D));
-  double rl = 0;
-  for (int64_t b = 0; b < p.batch; ++b)
-    for (int64_t h = 0; h < H; ++h)
-      for (int64_t i = 0; i < T; ++i) {
-        cpu::naive_row(gf, b, h, l.global_position(i), ro.data(), &rl);
-        for (int64_t d = 0; d < D; ++d) eo.add(out.at(b, h, i, d), ro[size_t(d)]);
-        el.add(lse[size_t((b * H + h) * T + i)], rl);
-      }
-  e.out = eo.reduced_rel();
-  e.lse = el.reduced_rel();
+  static_cast<test::RingErrors&>(e) = test::ring_errors_vs_oracle(p, g, l, out, lse);
   return e;
 }
 
