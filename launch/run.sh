@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Builds ringattn and runs the main job on its embedded default problem, checked against the
 # fp64 reference: on the GPU when nvidia-smi sees one (and the build has CUDA), else over two
-# CPU ranks with mpirun. Extra arguments go to `ringattn run`.
+# CPU ranks through launch/mpirun.sh. Extra arguments go to `ringattn run`.
 #   bash launch/run.sh                 # the default problem
 #   bash launch/run.sh --seq 8192      # the same with other flags
 set -euo pipefail
@@ -12,7 +12,5 @@ if command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L >/dev/null 2>&1 &&
   echo "+ $RINGATTN run --device cuda --causal --check $*" >&2
   exec "$RINGATTN" run --device cuda --causal --check "$@"
 fi
-NP=2
-export OMP_NUM_THREADS="${OMP_NUM_THREADS:-$(( $(nproc) / NP > 0 ? $(nproc) / NP : 1 ))}"
-echo "+ mpirun -np $NP ${MPIRUN_FLAGS[*]} -x OMP_NUM_THREADS=$OMP_NUM_THREADS $RINGATTN run --causal --check $*" >&2
-exec mpirun -np "$NP" "${MPIRUN_FLAGS[@]}" -x OMP_NUM_THREADS "$RINGATTN" run --causal --check "$@"
+# Two CPU ranks; mpirun.sh prints the rank table, and the ranks split the cores.
+RINGATTN="$RINGATTN" exec bash "$ROOT/launch/mpirun.sh" --cpu -np 2 run --causal --check "$@"

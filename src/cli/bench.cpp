@@ -18,6 +18,9 @@
 namespace ringattn::cli {
 namespace {
 
+// Sweeps longer than this print a progress line before each size.
+constexpr double kProgressAfterS = 2.0;
+
 double seconds_since(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 }
@@ -150,7 +153,16 @@ int bench_on(const BenchOptions& o, World& w) {
 
   bool all_ok = true;
   nlohmann::json rows = nlohmann::json::array();
-  for (int64_t n : sizes) {
+  const auto sweep_t0 = std::chrono::steady_clock::now();
+  for (size_t i = 0; i < sizes.size(); ++i) {
+    const int64_t n = sizes[i];
+    // A long sweep says where it is, on stderr so the table on stdout stays clean to parse; the
+    // first seconds stay quiet so short sweeps print nothing extra. '#' keeps it a comment line.
+    const double elapsed = seconds_since(sweep_t0);
+    if (w.rank == 0 && elapsed > kProgressAfterS) {
+      fmt::print(stderr, "# [{}/{}] seq {} ({:.1f} s into the sweep)\n", i + 1, sizes.size(), n, elapsed);
+      std::fflush(stderr);
+    }
     GlobalProblem p = setup.problem;
     p.q_len = p.kv_len = n;
     p.q_offset = kDefaultQOffset;
