@@ -13,7 +13,9 @@ enum class StateMode : uint8_t {
   Fold,   // state := merge(state, this call's partial state)
 };
 
-// Attention of q [B, Hq, T, D] against k, v [B, Hkv, S, D], producing an fp32 (o, lse) state.
+// Attention of q [B, Hq, T, D] against k, v [B, Hkv, S, D], producing an fp32 (o, lse) state:
+// o the normalized output, lse = ln(sum_j exp(scale * q.k_j)) over the visible keys (natural
+// log, scale included); a row with no visible key has the empty state o = 0, lse = -inf.
 // Query head h reads KV head h / (Hq / Hkv). Causal: key j is visible to query i when
 // j <= i + q_offset (indices within the views; q_offset = pos(q_0) - pos(k_0) for contiguous
 // runs, and the schedule expresses strided shards in the same form).
