@@ -20,7 +20,7 @@
 #include <vector>
 
 #include "comm/mpi_check.hpp"
-#include "ringattn/flight_recorder.hpp"
+#include "ringattn/log.hpp"
 #include "ringattn/ring.hpp"
 
 namespace ringattn {
@@ -30,17 +30,23 @@ namespace {
 constexpr size_t kMaxPiece = size_t(1) << 30;
 constexpr int kExchangeTag = 7100;
 
-// Bound on every wait for an exchange, so a peer that hangs ends the job with a message instead
-// of leaving this rank waiting forever: RINGATTN_MPI_TIMEOUT_S seconds (default 300).
-double exchange_timeout_s() {
+// Bound on every wait for another rank, so a peer that hangs ends the job with a message instead
+// of leaving this rank waiting forever: `requested` seconds when positive (the CLI's --timeout),
+// else RINGATTN_MPI_TIMEOUT_S, else 300.
+double exchange_timeout_s(double requested) {
+  if (requested > 0) return requested;
   const char* env = std::getenv("RINGATTN_MPI_TIMEOUT_S");
   if (env == nullptr || *env == '\0') return 300.0;
   char* end = nullptr;
   const double v = std::strtod(env, &end);
-  if (end == env || *end != '\0' || !(v > 0))
-    fail_arg("RINGATTN_MPI_TIMEOUT_S='{}' must be a positive number of seconds", env);
+  if (end == env || *end != '\0' || !(v > 0) || v > 1e6)
+    fail_arg("RINGATTN_MPI_TIMEOUT_S='{}' must be a number of seconds > 0 and <= 1e6", env);
   return v;
 }
+
+// The first exchange also pays connection set-up (shared-memory segments, sockets, IB queue
+// pairs on first contact), so it gets this many times the bound.
+constexpr double kFirstExchangeFactor = 3.0;
 
 MpiProgress progress_from_env(MpiProgress requested, int thread_level) {
   if (requested == MpiProgress::Auto) {
@@ -61,7 +67,7 @@ MpiProgress progress_from_env(MpiProgress requested, int thread_level) {
 
 class MpiTransport final : public Transport {
  public:
-  MpiTransport(MPI_Comm comm, MpiProgress progress) {
+  MpiTransport(MPI_Comm comm, MpiProgress progress, double timeout_s) {
     int initialized = 0;
     MPI_Initialized(&initialized);
     if (!initialized) fail_arg("make_mpi_transport: MPI is not initialized (call MPI_Init_thread first)");
@@ -72,7 +78,7 @@ class MpiTransport final : public Transport {
     int level = MPI_THREAD_SINGLE;
     RINGATTN_MPI_CHECK(MPI_Query_thread(&level), rank_);
     mode_ = progress_from_env(progress, level);
-    timeout_s_ = exchange_timeout_s();
+    timeout_s_ = exchange_timeout_s(timeout_s);
     requests_.reserve(16);  // no allocation on the first hop
     statuses_.reserve(16);
     expected_.reserve(8);
@@ -111,6 +117,7 @@ class MpiTransport final : public Transport {
     if (send == recv) fail_arg("rank {}: start_exchange needs distinct send and receive buffers", rank_);
     in_flight_ = true;
     ++exchanges_;
+    pending_bytes_ = bytes;
     bytes_sent_ += bytes;
     posted_ = std::chrono::steady_clock::now();
     if (mode_ == MpiProgress::HelperThread) {
@@ -146,7 +153,10 @@ class MpiTransport final : public Transport {
     in_flight_ = false;
     if (mode_ == MpiProgress::HelperThread) {
       std::unique_lock<std::mutex> lk(mu_);
-      if (!cv_.wait_for(lk, std::chrono::duration<double>(timeout_s_), [this] { return done_; })) timed_out();
+      // Measured from the post, like the nonblocking mode: the compute in between counts.
+      const auto deadline = posted_ + std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+                                          std::chrono::duration<double>(exchange_limit_s()));
+      if (!cv_.wait_until(lk, deadline, [this] { return done_; })) timed_out();
       last_seconds_ = job_seconds_;
       if (error_) std::rethrow_exception(error_);
       return;
@@ -157,7 +167,8 @@ class MpiTransport final : public Transport {
     for (;;) {
       RINGATTN_MPI_CHECK(MPI_Testall(int(requests_.size()), requests_.data(), &flag, statuses_.data()), rank_);
       if (flag) break;
-      if (std::chrono::duration<double>(std::chrono::steady_clock::now() - posted_).count() > timeout_s_) timed_out();
+      if (std::chrono::duration<double>(std::chrono::steady_clock::now() - posted_).count() > exchange_limit_s())
+        timed_out();
       std::this_thread::sleep_for(std::chrono::microseconds(20));
     }
     for (size_t i = 0; i < expected_.size(); ++i) check_received(statuses_[2 * i], expected_[i]);
@@ -237,8 +248,9 @@ class MpiTransport final : public Transport {
     int got = 0;
     RINGATTN_MPI_CHECK(MPI_Get_count(&status, MPI_BYTE, &got), rank_);
     if (got != expected)
-      fail_runtime("rank {}: exchange {} received {} bytes from rank {} but expected {}: the ranks disagree on the "
-                   "K/V block size", rank_, exchanges_, got, (rank_ + size_ - 1) % size_, expected);
+      fail_runtime("rank {} on {}: exchange {} received {} bytes from rank {} but expected {}: the ranks disagree on "
+                   "the K/V block size (a corrupt or mismatched peer)", rank_, host_name(), exchanges_, got,
+                   (rank_ + size_ - 1) % size_, expected);
   }
 
   // A collective is bounded like an exchange: a rank that never joins must not hang the others.
@@ -250,19 +262,23 @@ class MpiTransport final : public Transport {
       if (flag) return;
       if (std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() > timeout_s_) {
         stuck_ = true;
-        fail_runtime("rank {}: {} did not complete within {} s (RINGATTN_MPI_TIMEOUT_S); some rank has stopped "
-                     "before it or hangs", rank_, what, timeout_s_);
+        fail_runtime("rank {} on {}: {} did not complete within {} s (--timeout, RINGATTN_MPI_TIMEOUT_S); some rank "
+                     "has stopped before it or hangs", rank_, host_name(), what, timeout_s_);
       }
       std::this_thread::sleep_for(std::chrono::microseconds(20));
     }
   }
 
+  double exchange_limit_s() const { return exchanges_ == 1 ? kFirstExchangeFactor * timeout_s_ : timeout_s_; }
+
   [[noreturn]] void timed_out() {
     stuck_ = true;
-    fail_runtime("rank {}: exchange {} with ranks {} (send) and {} (receive) did not complete within {} s "
-                 "(RINGATTN_MPI_TIMEOUT_S); a peer has stopped or hangs. Recent hop events of this rank:\n{}",
-                 rank_, exchanges_, (rank_ + 1) % size_, (rank_ + size_ - 1) % size_, timeout_s_,
-                 flight_recorder().dump());
+    const int next = (rank_ + 1) % size_, prev = (rank_ + size_ - 1) % size_;
+    const std::string peers = next == prev ? fmt::format("rank {}", prev) : fmt::format("rank {} or rank {}", prev, next);
+    fail_runtime("rank {} on {}: exchange {} (send {} bytes to rank {}, receive {} bytes from rank {}) did not "
+                 "complete within {} s{} (--timeout, RINGATTN_MPI_TIMEOUT_S): {} has stopped or hangs", rank_,
+                 host_name(), exchanges_, pending_bytes_, next, pending_bytes_, prev, exchange_limit_s(),
+                 exchanges_ == 1 ? " (the first exchange's allowance)" : "", peers);
   }
 
   MPI_Comm comm_ = MPI_COMM_NULL;
@@ -277,6 +293,7 @@ class MpiTransport final : public Transport {
   std::vector<int> expected_;
   double timeout_s_ = 300.0;
   uint64_t exchanges_ = 0;
+  size_t pending_bytes_ = 0;
   bool stuck_ = false;
 
   // Helper thread state, guarded by mu_.
@@ -291,8 +308,8 @@ class MpiTransport final : public Transport {
 
 }  // namespace
 
-std::unique_ptr<Transport> make_mpi_transport(MPI_Comm comm, MpiProgress progress) {
-  return std::make_unique<MpiTransport>(comm, progress);
+std::unique_ptr<Transport> make_mpi_transport(MPI_Comm comm, MpiProgress progress, double timeout_s) {
+  return std::make_unique<MpiTransport>(comm, progress, timeout_s);
 }
 
 }  // namespace ringattn

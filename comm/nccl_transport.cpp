@@ -180,10 +180,17 @@ class NcclTransport final : public Transport {
     ++hops_;
   }
 
+  // Host collectives go over MPI, nonblocking and polled, so that they are bounded too.
   void allgather(const void* send, void* recv, size_t bytes_per_rank) override {
-    RA_MPI(MPI_Allgather(send, int(bytes_per_rank), MPI_BYTE, recv, int(bytes_per_rank), MPI_BYTE, mpi_));
+    MPI_Request rq;
+    RA_MPI(MPI_Iallgather(send, int(bytes_per_rank), MPI_BYTE, recv, int(bytes_per_rank), MPI_BYTE, mpi_, &rq));
+    wait_mpi(rq, "allgather");
   }
-  void barrier() override { RA_MPI(MPI_Barrier(mpi_)); }
+  void barrier() override {
+    MPI_Request rq;
+    RA_MPI(MPI_Ibarrier(mpi_, &rq));
+    wait_mpi(rq, "barrier");
+  }
   uint64_t bytes_sent() const override { return bytes_sent_; }
 
   // Abort the communicator first (never destroy after an error), then the whole MPI job.
@@ -206,6 +213,20 @@ class NcclTransport final : public Transport {
     const char* last = comm_ ? ncclGetLastError(comm_) : "";
     fail_runtime("rank {} on {}: {} failed at {}:{}: {}{}{}", rank_, host_name(), what, __FILE__, line,
                  ncclGetErrorString(r), (last && *last) ? ": " : "", last ? last : "");
+  }
+
+  void wait_mpi(MPI_Request& rq, const char* what) {
+    const auto t0 = std::chrono::steady_clock::now();
+    for (int flag = 0;;) {
+      RA_MPI(MPI_Test(&rq, &flag, MPI_STATUS_IGNORE));
+      if (flag) return;
+      if (seconds_since(t0) > opts_.timeout_s) {
+        failed_ = true;
+        fail_runtime("rank {} on {}: {} (over MPI) did not complete within {:.0f} s (--timeout): some rank has "
+                     "stopped before it or hangs", rank_, host_name(), what, opts_.timeout_s);
+      }
+      std::this_thread::sleep_for(std::chrono::microseconds(20));
+    }
   }
 
   // Non-blocking communicators report ncclInProgress until an operation is issued.

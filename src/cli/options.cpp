@@ -1,5 +1,7 @@
 #include "cli/options.hpp"
 
+#include <cstdlib>
+
 #include <fmt/format.h>
 
 #include "ringattn/error.hpp"
@@ -23,6 +25,25 @@ CLI::Validator at_least(long long lo) {
         return std::string();
       },
       lo == 1 ? std::string("POSITIVE") : lo == 0 ? std::string("NON-NEGATIVE") : fmt::format(">= {}", lo));
+}
+
+// A wait bound in seconds: positive and finite; 1e6 s (11 days) keeps deadlines far from the
+// clock's overflow.
+CLI::Validator seconds_bound() {
+  return CLI::Validator(
+      [](std::string& s) -> std::string {
+        size_t used = 0;
+        double v = 0;
+        try {
+          v = std::stod(s, &used);
+        } catch (const std::exception&) {
+          used = 0;
+        }
+        if (used == 0 || used != s.size() || !(v > 0) || v > kMaxTimeoutS)
+          return fmt::format("must be a number of seconds > 0 and <= {:g} (got '{}')", kMaxTimeoutS, s);
+        return std::string();
+      },
+      "SECONDS");
 }
 
 }  // namespace
@@ -60,11 +81,20 @@ void add_problem_flags(CLI::App& app, ProblemOptions& o, bool with_seq) {
   app.add_option("--check-rows", o.check_rows, "rows per rank the check compares (0: all when small, else a sample)")
       ->check(at_least(0));
   app.add_option("--log-level", o.log_level, "trace|debug|info|warn|error|off (default: $RINGATTN_LOG_LEVEL or info)");
+  app.add_option("--timeout", o.timeout_s,
+                 "bound in seconds on every wait for another rank (the first hop gets 3x); on expiry every rank exits "
+                 "with a message (default: $RINGATTN_MPI_TIMEOUT_S or 300)")
+      ->check(seconds_bound());
 }
 
 void add_run_flags(CLI::App& app, RunOptions& o) {
   add_problem_flags(app, o.problem, true);
   app.add_flag("--check", o.check, "compare with the fp64 naive reference; exit 2 when over the tolerance");
+  app.add_flag("--check-finite", o.check_finite,
+               "stop with an error naming the rank, tensor and index of the first NaN/Inf in q, k, v (before the "
+               "run) or out, lse (after)");
+  app.add_flag("--dry-run", o.dry_run,
+               "check the world, environment, versions and the problem on every rank, then exit (no attention)");
   app.add_option("--out", o.out_file, "write the output as <f4 .npy [batch, heads, q_len, dim]");
   app.add_option("--lse", o.lse_file, "write the log-sum-exp as <f4 .npy [batch, heads, q_len]");
   app.add_option("--json", o.json_file, "write one JSON record ('-' for stdout)");
@@ -97,6 +127,45 @@ void add_plan_flags(CLI::App& app, PlanOptions& o) {
   app.add_option("--batch", o.batch, "batch size (scales the FLOP column)")->check(at_least(1));
   app.add_option("--heads", o.heads, "query heads (scales the FLOP column)")->check(at_least(1));
   app.add_option("--dim", o.dim, "head dimension (scales the FLOP column)")->check(at_least(1));
+}
+
+std::unique_ptr<CLI::App> make_app(CommandLine& cl) {
+  auto app = std::make_unique<CLI::App>(
+      "ringattn: ring attention over CPU ranks or GPUs (run `ringattn` alone for a checked default run)");
+  app->require_subcommand(0, 1);
+  add_run_flags(*app->add_subcommand("run", "run one attention problem (random inputs or .npy files)"), cl.run);
+  add_bench_flags(*app->add_subcommand("bench", "sweep sequence lengths and print a table (like nccl-tests)"),
+                  cl.bench);
+  add_plan_flags(*app->add_subcommand("plan", "print the ring schedule and load balance of a sharding (no run)"),
+                 cl.plan);
+  app->add_flag("--version", cl.show_version, "print what this build supports (cuda yes|no, nccl yes|no)");
+  return app;
+}
+
+void parse_command_line(CLI::App& app, CommandLine& cl, int argc, const char* const* argv) {
+  if (argc <= 1)
+    app.parse(std::string(kDefaultArgs), false);
+  else
+    app.parse(argc, argv);
+  cl.command.clear();
+  for (const char* name : {"run", "bench", "plan"})
+    if (app.got_subcommand(name)) cl.command = name;
+  if (cl.show_version) return;
+  if (cl.command.empty()) throw CLI::CallForHelp();
+  if (cl.command == "run") validate_problem_options(cl.run.problem);
+  if (cl.command == "bench") validate_problem_options(cl.bench.problem);
+}
+
+double resolve_timeout(const ProblemOptions& o) {
+  if (o.timeout_s) return *o.timeout_s;
+  const char* env = std::getenv("RINGATTN_MPI_TIMEOUT_S");
+  if (env == nullptr || *env == '\0') return 300.0;
+  char* end = nullptr;
+  const double v = std::strtod(env, &end);
+  if (end == env || *end != '\0' || !(v > 0) || v > kMaxTimeoutS)
+    fail_arg("RINGATTN_MPI_TIMEOUT_S='{}' must be a number of seconds > 0 and <= {:g} (or use --timeout)", env,
+             kMaxTimeoutS);
+  return v;
 }
 
 void validate_problem_options(const ProblemOptions& o) {

@@ -2,12 +2,16 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <string>
 
 #include <CLI/CLI.hpp>
 
 namespace ringattn::cli {
+
+// The largest --timeout (and RINGATTN_MPI_TIMEOUT_S) accepted, in seconds.
+inline constexpr double kMaxTimeoutS = 1e6;
 
 // The problem and where it runs: shared by run and bench.
 struct ProblemOptions {
@@ -24,6 +28,9 @@ struct ProblemOptions {
   std::string transport = "auto";   // auto | mpi | nccl | local
   int64_t check_rows = 0;           // 0: all rows when small, a seeded sample when large
   std::string log_level;            // empty: RINGATTN_LOG_LEVEL, else info
+  // Bound on every blocking wait (exchanges, collectives, NCCL); the first hop gets 3x for
+  // connection set-up. Unset: RINGATTN_MPI_TIMEOUT_S, else 300 s.
+  std::optional<double> timeout_s;
 
   bool from_files() const { return !q_file.empty() || !k_file.empty() || !v_file.empty(); }
 };
@@ -31,6 +38,8 @@ struct ProblemOptions {
 struct RunOptions {
   ProblemOptions problem;
   bool check = false;
+  bool check_finite = false;  // NaN/Inf in q, k, v (before the run) or out, lse (after) is an error
+  bool dry_run = false;       // validate world, environment and problem; no attention
   std::string out_file, lse_file, json_file;
 };
 
@@ -58,6 +67,29 @@ void add_problem_flags(CLI::App& app, ProblemOptions& o, bool with_seq);
 void add_run_flags(CLI::App& app, RunOptions& o);
 void add_bench_flags(CLI::App& app, BenchOptions& o);
 void add_plan_flags(CLI::App& app, PlanOptions& o);
+
+// The whole command line: every subcommand's options after parsing. parse_command_line fills it
+// without running anything (the fuzz test calls it with random argv).
+struct CommandLine {
+  RunOptions run;
+  BenchOptions bench;
+  PlanOptions plan;
+  bool show_version = false;
+  std::string command;  // "run", "bench", "plan" or "" (none: help, or --version)
+};
+
+// The default command line: `ringattn` alone is `ringattn run --causal --check`.
+inline constexpr const char* kDefaultArgs = "run --causal --check";
+
+// Builds the CLI11 app over `cl`. The app keeps pointers into `cl`: keep both alive together.
+std::unique_ptr<CLI::App> make_app(CommandLine& cl);
+
+// Parses argv (argc <= 1: kDefaultArgs) and runs the cross-flag checks of the chosen command.
+// Throws CLI::ParseError (CLI::CallForHelp when no command was given) or InvalidArgument.
+void parse_command_line(CLI::App& app, CommandLine& cl, int argc, const char* const* argv);
+
+// The wait bound the flags and environment ask for (see ProblemOptions::timeout_s).
+double resolve_timeout(const ProblemOptions& o);
 
 // Cross-flag checks CLI11 cannot express; throws InvalidArgument naming the flags.
 void validate_problem_options(const ProblemOptions& o);

@@ -3,6 +3,7 @@
 #include <mpi.h>
 #include <omp.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <functional>
 #include <vector>
@@ -48,6 +49,17 @@ bool launched_by_launcher() {
 
 int env_rank() { return env_int({"OMPI_COMM_WORLD_RANK", "PMI_RANK", "PMIX_RANK", "SLURM_PROCID"}, 0); }
 
+int launcher_world_size(std::string* source) {
+  // SLURM_NTASKS is the allocation's, set in a batch script where one process may run alone;
+  // srun's own step size is SLURM_STEP_NUM_TASKS.
+  for (const char* n : {"OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "SLURM_STEP_NUM_TASKS"})
+    if (const char* v = std::getenv(n); v && *v) {
+      if (source) *source = fmt::format("{}={}", n, v);
+      return std::max(1, std::atoi(v));
+    }
+  return 1;
+}
+
 int env_local_rank() {
   return env_int({"OMPI_COMM_WORLD_LOCAL_RANK", "MPI_LOCALRANKID", "PMI_LOCAL_RANK", "SLURM_LOCALID"}, 0);
 }
@@ -79,8 +91,34 @@ void MpiSession::abort(int code) {
   std::_Exit(code);
 }
 
+namespace {
+
+// A launcher that announced P ranks but an MPI world of one: the binary's MPI library is not the
+// launcher's (each process then starts alone and would run the whole problem by itself).
+void check_world_matches_launcher(const MpiSession& mpi) {
+  if (!mpi.active()) return;
+  int size = 1;
+  MPI_Comm_size(MPI_COMM_WORLD, &size);
+  std::string source;
+  const int announced = launcher_world_size(&source);
+  if (size != 1 || announced <= 1) return;
+  char version[MPI_MAX_LIBRARY_VERSION_STRING] = {};
+  int len = 0;
+  MPI_Get_library_version(version, &len);
+  std::string lib(version, size_t(len));
+  lib = lib.substr(0, lib.find_first_of(",\n"));
+  fail_arg("MPI started a world of 1 process, but the launcher announced {} ({}): this ringattn was probably built "
+           "against a different MPI ({}) than the launcher's mpirun/srun; rebuild it against the MPI of the launcher "
+           "you use (compare `which mpirun` with `ldd ringattn | grep -i mpi`)", announced, source, lib);
+}
+
+}  // namespace
+
 World make_world(const ProblemOptions& o, const MpiSession& mpi) {
   World w;
+  check_world_matches_launcher(mpi);
+  // Every wait for another rank is bounded; the first hop also pays connection set-up.
+  const double timeout = resolve_timeout(o);
   std::string kind = o.transport;
   const bool cuda = o.device == "cuda";
   if (cuda && !cuda_available())
@@ -109,13 +147,13 @@ World make_world(const ProblemOptions& o, const MpiSession& mpi) {
     if (!mpi.active())
       fail_arg("--transport mpi needs a launcher (mpirun/srun: none of OMPI_COMM_WORLD_SIZE, PMI_SIZE, PMIX_RANK, "
                "SLURM_NTASKS is set); run under mpirun or use --transport auto");
-    w.transport = make_mpi_transport(MPI_COMM_WORLD);
+    w.transport = make_mpi_transport(MPI_COMM_WORLD, MpiProgress::Auto, timeout);
   } else if (kind == "nccl") {
 #ifdef RINGATTN_HAVE_NCCL
     if (!cuda) fail_arg("--transport nccl needs --device cuda");
     if (!mpi.active()) fail_arg("--transport nccl needs a launcher (mpirun/srun); use --transport auto for one GPU");
     w.gpu = select_local_gpu(MPI_COMM_WORLD);
-    w.transport = make_nccl_transport(MPI_COMM_WORLD);
+    w.transport = make_nccl_transport(MPI_COMM_WORLD, NcclOptions{timeout, 3 * timeout});
 #else
     fail_arg("--transport nccl: this ringattn was built without NCCL; use --transport mpi or auto");
 #endif
@@ -171,6 +209,7 @@ int run_guarded(World& w, const std::function<int()>& body) {
   } catch (const std::exception& e) {
     if (w.size <= 1) throw;
     spdlog::error("{}", e.what());
+    log_flight_recorder();
     spdlog::default_logger()->flush();
     w.transport->abort(1);
   }

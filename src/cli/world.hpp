@@ -20,6 +20,9 @@ bool launched_by_launcher();
 // The rank the launcher announced in the environment (0 when none): lets errors found before
 // MPI_Init print once, not once per rank.
 int env_rank();
+// The world size the launcher announced (OMPI_COMM_WORLD_SIZE, PMI_SIZE, or srun's
+// SLURM_STEP_NUM_TASKS; 1 when none), and in `source` the variable that said it.
+int launcher_world_size(std::string* source = nullptr);
 // The rank among the processes on this host (0 when none is announced).
 int env_local_rank();
 
@@ -59,7 +62,7 @@ World make_world(const ProblemOptions& o, const MpiSession& mpi);
 int agree_exit_code(Transport& t, int code);
 
 // Runs `body` on this world. A CollectiveError (every rank raised it) passes through; any other
-// error on a world of several ranks is logged here and ends the whole job through the
+// error on a world of several ranks is logged here, with the flight recorder, and ends the whole job through the
 // transport's abort (MPI_Abort; NCCL aborts its communicator first) while the transport is still
 // alive, rather than in destructors that might wait for ranks that will never come.
 int run_guarded(World& w, const std::function<int()>& body);

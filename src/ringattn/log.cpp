@@ -9,6 +9,7 @@
 #include <spdlog/sinks/stdout_color_sinks.h>
 
 #include "ringattn/error.hpp"
+#include "ringattn/flight_recorder.hpp"
 
 namespace ringattn {
 
@@ -37,6 +38,13 @@ std::string host_name() {
   std::string h(buf);
   if (const auto dot = h.find('.'); dot != std::string::npos) h.resize(dot);
   return h.empty() ? "unknown-host" : h;
+}
+
+void log_flight_recorder() {
+  std::string events = flight_recorder().dump();
+  if (events.empty()) return;
+  if (events.back() == '\n') events.pop_back();
+  spdlog::error("recent hop events of this rank (flight recorder, oldest first):\n{}", events);
 }
 
 void init_logging(int rank, int size, const std::string& level) {

@@ -20,6 +20,10 @@ std::string resolve_log_level(const std::string& flag);
 // warnings and errors only, whatever `level` asks for below that.
 void init_logging(int rank, int size, const std::string& level);
 
+// Logs this rank's flight recorder (its last hop events, oldest first) at error level, so that
+// the message that ends a job says what the rank was doing; nothing when no hop was recorded.
+void log_flight_recorder();
+
 // This machine's host name (short form, without the domain).
 std::string host_name();
 

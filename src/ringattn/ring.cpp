@@ -3,12 +3,14 @@
 // posted before the hop's compute so the two overlap. Backend- and transport-agnostic.
 #include <algorithm>
 #include <chrono>
+#include <thread>
 #include <vector>
 
 #include "ringattn/agree.hpp"
 #include "ringattn/error.hpp"
 #include "ringattn/fault.hpp"
 #include "ringattn/flight_recorder.hpp"
+#include "ringattn/log.hpp"
 #include "ringattn/ring.hpp"
 #include "ringattn/ring_buffers.hpp"
 #include "ringattn/schedule.hpp"
@@ -70,6 +72,16 @@ void empty_unwritten(std::vector<char>& written, Backend& b, const StateView& st
     b.fill_empty(state.rows(i, j - i));
     i = j;
   }
+}
+
+// A transport failure, restated with what the ring was doing: the hop, the peers and the bytes
+// (the transport knows its own exchange count, not the runner's hop).
+[[noreturn]] void hop_failed(int r, int P, int s, size_t bytes, const char* stage, const std::exception& e) {
+  const std::string who = fmt::format("rank {} on {}: ", r, host_name());
+  std::string cause = e.what();
+  if (cause.rfind(who, 0) == 0) cause.erase(0, who.size());  // said once is enough
+  throw RuntimeError(fmt::format("{}hop {} of {}: {} (send {} bytes to rank {}, receive from rank {}) failed: {}", who,
+                                 s, P, stage, bytes, (r + 1) % P, (r + P - 1) % P, cause));
 }
 
 }  // namespace
@@ -178,10 +190,18 @@ RankStats run_ring_attention(const GlobalProblem& p, const LocalTensors& x, Back
       const size_t send_bytes = fault_fires(FaultKind::Corrupt, r, s) ? block_bytes / 2 : block_bytes;
       const uint64_t before = t.bytes_sent();
       recorder.record(s, HopEvent::Posted, (r + 1) % P, send_bytes);
-      if (staged)
-        t.start_exchange(host[cur].data(), host[1 - cur].data(), send_bytes);
-      else
-        t.start_exchange(blocks[cur].get(), blocks[1 - cur].get(), send_bytes);
+      try {
+        // An injected error stands for a transport that fails to post (RINGATTN_FAULT=R:S:error).
+        if (fault_fires(FaultKind::Error, r, s))
+          fail_runtime("injected transport error (RINGATTN_FAULT={}:{}:error)", r, s);
+        if (staged)
+          t.start_exchange(host[cur].data(), host[1 - cur].data(), send_bytes);
+        else
+          t.start_exchange(blocks[cur].get(), blocks[1 - cur].get(), send_bytes);
+      } catch (const std::exception& e) {
+        recorder.record(s, HopEvent::Failed, (r + 1) % P, send_bytes);
+        hop_failed(r, P, s, send_bytes, "posting the exchange", e);
+      }
       hs.bytes_sent = t.bytes_sent() - before;
     }
     const auto t0 = Clock::now();
@@ -210,9 +230,12 @@ RankStats run_ring_attention(const GlobalProblem& p, const LocalTensors& x, Back
     if (exchange) {
       try {
         t.wait_exchange();
-      } catch (...) {
+      } catch (const std::exception& e) {
         recorder.record(s, HopEvent::Failed, (r + P - 1) % P);
-        throw;
+        // A rank that injected a short block also fails its own receive (it expects the short
+        // size); it gives the receiver, whose report is the one under test, time to speak first.
+        if (fault_fires(FaultKind::Corrupt, r, s)) std::this_thread::sleep_for(std::chrono::seconds(2));
+        hop_failed(r, P, s, block_bytes, "waiting for the exchange", e);
       }
       recorder.record(s, HopEvent::Completed, (r + P - 1) % P, block_bytes);
       if (staged) {

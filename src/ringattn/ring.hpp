@@ -180,6 +180,10 @@ enum class MpiProgress : uint8_t {
 
 // A transport over a duplicate of `comm` (errors returned, checked, and thrown as RuntimeError
 // naming the call, file, line and rank). Host buffers only (accepts_device_memory() is false).
-std::unique_ptr<Transport> make_mpi_transport(MPI_Comm comm, MpiProgress progress = MpiProgress::Auto);
+// Every wait for another rank is bounded by `timeout_s` (the transport's first exchange, which
+// pays connection set-up, by 3x that); a wait past it throws RuntimeError. 0: the
+// RINGATTN_MPI_TIMEOUT_S environment variable, else 300 s.
+std::unique_ptr<Transport> make_mpi_transport(MPI_Comm comm, MpiProgress progress = MpiProgress::Auto,
+                                              double timeout_s = 0);
 
 }  // namespace ringattn
