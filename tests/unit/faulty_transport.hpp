@@ -1,0 +1,79 @@
+// A transport double for the runner's failure paths: a fake ring of `size` ranks seen from one
+// of them (every "peer" echoes this rank's own block and agrees with it), which fails in a
+// chosen way at a chosen exchange, as a real transport would (a RuntimeError from the call).
+#pragma once
+
+#include <cstring>
+#include <string>
+
+#include "comm/transport.hpp"
+#include "ringattn/error.hpp"
+
+namespace ringattn::test {
+
+enum class TransportFault { None, StartThrows, WaitThrows, ShortReceive, Timeout };
+
+inline const char* transport_fault_name(TransportFault f) {
+  switch (f) {
+    case TransportFault::None: return "none";
+    case TransportFault::StartThrows: return "start_exchange throws";
+    case TransportFault::WaitThrows: return "wait_exchange throws";
+    case TransportFault::ShortReceive: return "short receive";
+    case TransportFault::Timeout: return "timeout";
+  }
+  return "?";
+}
+
+class FaultyTransport final : public Transport {
+ public:
+  FaultyTransport(int rank, int size, TransportFault fault, int fault_exchange)
+      : rank_(rank), size_(size), fault_(fault), fault_exchange_(fault_exchange) {}
+
+  std::string name() const override { return "faulty"; }
+  int rank() const override { return rank_; }
+  int size() const override { return size_; }
+  bool accepts_device_memory() const override { return false; }
+
+  void start_exchange(const void* send, void* recv, size_t bytes) override {
+    const bool fires = exchanges_ == fault_exchange_;
+    ++exchanges_;
+    if (fires && fault_ == TransportFault::StartThrows) fail_runtime("posting failed (injected by the test double)");
+    // The fake peer's block: this rank's own, so that the compute after the hop stays valid.
+    std::memcpy(recv, send, bytes);
+    bytes_sent_ += bytes;
+    pending_bytes_ = bytes;
+    pending_fault_ = fires ? fault_ : TransportFault::None;
+  }
+
+  void wait_exchange() override {
+    const TransportFault f = pending_fault_;
+    pending_fault_ = TransportFault::None;
+    if (f == TransportFault::WaitThrows) fail_runtime("the peer connection reset (injected by the test double)");
+    if (f == TransportFault::ShortReceive)
+      fail_runtime("received {} bytes from rank {} but expected {}", pending_bytes_ / 2, (rank_ + size_ - 1) % size_,
+                   pending_bytes_);
+    if (f == TransportFault::Timeout) fail_runtime("did not complete within 0.01 s: the peer hangs");
+  }
+
+  // Every rank "sends" the same bytes as this one: the ranks agree.
+  void allgather(const void* send, void* recv, size_t bytes_per_rank) override {
+    for (int r = 0; r < size_; ++r)
+      std::memmove(static_cast<char*>(recv) + size_t(r) * bytes_per_rank, send, bytes_per_rank);
+  }
+  void barrier() override {}
+  uint64_t bytes_sent() const override { return bytes_sent_; }
+  [[noreturn]] void abort(int) override { fail_runtime("abort called on the test double"); }
+
+  int exchanges() const { return exchanges_; }
+
+ private:
+  int rank_, size_;
+  TransportFault fault_;
+  int fault_exchange_;
+  int exchanges_ = 0;
+  size_t pending_bytes_ = 0;
+  TransportFault pending_fault_ = TransportFault::None;
+  uint64_t bytes_sent_ = 0;
+};
+
+}  // namespace ringattn::test

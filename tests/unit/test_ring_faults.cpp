@@ -1,0 +1,108 @@
+// The runner's failure paths through a transport double (tests/unit/faulty_transport.hpp):
+// every transport failure at every hop surfaces as a RuntimeError that names the rank, the hop,
+// the peers and the transport's own cause, and the flight recorder holds the failed hop.
+#include <gtest/gtest.h>
+
+#include <random>
+
+#include "common/test_util.hpp"
+#include "ringattn/error.hpp"
+#include "ringattn/flight_recorder.hpp"
+#include "ringattn/ring.hpp"
+#include "unit/faulty_transport.hpp"
+
+namespace ringattn {
+namespace {
+
+using test::TransportFault;
+using test::transport_fault_name;
+
+struct RankProblem {
+  GlobalProblem p;
+  test::HostTensor q, k, v, out;
+  RankProblem(int rank, int world, std::mt19937_64& rng)
+      : p(make(world)),
+        q(DType::F32, 1, 2, tokens(rank, world), 16, rng),
+        k(DType::F32, 1, 1, tokens(rank, world), 16, rng),
+        v(DType::F32, 1, 1, tokens(rank, world), 16, rng),
+        out(DType::F32, 1, 2, tokens(rank, world), 16, rng) {}
+  static GlobalProblem make(int world) {
+    GlobalProblem p;
+    p.batch = 1, p.q_heads = 2, p.kv_heads = 1, p.head_dim = 16;
+    p.q_len = p.kv_len = 16 * world;
+    p.causal = true;
+    p.sharding = Sharding::Zigzag;
+    return p;
+  }
+  static int64_t tokens(int rank, int world) { return shard_layout(Sharding::Zigzag, 16 * world, rank, world).tokens(); }
+  LocalTensors views() const { return LocalTensors{q.view, k.view, v.view, out.view, nullptr}; }
+};
+
+// One packed K and V block: 16 tokens per rank, one KV head of dim 16, fp32.
+constexpr size_t kBlockBytes = 2 * 16 * 16 * sizeof(float);
+
+std::string fault_message(TransportFault f) {
+  switch (f) {
+    case TransportFault::StartThrows: return "posting failed (injected";
+    case TransportFault::WaitThrows: return "connection reset (injected";
+    case TransportFault::ShortReceive: return "but expected";
+    case TransportFault::Timeout: return "did not complete within";
+    default: return "";
+  }
+}
+
+TEST(RingFaults, EveryTransportFailureNamesTheHop) {
+  const uint64_t seed = test::fresh_seed();
+  std::mt19937_64 rng(seed);
+  auto backend = make_cpu_backend();
+  for (int world : {2, 3, 4}) {
+    for (int rank = 0; rank < world; ++rank) {
+      RankProblem rp(rank, world, rng);
+      for (TransportFault f : {TransportFault::StartThrows, TransportFault::WaitThrows, TransportFault::ShortReceive,
+                               TransportFault::Timeout}) {
+        for (int hop = 0; hop + 1 < world; ++hop) {
+          SCOPED_TRACE(testing::Message() << "seed " << seed << ", P=" << world << ", rank " << rank << ", "
+                                          << transport_fault_name(f) << " at hop " << hop);
+          test::FaultyTransport t(rank, world, f, hop);
+          flight_recorder().clear();
+          try {
+            run_ring_attention(rp.p, rp.views(), *backend, t);
+            ADD_FAILURE() << "the run succeeded";
+          } catch (const RuntimeError& e) {
+            const std::string m = e.what();
+            EXPECT_NE(m.find(fmt::format("rank {} on ", rank)), std::string::npos) << m;
+            EXPECT_NE(m.find(fmt::format("hop {} of {}: ", hop, world)), std::string::npos) << m;
+            EXPECT_NE(m.find(fmt::format("send {} bytes to rank {}", kBlockBytes, (rank + 1) % world)),
+                      std::string::npos) << m;
+            EXPECT_NE(m.find(fmt::format("receive from rank {}", (rank + world - 1) % world)), std::string::npos) << m;
+            EXPECT_NE(m.find(fault_message(f)), std::string::npos) << m;
+            EXPECT_NE(m.find(f == TransportFault::StartThrows ? "posting the exchange" : "waiting for the exchange"),
+                      std::string::npos) << m;
+          }
+          // The run stopped at the failed hop: no later exchange was posted.
+          EXPECT_EQ(t.exchanges(), hop + 1);
+          const auto ev = flight_recorder().events();
+          ASSERT_FALSE(ev.empty());
+          EXPECT_EQ(ev.back().what, HopEvent::Failed);
+          EXPECT_EQ(ev.back().hop, hop);
+        }
+      }
+    }
+  }
+}
+
+TEST(RingFaults, WithoutAFaultTheDoubleRunsEveryHop) {
+  const uint64_t seed = test::fresh_seed();
+  std::mt19937_64 rng(seed);
+  auto backend = make_cpu_backend();
+  for (int world : {2, 4}) {
+    RankProblem rp(1, world, rng);
+    test::FaultyTransport t(1, world, TransportFault::None, 0);
+    const RankStats st = run_ring_attention(rp.p, rp.views(), *backend, t);
+    EXPECT_EQ(t.exchanges(), world - 1) << "seed " << seed;
+    EXPECT_EQ(int(st.hops.size()), world) << "seed " << seed;
+  }
+}
+
+}  // namespace
+}  // namespace ringattn
