@@ -112,7 +112,9 @@ void add_bench_flags(CLI::App& app, BenchOptions& o) {
   app.add_option("--impl", o.impl, "flash (the runtime), naive (the fp64 oracle; cpu, one process) or both (the ratio in one run)")
       ->check(CLI::IsMember({"flash", "naive", "both"}))
       ->capture_default_str();
-  app.add_flag_function("--naive", [&o](std::int64_t) { o.impl = "naive"; }, "same as --impl naive");
+  // A callback without a value: "--naive=x" is then a clean parse error, where a counting flag
+  // function let std::stoll's exception escape (found by tests/cli/test_cli_fuzz.cpp).
+  app.add_flag_callback("--naive", [&o]() { o.impl = "naive"; }, "same as --impl naive");
   app.add_flag("!--no-check", o.check, "skip the per-size correctness check");
   app.add_option("--json", o.json_file, "write one JSON record per size ('-' for stdout)");
 }
