@@ -6,6 +6,7 @@
 #include <spdlog/spdlog.h>
 
 #include "cli/check.hpp"
+#include "cli/finite.hpp"
 #include "cli/gather.hpp"
 #include "cli/problem.hpp"
 #include "cli/report.hpp"
@@ -62,6 +63,10 @@ int run_on(const RunOptions& o, World& w) {
     validate_problem(setup.problem, w.size);
     if (w.rank == 0) spdlog::info("problem: {}; world {} over {}", problem_line(setup.problem), w.size, w.transport_name);
     local = load_local(setup.problem, *setup.source, *w.backend, w.rank, w.size);
+    if (o.check_finite) {
+      error = check_inputs_finite(setup.problem, local, *w.backend, w.rank);
+      if (!error.empty()) code = kExitError;
+    }
   } catch (const InvalidArgument& e) {
     error = e.what();
     code = kExitError;
@@ -96,6 +101,12 @@ int run_on(const RunOptions& o, World& w) {
     }
   } else {
     chk.nan_count = count_nonfinite(p, result);
+  }
+  if (o.check_finite) {
+    if (const std::string e = check_outputs_finite(p, local, result, w.rank); !e.empty()) {
+      spdlog::error("{}", e);
+      code = std::max(code, kExitCheckFailed);
+    }
   }
   add_check(mine, chk);
   const auto all = gather_reports(t, mine);

@@ -4,11 +4,13 @@
 //
 //   npy_tool random FILE fp32|fp16 B H T D SEED
 //   npy_tool corrupt FILE badmagic|truncated|shapelie|descr|fortran
+//   npy_tool poison FILE INDEX nan|inf             element INDEX (flat, C order) becomes NaN or +Inf
 //   npy_tool compare A B ATOL                     exit 1 when shapes differ or max|A-B| > ATOL
 //   npy_tool reference Q K V OUT LSE causal|full ATOL
 #include <cmath>
 #include <cstdio>
 #include <fstream>
+#include <limits>
 #include <random>
 #include <string>
 #include <vector>
@@ -69,6 +71,16 @@ int cmd_corrupt(char** a) {
   return 0;
 }
 
+int cmd_poison(char** a) {
+  NpyArray x = load_npy(a[0]);
+  const int64_t i = std::stoll(a[1]);
+  if (i < 0 || i >= x.header.numel()) return usage();
+  store_from_float(x.bytes.data(), x.header.dtype, i,
+                   std::string(a[2]) == "inf" ? INFINITY : std::numeric_limits<float>::quiet_NaN());
+  write_npy(a[0], x.header.shape, x.header.dtype, x.bytes.data());
+  return 0;
+}
+
 double max_diff(const NpyArray& x, const NpyArray& y) {
   double m = 0;
   for (int64_t i = 0; i < x.header.numel(); ++i) {
@@ -125,6 +137,7 @@ int main(int argc, char** argv) {
   try {
     if (cmd == "random" && argc == 9) return cmd_random(argv + 2);
     if (cmd == "corrupt" && argc == 4) return cmd_corrupt(argv + 2);
+    if (cmd == "poison" && argc == 5) return cmd_poison(argv + 2);
     if (cmd == "compare" && argc == 5) return cmd_compare(argv + 2);
     if (cmd == "reference" && argc == 9) return cmd_reference(argv + 2);
   } catch (const std::exception& e) {

@@ -1,0 +1,19 @@
+// --check-finite: the first NaN or Inf of a rank's inputs (before the run, so bad input never
+// reaches a kernel) or outputs (after it), named by rank, tensor and global index.
+#pragma once
+
+#include <string>
+
+#include "cli/check.hpp"
+#include "cli/problem.hpp"
+
+namespace ringattn::cli {
+
+// "" when q, k and v of this rank are finite; else one message naming the rank, the tensor, the
+// value and its [batch, head, token, dim] index (token: the global position).
+std::string check_inputs_finite(const GlobalProblem& p, const LocalProblem& l, Backend& b, int rank);
+
+// The same for this rank's out and lse (copied to the host by copy_result).
+std::string check_outputs_finite(const GlobalProblem& p, const LocalProblem& l, const HostResult& r, int rank);
+
+}  // namespace ringattn::cli
