@@ -158,7 +158,7 @@ int run_on(const RunOptions& o, World& w) {
 
 int run_command(const RunOptions& o, MpiSession& mpi) {
   World w = make_world(o.problem, mpi);
-  return run_guarded(w, [&] { return run_on(o, w); });
+  return run_guarded(w, [&] { return o.dry_run ? dry_run_on(o, w) : run_on(o, w); });
 }
 
 }  // namespace ringattn::cli

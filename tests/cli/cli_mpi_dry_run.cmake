@@ -1,0 +1,18 @@
+# `ringattn run --dry-run`: the world, the per-rank table, the problem and the ring are checked
+# without computing attention; exit 0 when all hold, non-zero with the reason otherwise.
+include(${HELPERS})
+step(EXPECT_RC 0 COMMAND ${RINGATTN} run --dry-run --seq 1024 --causal
+     STDOUT "world 1 over local" "problem  ok: batch 1, heads 8/2" "dry run: OK")
+step(EXPECT_RC 0 COMMAND ${MPIRUN} ${RINGATTN} run --dry-run --seq 1024 --causal --shard zigzag --timeout 20
+     STDOUT "world 2 over mpi" "--timeout 20 s \\(first hop 60 s\\)" "\n +0 +[^\n]+cpu" "\n +1 +[^\n]+cpu"
+            "shards   ok: zigzag sharding over 2 ranks, 512 query tokens" "ring     ok: one exchange around the ring of 2"
+            "dry run: OK")
+# A length the sharding cannot split, and ranks that disagree, fail the dry run like the run.
+step(EXPECT_RC 1 COMMAND ${MPIRUN} ${RINGATTN} run --dry-run --seq 1001 --shard zigzag STDERR "multiple of 2 x ranks = 4")
+step(EXPECT_RC 0 COMMAND ${NPY_TOOL} random q.npy fp32 1 2 64 16 ${SEED})
+step(EXPECT_RC 0 COMMAND ${NPY_TOOL} random k.npy fp32 1 1 64 16 ${SEED})
+step(EXPECT_RC 0 COMMAND ${NPY_TOOL} corrupt k.npy truncated)
+step(EXPECT_RC 1 COMMAND ${MPIRUN} ${RINGATTN} run --dry-run --q q.npy --k k.npy --v k.npy STDERR "k.npy")
+# A launcher that announced 3 ranks but an MPI world of one (a binary built against another MPI).
+step(EXPECT_RC 1 COMMAND ${CMAKE_COMMAND} -E env PMI_SIZE=3 ${RINGATTN} run --dry-run
+     STDERR "MPI started a world of 1 process, but the launcher announced 3 \\(PMI_SIZE=3\\)" "rebuild it against")
