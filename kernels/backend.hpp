@@ -33,6 +33,9 @@ class Backend {
   virtual void finalize(const FinalizeParams& p) = 0;
   virtual void fill_empty(const StateView& s) = 0;
   virtual void synchronize() = 0;
+  // Bound in seconds on synchronize() (--timeout): a device backend polls its stream and throws
+  // RuntimeError past it instead of blocking for good. Host backends have nothing to wait for.
+  virtual void set_wait_timeout(double /*seconds*/) {}
 
   // The compute stream (a cudaStream_t) for transports that order their work on it; null on CPU.
   virtual void* stream() const { return nullptr; }

@@ -5,6 +5,8 @@
 
 #include <algorithm>
 #include <atomic>
+#include <chrono>
+#include <thread>
 #include <map>
 #include <unordered_map>
 #include <cstdlib>
@@ -232,10 +234,21 @@ class CudaBackend final : public Backend {
     use_device();
     cuda::launch_fill_empty(s, stream_);
   }
+  // Polled instead of cudaStreamSynchronize, so that the wait is bounded like every other
+  // (--timeout): a stream that never drains ends the job with a message, not a hang.
   void synchronize() override {
     use_device();
-    RA_CUDA_CHECK(cudaStreamSynchronize(stream_));
+    const auto t0 = std::chrono::steady_clock::now();
+    for (;;) {
+      const cudaError_t q = cudaStreamQuery(stream_);
+      if (q == cudaSuccess) return;
+      if (q != cudaErrorNotReady) cuda::throw_cuda_error(q, "cudaStreamQuery(stream_)", __FILE__, __LINE__);
+      if (std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() > wait_timeout_s_)
+        fail_runtime("cuda:{}: the compute stream did not finish within {} s (--timeout)", device_, wait_timeout_s_);
+      std::this_thread::yield();
+    }
   }
+  void set_wait_timeout(double seconds) override { wait_timeout_s_ = seconds; }
 
  private:
   void use_device() { RA_CUDA_CHECK(cudaSetDevice(device_)); }
@@ -258,6 +271,7 @@ class CudaBackend final : public Backend {
 
   int device_ = 0;
   int sms_ = 0;
+  double wait_timeout_s_ = 300.0;
   cudaStream_t stream_ = nullptr;
   void* workspace_ = nullptr;
   size_t workspace_bytes_ = 0;

@@ -44,6 +44,7 @@ class CountingBackend final : public Backend {
   void finalize(const FinalizeParams& p) override { inner_->finalize(p); }
   void fill_empty(const StateView& s) override { inner_->fill_empty(s); }
   void synchronize() override { inner_->synchronize(); }
+  void set_wait_timeout(double seconds) override { inner_->set_wait_timeout(seconds); }
   void* stream() const override { return inner_->stream(); }
 
   size_t peak_bytes() const {

@@ -186,6 +186,7 @@ World make_world(const ProblemOptions& o, const MpiSession& mpi) {
     w.backend = make_cpu_backend();
     w.device_label = fmt::format("cpu ({} threads)", omp_get_max_threads());
   }
+  w.backend->set_wait_timeout(timeout);
   auto counting = std::make_unique<CountingBackend>(std::move(w.backend));
   w.counter = counting.get();
   w.backend = std::move(counting);

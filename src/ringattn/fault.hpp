@@ -4,7 +4,8 @@
 //   exit     the process dies (no finalize, no message from it)
 //   hang     the rank stops posting exchanges and sleeps
 //   corrupt  the rank sends a block of the wrong size
-//   error    the transport reports an error on that rank
+//   error    posting that hop's exchange fails on that rank with a RuntimeError ("injected
+//            transport error"), as a failing transport call would
 #pragma once
 
 #include <cstdint>

@@ -16,3 +16,11 @@ step(EXPECT_RC 1 COMMAND ${MPIRUN} ${RINGATTN} run --dry-run --q q.npy --k k.npy
 # A launcher that announced 3 ranks but an MPI world of one (a binary built against another MPI).
 step(EXPECT_RC 1 COMMAND ${CMAKE_COMMAND} -E env PMI_SIZE=3 ${RINGATTN} run --dry-run
      STDERR "MPI started a world of 1 process, but the launcher announced 3 \\(PMI_SIZE=3\\)" "rebuild it against")
+# The wait bound: --timeout wins over RINGATTN_MPI_TIMEOUT_S, which is the fallback (checked).
+step(EXPECT_RC 0 COMMAND ${CMAKE_COMMAND} -E env RINGATTN_MPI_TIMEOUT_S=12 ${RINGATTN} run --dry-run
+     STDOUT "--timeout 12 s \\(first hop 36 s\\)")
+step(EXPECT_RC 1 COMMAND ${CMAKE_COMMAND} -E env RINGATTN_MPI_TIMEOUT_S=abc ${RINGATTN} run --dry-run
+     STDERR "RINGATTN_MPI_TIMEOUT_S='abc' must be a number of seconds > 0")
+step(EXPECT_RC 0 COMMAND ${CMAKE_COMMAND} -E env RINGATTN_MPI_TIMEOUT_S=abc ${RINGATTN} run --dry-run --timeout 7
+     STDOUT "--timeout 7 s \\(first hop 21 s\\)")
+step(EXPECT_RC 1 COMMAND ${RINGATTN} run --timeout 0 STDERR "--timeout: must be a number of seconds > 0")
