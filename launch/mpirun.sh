@@ -14,7 +14,8 @@
 #   --no-table        skip the rank -> host -> GPU table (it costs one extra mpirun start)
 #   --mca K V         passed to mpirun (e.g. --mca btl_tcp_if_include eth0)
 # Environment: BUILD_DIR (default build/) or RINGATTN (the binary; it must be at the same path on
-# every node), MPIRUN (default mpirun). NCCL_* and RINGATTN_* variables of this shell, and
+# every node), MPIRUN (default mpirun), MPIRUN_ARGS (more mpirun options, word-split, e.g.
+# "-x LD_LIBRARY_PATH --map-by ppr:8:node"). NCCL_* and RINGATTN_* variables of this shell, and
 # OMP_NUM_THREADS when set, are exported to every rank (-x); NCCL_NVLS_ENABLE=0 is added unless
 # set, since NVLink SHARP multicast is off on the machines this was tested on.
 #
@@ -88,6 +89,8 @@ fi
 FLAGS=(--bind-to none)
 [ -n "$NP" ] && FLAGS+=(-np "$NP")
 FLAGS+=("${HOSTS[@]}" "${EXTRA[@]}")
+# shellcheck disable=SC2206
+FLAGS+=(${MPIRUN_ARGS:-})
 [ "$(id -u)" -eq 0 ] && FLAGS+=(--allow-run-as-root)
 # CPU ranks may outnumber the cores (tests, or this 2-core VM); GPU ranks never should (NCCL
 # refuses two ranks on one GPU), so there mpirun's own check stays on.
