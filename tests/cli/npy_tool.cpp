@@ -56,7 +56,10 @@ int cmd_corrupt(char** a) {
   };
   bool ok = true;
   if (kind == "badmagic") b[1] = 'X';
-  else if (kind == "truncated") b.resize(b.size() - 7);
+  else if (kind == "truncated") {
+    if (b.size() < 7) return usage();
+    b.resize(b.size() - 7);
+  }
   else if (kind == "shapelie") {  // first dimension one larger than the data holds
     std::string s(b.begin(), b.end());
     const auto i = s.find("'shape': (") + 10;
