@@ -98,6 +98,14 @@ TEST(CliFuzz, EveryCommandLineParsesOrFailsCleanly) {
   EXPECT_GT(rejected, 100) << "seed " << seed;
 }
 
+// Found by the fuzzer under UBSan: CLI11 negated the value of "--no-check=VALUE".
+TEST(CliFuzz, NegatedFlagTakesNoValue) {
+  CommandLine cl;
+  const auto app = make_app(cl);
+  const char* argv[] = {"ringattn", "bench", "--no-check=-9223372036854775808"};
+  EXPECT_THROW(parse_command_line(*app, cl, 3, argv), CLI::ParseError);
+}
+
 TEST(CliFuzz, NoArgumentsIsTheDefaultRun) {
   CommandLine cl;
   const auto app = make_app(cl);
