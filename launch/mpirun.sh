@@ -99,7 +99,9 @@ export NCCL_NVLS_ENABLE="${NCCL_NVLS_ENABLE:-0}"
 # CUDA numbers devices fastest-first by default; PCI order makes CUDA device i the GPU that
 # nvidia-smi -i i names, so the table below shows the GPU each rank really uses.
 export CUDA_DEVICE_ORDER="${CUDA_DEVICE_ORDER:-PCI_BUS_ID}"
-for v in $(compgen -e | grep -E '^(NCCL_|RINGATTN_|CUDA_DEVICE_ORDER$|CUDA_VISIBLE_DEVICES$|OMP_NUM_THREADS$)' || true); do
+# (RINGATTN_CMAKE_ARGS is setup.sh's build setting, not one of the runtime's.)
+for v in $(compgen -e | grep -E '^(NCCL_|RINGATTN_|CUDA_DEVICE_ORDER$|CUDA_VISIBLE_DEVICES$|OMP_NUM_THREADS$)' |
+           grep -vx RINGATTN_CMAKE_ARGS || true); do
   FLAGS+=(-x "$v")
 done
 
