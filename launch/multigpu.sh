@@ -18,7 +18,7 @@
 #   STAGES="correct strong" bash launch/multigpu.sh
 set -uo pipefail   # not -e: a failed stage is recorded and the next one still runs
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-cd "$ROOT"
+cd "$ROOT" || exit 1
 export NCCL_NVLS_ENABLE=0 CUDA_DEVICE_ORDER=PCI_BUS_ID OMP_NUM_THREADS="${OMP_NUM_THREADS:-4}"
 export TORCH_SYMM_MEM_DISABLE_MULTICAST=1   # the same for PyTorch's symmetric memory (no NVLS)
 G="${G:-$(nvidia-smi -L | grep -c '^GPU')}"
