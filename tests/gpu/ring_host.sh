@@ -29,8 +29,11 @@ t0=$(date +%s)
 { timeout 60 $R run --device cuda --check; echo "rc=$?"
   timeout 60 $MPI -np 2 $R run --device cuda --transport mpi --causal --shard zigzag --seq 4096 --check; echo "rc=$?"
   timeout 60 $MPI -np 1 $R run --device cuda --transport nccl --causal --seq 8192 --check; echo "rc=$?"
-  timeout 60 $MPI -np 4 $R run --device cuda --transport auto --shard striped --seq 4096 --check; echo "rc=$?"; } >"$OUT/cli.log" 2>&1
-step cli "$(grep -c 'rc=0' "$OUT/cli.log")/4-ok" $(( $(date +%s) - t0 )); grep -E "rc=|error|Error|picked|transport" "$OUT/cli.log" | head -20
+  timeout 60 $MPI -np 4 $R run --device cuda --transport auto --shard striped --seq 4096 --check; echo "rc=$?"
+  timeout 60 $MPI -np 1 $R run --device cuda --transport nccl --dry-run; echo "rc=$?"
+  timeout 60 $MPI -np 2 $R run --device cuda --transport mpi --causal --check-finite --timeout 30 --check; echo "rc=$?"
+  } >"$OUT/cli.log" 2>&1
+step cli "$(grep -c 'rc=0' "$OUT/cli.log")/6-ok" $(( $(date +%s) - t0 )); grep -E "rc=|error|Error|picked|transport" "$OUT/cli.log" | head -20
 
 fi
 if has tests; then
