@@ -1,6 +1,7 @@
 #include "ringattn/agree.hpp"
 
 #include <algorithm>
+#include <chrono>
 #include <cstring>
 #include <vector>
 
@@ -115,5 +116,19 @@ void agree_on_run(const GlobalProblem& p, const LocalVerdict& local, Transport& 
 }
 
 void agree_on_problem(const GlobalProblem& p, Transport& t) { agree_on_run(p, LocalVerdict{}, t); }
+
+RankStats begin_run(const GlobalProblem& p, const LocalVerdict& local, Transport& t, const RunOptions& opt) {
+  RankStats st;
+  st.rank = t.rank();
+  st.world = t.size();
+  if (opt.check_agreement) {
+    const auto t0 = std::chrono::steady_clock::now();
+    agree_on_run(p, local, t);
+    st.agree_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  } else if (!local.error.empty()) {
+    fail_arg("rank {}: {}", st.rank, local.error);
+  }
+  return st;
+}
 
 }  // namespace ringattn

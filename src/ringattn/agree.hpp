@@ -25,4 +25,8 @@ void validate_problem_values(const GlobalProblem& p, int world);
 // the same message, when a rank differs or reported an error.
 void agree_on_run(const GlobalProblem& p, const LocalVerdict& local, Transport& t);
 
+// The start of every run: the stats with rank and world filled in, after the agreement (timed
+// into agree_s) when opt.check_agreement, else after throwing this rank's own local error.
+RankStats begin_run(const GlobalProblem& p, const LocalVerdict& local, Transport& t, const RunOptions& opt);
+
 }  // namespace ringattn

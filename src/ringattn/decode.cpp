@@ -30,16 +30,7 @@ RankStats run_distributed_decode(const GlobalProblem& p, const LocalTensors& x, 
     verdict.error = check_view(what, *v, B, heads, len, D, p.dtype);
     if (!verdict.error.empty()) break;
   }
-  RankStats st;
-  st.rank = r;
-  st.world = P;
-  if (opt.check_agreement) {
-    const auto t0 = Clock::now();
-    agree_on_run(p, verdict, t);
-    st.agree_s = seconds_since(t0);
-  } else if (!verdict.error.empty()) {
-    fail_arg("rank {}: {}", r, verdict.error);
-  }
+  RankStats st = begin_run(p, verdict, t, opt);
 
   // One buffer holds every rank's state: [rank][o | lse]; this rank writes its own slot, the
   // allgather fills the others.

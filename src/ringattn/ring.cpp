@@ -113,16 +113,7 @@ RankStats run_ring_attention(const GlobalProblem& p, const LocalTensors& x, Back
   verdict.error = check_ring_tensors(p, x, T);
   verdict.k_layout = uint32_t(layout_of(x.k));
   verdict.v_layout = uint32_t(layout_of(x.v));
-  RankStats st;
-  st.rank = r;
-  st.world = P;
-  if (opt.check_agreement) {
-    const auto t0 = Clock::now();
-    agree_on_run(p, verdict, t);
-    st.agree_s = seconds_since(t0);
-  } else if (!verdict.error.empty()) {
-    fail_arg("rank {}: {}", r, verdict.error);
-  }
+  RankStats st = begin_run(p, verdict, t, opt);
 
   // ---- buffers, all allocated before the hop loop ----
   const auto t_setup = Clock::now();
