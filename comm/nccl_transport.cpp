@@ -15,6 +15,7 @@
 #include <thread>
 #include <vector>
 
+#include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
 #include "ringattn/error.hpp"
@@ -132,7 +133,29 @@ class NcclTransport final : public Transport {
   int rank() const override { return rank_; }
   int size() const override { return size_; }
   bool accepts_device_memory() const override { return true; }
-  void set_stream(void* stream) override { compute_ = static_cast<cudaStream_t>(stream); }
+
+  // Kept short: the message travels in the agreement's fixed-size record (the rank is added there).
+  std::string check_backend_device(int backend_device) const override {
+    if (backend_device < 0)
+      return fmt::format("the NCCL transport moves GPU memory (GPU {}) but the backend is a host backend: use "
+                         "make_cuda_backend({}), or the MPI transport for CPU ranks", device_, device_);
+    if (backend_device != device_)
+      return fmt::format("the CUDA backend is on GPU {} but the NCCL transport was made on GPU {}: make the backend "
+                         "with make_cuda_backend(select_local_gpu(comm)) before make_nccl_transport(comm)",
+                         backend_device, device_);
+    return "";
+  }
+
+  void set_stream(void* stream) override {
+    auto* s = static_cast<cudaStream_t>(stream);
+#if CUDART_VERSION >= 12080
+    int dev = -1;
+    if (s != nullptr && cudaStreamGetDevice(s, &dev) == cudaSuccess && dev != device_)
+      fail_runtime("rank {}: the compute stream given to the NCCL transport belongs to GPU {}: {}", rank_, dev,
+                   check_backend_device(dev));
+#endif
+    compute_ = s;
+  }
 
   void start_exchange(const void* send, void* recv, size_t bytes) override {
     if (pending_) fail_runtime("rank {}: start_exchange called twice without wait_exchange", rank_);

@@ -20,7 +20,13 @@ class Transport {
   // True when exchange buffers may be device memory (NCCL, CUDA-aware MPI). When false and the
   // backend's buffers are on a device, the runner stages blocks through host memory.
   virtual bool accepts_device_memory() const = 0;
+  // "" when this transport can move the buffers of a backend on CUDA device `backend_device`
+  // (-1: a host backend), else why not, naming both devices. The runner asks before any
+  // communication and makes the answer part of every rank's agreement, so a backend and a
+  // transport on different GPUs are refused on every rank instead of failing inside a hop.
+  virtual std::string check_backend_device(int /*backend_device*/) const { return ""; }
   // The compute stream that device-side exchanges are ordered after (NCCL); ignored otherwise.
+  // A stream of another device than the transport's is refused (RuntimeError).
   virtual void set_stream(void* /*stream*/) {}
 
   // Posts one ring hop: send `bytes` from `send` to rank (r + 1) mod P and receive `bytes` from

@@ -99,6 +99,7 @@ class CudaBackend final : public Backend {
   std::string name() const override { return "cuda:" + std::to_string(device_); }
   bool device_memory() const override { return true; }
   void* stream() const override { return stream_; }
+  int device() const override { return device_; }
 
   // A caching allocator: freed buffers are kept per size and handed out again, so that a call
   // that allocates its buffers each time (the ring runner) pays no cudaMalloc/cudaFree (which

@@ -30,6 +30,7 @@ RankStats run_distributed_decode(const GlobalProblem& p, const LocalTensors& x, 
     verdict.error = check_view(what, *v, B, heads, len, D, p.dtype);
     if (!verdict.error.empty()) break;
   }
+  if (verdict.error.empty()) verdict.error = t.check_backend_device(b.device());
   RankStats st = begin_run(p, verdict, t, opt);
 
   // One buffer holds every rank's state: [rank][o | lse]; this rank writes its own slot, the

@@ -111,6 +111,7 @@ RankStats run_ring_attention(const GlobalProblem& p, const LocalTensors& x, Back
 
   LocalVerdict verdict;
   verdict.error = check_ring_tensors(p, x, T);
+  if (verdict.error.empty()) verdict.error = t.check_backend_device(b.device());
   verdict.k_layout = uint32_t(layout_of(x.k));
   verdict.v_layout = uint32_t(layout_of(x.v));
   RankStats st = begin_run(p, verdict, t, opt);

@@ -7,6 +7,7 @@
 #include <fmt/format.h>
 
 #include <cmath>
+#include <cstdio>
 #include <cstring>
 #include <limits>
 #include <string>
@@ -156,24 +157,50 @@ inline RingErrors ring_errors_vs_oracle(const GlobalProblem& p, const GlobalInpu
   return {eo.reduced_rel(), el.reduced_rel()};
 }
 
+// A failing rank ends every rank (as the CLI does), so a failure never leaves the other ranks
+// waiting in a collective: a fatal failure (ASSERT_*, an exception escaping the test body) ends
+// the job at once, since this rank has left the test while the others may be inside a
+// collective of it; a non-fatal one (EXPECT_*) at the end of its test, after its remaining
+// checks. Either way the failure text is printed first, then MPI_Abort ends all ranks non-zero.
+class AbortOnFailure : public ::testing::EmptyTestEventListener {
+ public:
+  // The test's name is kept here: gtest holds its lock while it reports a part result, so
+  // asking it for the current test from OnTestPartResult would deadlock.
+  void OnTestStart(const ::testing::TestInfo& t) override {
+    test_ = std::string(t.test_suite_name()) + "." + t.name();
+  }
+  void OnTestPartResult(const ::testing::TestPartResult& r) override {
+    if (!r.failed()) return;
+    std::fprintf(stderr, "[rank %d] %s:%d: %s\n", world_rank(), r.file_name() ? r.file_name() : "?", r.line_number(),
+                 r.summary());
+    std::fflush(stderr);
+    if (r.fatally_failed()) end_job("a fatal failure");
+    failed_ = true;
+  }
+  void OnTestEnd(const ::testing::TestInfo&) override {
+    if (failed_) end_job("a failed check");
+  }
+
+ private:
+  void end_job(const char* what) const {
+    std::fprintf(stderr, "[rank %d] %s in %s: ending every rank (MPI_Abort)\n", world_rank(), what, test_.c_str());
+    std::fflush(stderr);
+    std::fflush(stdout);
+    MPI_Abort(MPI_COMM_WORLD, 1);
+  }
+  std::string test_;
+  bool failed_ = false;
+};
+
 // main() of every MPI test binary: MPI with the thread level the helper-thread transport needs.
 inline int run_all_tests_under_mpi(int argc, char** argv) {
   int provided = 0;
   MPI_Init_thread(&argc, &argv, MPI_THREAD_SERIALIZED, &provided);
   ::testing::InitGoogleTest(&argc, argv);
-  if (world_rank() != 0) {
-    // Only rank 0 prints progress; every rank still prints its own failures.
-    auto& listeners = ::testing::UnitTest::GetInstance()->listeners();
-    delete listeners.Release(listeners.default_result_printer());
-    struct FailurePrinter : ::testing::EmptyTestEventListener {
-      void OnTestPartResult(const ::testing::TestPartResult& r) override {
-        if (r.failed())
-          std::fprintf(stderr, "[rank %d] %s:%d: %s\n", world_rank(), r.file_name() ? r.file_name() : "?",
-                       r.line_number(), r.summary());
-      }
-    };
-    listeners.Append(new FailurePrinter);
-  }
+  auto& listeners = ::testing::UnitTest::GetInstance()->listeners();
+  // Only rank 0 prints progress; every rank prints its own failures (AbortOnFailure).
+  if (world_rank() != 0) delete listeners.Release(listeners.default_result_printer());
+  listeners.Append(new AbortOnFailure);
   const int rc = RUN_ALL_TESTS();
   MPI_Finalize();
   return rc;

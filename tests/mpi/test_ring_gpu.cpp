@@ -8,7 +8,10 @@
 #include <memory>
 
 #include "mpi_test_util.hpp"
+#include "ringattn/error.hpp"
 #ifdef RINGATTN_HAVE_NCCL
+#include <cuda_runtime.h>
+
 #include "comm/nccl_transport.hpp"
 #endif
 
@@ -31,14 +34,24 @@ std::vector<std::string> transports() {
   return t;
 }
 
-std::unique_ptr<Transport> make_transport(const std::string& name, MPI_Comm comm) {
+// A backend and a transport that agree on the GPU: NCCL picks this rank's GPU from its local rank
+// (select_local_gpu) and the backend is made on that GPU; ranks sharing the MPI transport use GPU 0.
+struct BackendAndTransport {
+  std::unique_ptr<Backend> backend;
+  std::unique_ptr<Transport> transport;
+};
+BackendAndTransport make_pair_for(const std::string& name, MPI_Comm comm) {
+  BackendAndTransport bt;
 #ifdef RINGATTN_HAVE_NCCL
   if (name == "nccl") {
-    select_local_gpu(comm);
-    return make_nccl_transport(comm);
+    bt.backend = make_cuda_backend(select_local_gpu(comm));
+    bt.transport = make_nccl_transport(comm);
+    return bt;
   }
 #endif
-  return make_mpi_transport(comm);
+  bt.backend = make_cuda_backend(0);
+  bt.transport = make_mpi_transport(comm);
+  return bt;
 }
 
 // Runs the ring for `p` over `comm` on GPU 0 and returns the relative error of the output (and
@@ -59,8 +72,9 @@ RingErrors ring_errors(const GlobalProblem& p, const GlobalInputs& g, uint64_t s
   k.fill(seed, InputTensor::K, l.segments);
   v.fill(seed, InputTensor::V, l.segments);
   out.poison();
-  auto backend = make_cuda_backend(0);
-  auto t = make_transport(transport, comm);
+  BackendAndTransport bt = make_pair_for(transport, comm);
+  Backend* backend = bt.backend.get();
+  Transport* t = bt.transport.get();
   DeviceCopy dq(*backend, q), dk(*backend, k), dv(*backend, v), dout(*backend, out);
   DeviceBuffer dlse(*backend, size_t(p.batch * H * T) * sizeof(float));
   std::vector<float> lse(size_t(p.batch * H * T), NAN);
@@ -138,8 +152,9 @@ TEST(GpuDecode, MatchesOracleOverEveryTransport) {
     k.fill(seed, InputTensor::K, {kv});
     v.fill(seed, InputTensor::V, {kv});
     out.poison();
-    auto backend = make_cuda_backend(0);
-    auto t = make_transport(tr, MPI_COMM_WORLD);
+    BackendAndTransport bt = make_pair_for(tr, MPI_COMM_WORLD);
+    Backend* backend = bt.backend.get();
+    Transport* t = bt.transport.get();
     DeviceCopy dq(*backend, g.q), dk(*backend, k), dv(*backend, v), dout(*backend, out);
     run_distributed_decode(p, LocalTensors{dq.view, dk.view, dv.view, dout.view, nullptr}, *backend, *t);
     backend->copy_to_host(out.bytes.data(), dout.buf.get(), out.bytes.size());
@@ -157,6 +172,54 @@ TEST(GpuDecode, MatchesOracleOverEveryTransport) {
     EXPECT_TRUE(test::same_on_all_ranks(std::string(reinterpret_cast<const char*>(out.bytes.data()), out.bytes.size())));
   }
 }
+
+#ifdef RINGATTN_HAVE_NCCL
+int visible_gpus() {
+  int n = 0;
+  return cudaGetDeviceCount(&n) == cudaSuccess ? n : 0;
+}
+
+// A self-attention problem of 64 tokens for one rank, its tensors on `b`, and the ring's error.
+std::string ring_error_with(Backend& b, Transport& t) {
+  GlobalProblem p;
+  p.batch = 1, p.q_heads = 2, p.kv_heads = 1, p.head_dim = 64, p.dtype = DType::BF16, p.q_len = p.kv_len = 64;
+  ShardTensor q(p.dtype, 1, 2, 64, 64), k(p.dtype, 1, 1, 64, 64), v(p.dtype, 1, 1, 64, 64), out(p.dtype, 1, 2, 64, 64);
+  q.fill(1, InputTensor::Q, {{0, 64, 1}});
+  k.fill(1, InputTensor::K, {{0, 64, 1}});
+  v.fill(1, InputTensor::V, {{0, 64, 1}});
+  DeviceCopy dq(b, q), dk(b, k), dv(b, v), dout(b, out);
+  try {
+    run_ring_attention(p, LocalTensors{dq.view, dk.view, dv.view, dout.view, nullptr}, b, t);
+  } catch (const InvalidArgument& e) {
+    return e.what();
+  }
+  return "";
+}
+
+// A backend and an NCCL transport on different GPUs are refused before any exchange, with both
+// GPUs named (a world of one per rank, so every rank runs it alone). Needs two GPUs.
+TEST(GpuPairing, BackendAndNcclTransportOnDifferentGpusAreRefused) {
+  if (!test::all_ranks(visible_gpus() >= 2)) GTEST_SKIP() << "needs two GPUs";
+  auto on_gpu1 = make_cuda_backend(1);            // makes GPU 1 the current device...
+  auto t = make_nccl_transport(MPI_COMM_SELF);    // ...so the transport is made on GPU 1
+  auto on_gpu0 = make_cuda_backend(0);
+  const std::string e = ring_error_with(*on_gpu0, *t);
+  EXPECT_NE(e.find("the CUDA backend is on GPU 0 but the NCCL transport was made on GPU 1"), std::string::npos) << e;
+  // The same pair on GPU 1 runs.
+  EXPECT_EQ(ring_error_with(*on_gpu1, *t), "");
+}
+
+// The NCCL transport moves device memory: a host backend beside it is refused, naming its GPU.
+TEST(GpuPairing, HostBackendWithNcclTransportIsRefused) {
+  if (!all_ranks_have_cuda()) GTEST_SKIP() << "no CUDA device";
+  auto gpu = make_cuda_backend(0);
+  auto t = make_nccl_transport(MPI_COMM_SELF);
+  auto cpu = make_cpu_backend();
+  const std::string e = ring_error_with(*cpu, *t);
+  EXPECT_NE(e.find("the NCCL transport moves GPU memory (GPU 0) but the backend is a host backend"),
+            std::string::npos) << e;
+}
+#endif
 
 }  // namespace
 }  // namespace ringattn
