@@ -39,8 +39,9 @@ class Backend {
 
   // The compute stream (a cudaStream_t) for transports that order their work on it; null on CPU.
   virtual void* stream() const { return nullptr; }
-  // The CUDA device that the backend's memory and stream live on; -1 for a host backend.
-  virtual int device() const { return -1; }
+  // The CUDA device that the backend's memory and stream live on; -1 for a host backend. Pure,
+  // so that a decorator cannot forget to forward it.
+  virtual int device() const = 0;
 };
 
 // The CPU engine (kernels/cpu) behind the interface; OpenMP threads as set by OMP_NUM_THREADS.

@@ -13,6 +13,7 @@ class CpuBackend final : public Backend {
  public:
   std::string name() const override { return "cpu"; }
   bool device_memory() const override { return false; }
+  int device() const override { return -1; }
   void* allocate(size_t bytes) override {
     // 64-byte alignment for vector loads; aligned_alloc needs a multiple of the alignment.
     void* p = std::aligned_alloc(64, (bytes + 63) / 64 * 64);

@@ -5,6 +5,10 @@
 
 #include <cuda_runtime.h>
 
+#include <mutex>
+#include <set>
+#include <utility>
+
 namespace ringattn::cuda {
 
 // Throws ringattn::RuntimeError "CUDA error <name> (<text>) in <call> at <file>:<line>".
@@ -25,3 +29,21 @@ namespace ringattn::cuda {
     const cudaError_t ra_err_ = cudaGetLastError();                                       \
     if (ra_err_ != cudaSuccess) ::ringattn::cuda::throw_cuda_error(ra_err_, "launch of " what, __FILE__, __LINE__); \
   } while (0)
+
+namespace ringattn::cuda {
+
+// Opts `kernel` in to `bytes` of dynamic shared memory (needed above 48 KiB) on the current
+// device. The attribute belongs to the function on one device, so a process that uses two GPUs
+// must set it on each: it is set once per (kernel, device) pair.
+inline void set_max_dynamic_smem(const void* kernel, int bytes) {
+  int device = 0;
+  RA_CUDA_CHECK(cudaGetDevice(&device));
+  static std::mutex mu;
+  static std::set<std::pair<const void*, int>> done;
+  const std::lock_guard<std::mutex> lock(mu);
+  if (done.count({kernel, device})) return;
+  RA_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes));
+  done.insert({kernel, device});
+}
+
+}  // namespace ringattn::cuda

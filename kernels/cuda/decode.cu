@@ -235,12 +235,7 @@ __global__ void __launch_bounds__(kThreads) decode_mma_kernel(const DecodeKernel
 template <typename T, int D>
 auto decode_kernel_prepared() {
   auto kernel = decode_mma_kernel<T, D>;
-  static bool attribute_set = false;
-  if (!attribute_set) {
-    RA_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                       int(decode_smem_bytes<D>())));
-    attribute_set = true;
-  }
+  set_max_dynamic_smem(reinterpret_cast<const void*>(kernel), int(decode_smem_bytes<D>()));
   return kernel;
 }
 

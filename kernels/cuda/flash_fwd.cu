@@ -260,12 +260,8 @@ void launch_instance(const FlashParams& p, cudaStream_t stream) {
   using Shape = FlashShape<D, kWarps, kM, kBN>;
   const size_t smem = Shape::smem_bytes(sizeof(T));
   auto kernel = flash_fwd_mma_kernel<T, D, kWarps, kM, kBN, kCausal, kPosScale>;
-  // Above 48 KiB a kernel must opt in to its dynamic shared memory; once per instantiation.
-  static bool attribute_set = false;
-  if (!attribute_set) {
-    RA_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
-    attribute_set = true;
-  }
+  // Above 48 KiB a kernel must opt in to its dynamic shared memory, on each device it runs on.
+  set_max_dynamic_smem(reinterpret_cast<const void*>(kernel), int(smem));
   const unsigned q_tiles = unsigned((p.q.len + Shape::kBM - 1) / Shape::kBM), heads = unsigned(p.q.batch * p.q.heads);
   const dim3 grid = kCausal ? dim3(heads, q_tiles) : dim3(q_tiles, heads);
   kernel<<<grid, Shape::kThreads, smem, stream>>>(p);

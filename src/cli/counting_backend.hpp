@@ -46,6 +46,7 @@ class CountingBackend final : public Backend {
   void synchronize() override { inner_->synchronize(); }
   void set_wait_timeout(double seconds) override { inner_->set_wait_timeout(seconds); }
   void* stream() const override { return inner_->stream(); }
+  int device() const override { return inner_->device(); }
 
   size_t peak_bytes() const {
     std::lock_guard<std::mutex> g(mu_);

@@ -50,17 +50,18 @@ t0=$(date +%s)
 # Every GPU ring test at np 1, 2 and 4: NCCL wherever each rank has a GPU of its own (np 2 on a
 # 2-GPU host), MPI staging where ranks share a GPU. Counts come from gtest's summary lines, which
 # --gtest_brief keeps (it drops the per-test OK lines).
-gtest_counts() {  # LOG -> "N passed, M failed, K skipped"
-  local p f k
-  p=$(grep -oE '^\[  PASSED  \] [0-9]+' "$1" | head -1 | grep -oE '[0-9]+$')
-  f=$(grep -oE '^\[  FAILED  \] [0-9]+ tests?,' "$1" | head -1 | grep -oE '[0-9]+')
-  k=$(grep -oE '^\[  SKIPPED \] [0-9]+' "$1" | head -1 | grep -oE '[0-9]+$')
+gtest_counts() {  # LOG -> "N passed, M failed, K skipped" (colour codes stripped first)
+  local p f k c
+  c=$(sed 's/\x1b\[[0-9;]*m//g' "$1")
+  p=$(grep -oE '^\[  PASSED  \] [0-9]+' <<<"$c" | head -1 | grep -oE '[0-9]+$')
+  f=$(grep -oE '^\[  FAILED  \] [0-9]+ tests?,' <<<"$c" | head -1 | grep -oE '[0-9]+')
+  k=$(grep -oE '^\[  SKIPPED \] [0-9]+' <<<"$c" | head -1 | grep -oE '[0-9]+$')
   echo "${p:-0} passed, ${f:-0} failed, ${k:-0} skipped"
 }
 GPUS=$(nvidia-smi -L | grep -c GPU)
-for np in 1 2 4; do timeout 120 $MPI -np $np $B/tests/mpi/test_ring_gpu --gtest_brief=1 >"$LOG/ring_gpu_np$np.log" 2>&1
+for np in 1 2 4; do timeout 120 $MPI -np $np $B/tests/mpi/test_ring_gpu --gtest_brief=1 --gtest_color=no >"$LOG/ring_gpu_np$np.log" 2>&1
   rc=$?; echo "test_ring_gpu np$np ($GPUS GPUs) rc=$rc $(gtest_counts "$LOG/ring_gpu_np$np.log")"; done
-for np in 1 2; do timeout 60 $MPI -np $np $B/tests/mpi/test_ring_device --gtest_brief=1 >"$LOG/ring_dev_np$np.log" 2>&1
+for np in 1 2; do timeout 60 $MPI -np $np $B/tests/mpi/test_ring_device --gtest_brief=1 --gtest_color=no >"$LOG/ring_dev_np$np.log" 2>&1
   rc=$?; echo "test_ring_device np$np rc=$rc $(gtest_counts "$LOG/ring_dev_np$np.log")"; done
 step mpi_gpu_tests - $(( $(date +%s) - t0 )); grep -hE "Failure|rank [0-9].*:|MPI_Abort" "$LOG"/ring_*_np*.log | head -20
 

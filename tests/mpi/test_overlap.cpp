@@ -18,6 +18,7 @@ class SleepyBackend final : public Backend {
   explicit SleepyBackend(std::chrono::milliseconds nap) : inner_(make_cpu_backend()), nap_(nap) {}
   std::string name() const override { return "sleepy-cpu"; }
   bool device_memory() const override { return false; }
+  int device() const override { return -1; }
   void* allocate(size_t n) override { return inner_->allocate(n); }
   void deallocate(void* p) override { inner_->deallocate(p); }
   void copy_from_host(void* d, const void* s, size_t n) override { inner_->copy_from_host(d, s, n); }
