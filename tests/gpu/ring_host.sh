@@ -61,7 +61,7 @@ gtest_counts() {  # LOG -> "N passed, M failed, K skipped" (colour codes strippe
 GPUS=$(nvidia-smi -L | grep -c GPU)
 for np in 1 2 4; do timeout 120 $MPI -np $np $B/tests/mpi/test_ring_gpu --gtest_brief=1 --gtest_color=no >"$LOG/ring_gpu_np$np.log" 2>&1
   rc=$?; echo "test_ring_gpu np$np ($GPUS GPUs) rc=$rc $(gtest_counts "$LOG/ring_gpu_np$np.log")"; done
-for np in 1 2; do timeout 60 $MPI -np $np $B/tests/mpi/test_ring_device --gtest_brief=1 --gtest_color=no >"$LOG/ring_dev_np$np.log" 2>&1
+for np in 1 2 4; do timeout 60 $MPI -np $np $B/tests/mpi/test_ring_device --gtest_brief=1 --gtest_color=no >"$LOG/ring_dev_np$np.log" 2>&1
   rc=$?; echo "test_ring_device np$np rc=$rc $(gtest_counts "$LOG/ring_dev_np$np.log")"; done
 step mpi_gpu_tests - $(( $(date +%s) - t0 )); grep -hE "Failure|rank [0-9].*:|MPI_Abort" "$LOG"/ring_*_np*.log | head -20
 
