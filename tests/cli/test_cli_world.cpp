@@ -4,9 +4,11 @@
 #include <gtest/gtest.h>
 
 #include <cstdlib>
+#include <initializer_list>
 #include <map>
 #include <optional>
 #include <string>
+#include <utility>
 
 #include "cli/world.hpp"
 
@@ -22,7 +24,8 @@ TEST(CliWorld, SlurmTasksOnNode) {
   EXPECT_EQ(slurm_tasks_on_node("2(x3),1", 2), 2);
   EXPECT_EQ(slurm_tasks_on_node("2(x3),1", 3), 1);
   EXPECT_EQ(slurm_tasks_on_node("1,3,2(x2)", 1), 3);
-  EXPECT_EQ(slurm_tasks_on_node("1,3,2(x2)", 4), 2);
+  EXPECT_EQ(slurm_tasks_on_node("1,3,2(x2)", 3), 2);
+  EXPECT_EQ(slurm_tasks_on_node("1,3,2(x2)", 4), 0);
   for (const char* bad : {"", "x", "2(x", "2(x0)", "2(xa)", "0", "2,,1", "2;1", "2(x2)3", "-1"})
     EXPECT_EQ(slurm_tasks_on_node(bad, 0), 0) << "layout '" << bad << "'";
 }
@@ -30,7 +33,7 @@ TEST(CliWorld, SlurmTasksOnNode) {
 // Sets the launcher variables of one case and puts the process's environment back afterwards.
 class LauncherEnv {
  public:
-  explicit LauncherEnv(const std::map<std::string, std::string>& set) {
+  explicit LauncherEnv(std::initializer_list<std::pair<std::string, std::string>> set) {
     for (const char* n : {"OMPI_COMM_WORLD_LOCAL_SIZE", "MPI_LOCALNRANKS", "SLURM_STEP_TASKS_PER_NODE", "SLURM_NODEID",
                           "SLURM_NTASKS_PER_NODE", "SLURM_CPUS_ON_NODE", "OMP_NUM_THREADS"}) {
       const char* v = std::getenv(n);
@@ -39,6 +42,8 @@ class LauncherEnv {
     }
     for (const auto& [n, v] : set) setenv(n.c_str(), v.c_str(), 1);
   }
+  LauncherEnv(const LauncherEnv&) = delete;
+  LauncherEnv& operator=(const LauncherEnv&) = delete;
   ~LauncherEnv() {
     for (const auto& [n, v] : saved_) v ? setenv(n.c_str(), v->c_str(), 1) : unsetenv(n.c_str());
   }
