@@ -6,7 +6,7 @@
 #   bash launch/rank_probe.sh gpu|cpu
 rank="${OMPI_COMM_WORLD_RANK:-${PMIX_RANK:-${SLURM_PROCID:-0}}}"
 lr="${OMPI_COMM_WORLD_LOCAL_RANK:-${SLURM_LOCALID:-0}}"
-dev="cpu ($(nproc) cores on the host)"
+dev="cpu ($(nproc) cores on the host$([ -z "${SLURM_CPUS_ON_NODE:-}" ] || echo ", $SLURM_CPUS_ON_NODE in this job"))"
 if [ "${1:-cpu}" = gpu ]; then
   dev="no GPU visible"
   if command -v nvidia-smi >/dev/null 2>&1; then

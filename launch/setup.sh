@@ -9,24 +9,8 @@ BUILD_DIR="${BUILD_DIR:-$ROOT/build}"
 PACKAGES=(cmake ninja-build g++ libopenmpi-dev openmpi-bin libspdlog-dev libfmt-dev libgtest-dev libcli11-dev
           nlohmann-json3-dev)
 
-install_missing_packages() {
-  local missing=()
-  for p in "${PACKAGES[@]}"; do
-    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
-  done
-  [ ${#missing[@]} -eq 0 ] && return 0
-  if [ "$(id -u)" -ne 0 ]; then
-    echo "ringattn: missing packages: ${missing[*]}" >&2
-    echo "ringattn: install them as root: apt-get update && apt-get install -y ${missing[*]}" >&2
-    exit 1
-  fi
-  echo "ringattn: installing ${missing[*]}" >&2
-  export DEBIAN_FRONTEND=noninteractive
-  apt-get update
-  apt-get install -y --no-install-recommends "${missing[@]}"
-}
-
-install_missing_packages
+source "$ROOT/launch/packages.sh"
+install_missing_packages "${PACKAGES[@]}" || exit 1
 
 # CUDA builds when nvcc is found; the usual install prefix need not be on PATH.
 if ! command -v nvcc >/dev/null 2>&1 && [ -x /usr/local/cuda/bin/nvcc ]; then

@@ -4,8 +4,10 @@
 #include <omp.h>
 
 #include <algorithm>
+#include <cctype>
 #include <cstdlib>
 #include <functional>
+#include <string>
 #include <vector>
 
 #include <spdlog/spdlog.h>
@@ -62,6 +64,70 @@ int launcher_world_size(std::string* source) {
 
 int env_local_rank() {
   return env_int({"OMPI_COMM_WORLD_LOCAL_RANK", "MPI_LOCALRANKID", "PMI_LOCAL_RANK", "SLURM_LOCALID"}, 0);
+}
+
+int slurm_tasks_on_node(const std::string& layout, int node_id) {
+  // Entries "N" or "N(xR)", comma-separated, in node order; the whole text must parse.
+  const auto number = [&](size_t& pos) {  // a positive decimal at pos, or 0
+    size_t end = pos;
+    while (end < layout.size() && end - pos < 9 && std::isdigit(static_cast<unsigned char>(layout[end]))) ++end;
+    const int v = end > pos ? std::stoi(layout.substr(pos, end - pos)) : 0;
+    pos = end;
+    return v;
+  };
+  long first = 0;  // the first node of the current entry
+  int found = 0;
+  size_t pos = 0;
+  while (true) {
+    const int tasks = number(pos);
+    int repeat = 1;
+    if (layout.compare(pos, 2, "(x") == 0) {
+      pos += 2;
+      repeat = number(pos);
+      if (pos >= layout.size() || layout[pos] != ')') return 0;
+      ++pos;
+    }
+    if (tasks < 1 || repeat < 1) return 0;
+    if (node_id >= first && node_id < first + repeat) found = tasks;
+    first += repeat;
+    if (pos == layout.size()) break;
+    if (layout[pos++] != ',') return 0;
+  }
+  return found;
+}
+
+CoreSplit plan_core_split(int procs) {
+  CoreSplit s;
+  s.cores = std::max(1, procs);
+  s.cores_source = "omp_get_num_procs";
+  const auto var = [](const char* n) -> std::string {
+    const char* v = std::getenv(n);
+    return v ? v : "";
+  };
+  for (const char* n : {"OMPI_COMM_WORLD_LOCAL_SIZE", "MPI_LOCALNRANKS"})
+    if (const int v = std::atoi(var(n).c_str()); v > 0 && s.ranks_source.empty()) {
+      s.local_ranks = v;
+      s.ranks_source = fmt::format("{}={}", n, v);
+    }
+  if (const std::string layout = var("SLURM_STEP_TASKS_PER_NODE"); s.ranks_source.empty() && !layout.empty()) {
+    const int node = std::atoi(var("SLURM_NODEID").c_str());
+    if (const int v = slurm_tasks_on_node(layout, node); v > 0) {
+      s.local_ranks = v;
+      s.ranks_source = fmt::format("SLURM_STEP_TASKS_PER_NODE={} on node {}", layout, node);
+    }
+  }
+  if (const int v = std::atoi(var("SLURM_NTASKS_PER_NODE").c_str()); s.ranks_source.empty() && v > 0) {
+    s.local_ranks = v;
+    s.ranks_source = fmt::format("SLURM_NTASKS_PER_NODE={}", v);
+  }
+  // Under Slurm without a CPU binding every task sees all cores; the job holds SLURM_CPUS_ON_NODE.
+  if (const int v = std::atoi(var("SLURM_CPUS_ON_NODE").c_str()); v > 0 && v <= s.cores) {
+    s.cores = v;
+    s.cores_source = fmt::format("SLURM_CPUS_ON_NODE={}", v);
+  }
+  const bool limited = s.local_ranks > 1 || s.cores < procs;
+  if (limited && var("OMP_NUM_THREADS").empty()) s.threads = std::max(1, s.cores / s.local_ranks);
+  return s;
 }
 
 MpiSession::MpiSession() {
@@ -175,13 +241,13 @@ World make_world(const ProblemOptions& o, const MpiSession& mpi) {
   } else {
     // Several ranks on one host would each start one thread per core; split the cores instead
     // unless the user chose (OMP_NUM_THREADS).
-    const int local_size = env_int({"OMPI_COMM_WORLD_LOCAL_SIZE", "MPI_LOCALNRANKS", "SLURM_NTASKS_PER_NODE"}, 1);
-    if (local_size > 1 && std::getenv("OMP_NUM_THREADS") == nullptr) {
-      const int threads = std::max(1, omp_get_num_procs() / local_size);
-      omp_set_num_threads(threads);
+    if (const CoreSplit split = plan_core_split(omp_get_num_procs()); split.threads > 0) {
+      omp_set_num_threads(split.threads);
       if (w.rank == 0)
-        spdlog::info("{} ranks share this host: {} OpenMP threads each (set OMP_NUM_THREADS to choose)", local_size,
-                     threads);
+        spdlog::info("{} rank(s) on this host ({}) share {} core(s) ({}): {} OpenMP thread(s) each (set "
+                     "OMP_NUM_THREADS to choose)",
+                     split.local_ranks, split.ranks_source.empty() ? "one process" : split.ranks_source, split.cores,
+                     split.cores_source, split.threads);
     }
     w.backend = make_cpu_backend();
     w.device_label = fmt::format("cpu ({} threads)", omp_get_max_threads());

@@ -26,6 +26,24 @@ int launcher_world_size(std::string* source = nullptr);
 // The rank among the processes on this host (0 when none is announced).
 int env_local_rank();
 
+// The tasks on node `node_id` in a Slurm layout such as "2(x3),1" (SLURM_STEP_TASKS_PER_NODE:
+// nodes 0-2 run 2 tasks each, node 3 runs 1); 0 when the text is malformed or has no such node.
+int slurm_tasks_on_node(const std::string& layout, int node_id);
+
+// How a CPU rank's OpenMP threads follow from the ranks and cores of its host: ranks that share a
+// host split its cores (the cores of this job there, under Slurm) unless OMP_NUM_THREADS is set.
+struct CoreSplit {
+  int local_ranks = 1;       // ranks on this host
+  std::string ranks_source;  // the variable that said so, e.g. "SLURM_STEP_TASKS_PER_NODE=2"
+  int cores = 1;             // cores for those ranks
+  std::string cores_source;  // "SLURM_CPUS_ON_NODE=2", or "omp_get_num_procs" when not under Slurm
+  int threads = 0;           // OpenMP threads per rank; 0: leave OpenMP as it is
+};
+// From the launcher's environment (mpirun: OMPI_COMM_WORLD_LOCAL_SIZE; srun:
+// SLURM_STEP_TASKS_PER_NODE at SLURM_NODEID, else SLURM_NTASKS_PER_NODE; the cores: the
+// smaller of `procs` and SLURM_CPUS_ON_NODE) and `procs`, the cores OpenMP sees.
+CoreSplit plan_core_split(int procs);
+
 // MPI_Init_thread when launched (MPI_THREAD_SERIALIZED, for the transport's progress thread),
 // MPI_Finalize on finish(). Does nothing in a world of one.
 class MpiSession {
