@@ -7,6 +7,11 @@
 // MPI_Sendrecv on a thread of its own, which progresses while the rank computes (and can time the
 // transfer). It needs MPI_THREAD_SERIALIZED: the main thread makes no MPI call while an exchange
 // is in flight (wait_exchange joins it first).
+//
+// Error paths: an exchange stays "in flight" until its requests (or the helper's MPI_Sendrecv)
+// have completed; abandon_exchange completes it within the same bound, and a transport that timed
+// out (stuck) reports that its buffers may still be written. Collectives run on buffers the
+// transport owns (comm/collective_buffers.hpp), never on the caller's.
 #include <algorithm>
 #include <chrono>
 #include <climits>
@@ -19,6 +24,7 @@
 #include <thread>
 #include <vector>
 
+#include "comm/collective_buffers.hpp"
 #include "comm/mpi_check.hpp"
 #include "ringattn/log.hpp"
 #include "ringattn/ring.hpp"
@@ -115,7 +121,8 @@ class MpiTransport final : public Transport {
   void start_exchange(const void* send, void* recv, size_t bytes) override {
     if (in_flight_) fail_runtime("rank {}: start_exchange while an exchange is in flight (call wait_exchange first)", rank_);
     if (send == recv) fail_arg("rank {}: start_exchange needs distinct send and receive buffers", rank_);
-    in_flight_ = true;
+    if (stuck_) fail_runtime("rank {}: start_exchange after an exchange or collective timed out", rank_);
+    in_flight_ = true;  // from here on: whatever part of the exchange got posted is outstanding
     ++exchanges_;
     pending_bytes_ = bytes;
     bytes_sent_ += bytes;
@@ -136,27 +143,28 @@ class MpiTransport final : public Transport {
     const int next = (rank_ + 1) % size_, prev = (rank_ + size_ - 1) % size_;
     for (size_t off = 0, piece = 0; off < bytes; off += kMaxPiece, ++piece) {
       const int n = int(std::min(kMaxPiece, bytes - off));
-      MPI_Request rq[2];
-      // Receive first, so the matching send finds a posted buffer.
-      RINGATTN_MPI_CHECK(MPI_Irecv(static_cast<char*>(recv) + off, n, MPI_BYTE, prev, kExchangeTag + int(piece), comm_,
-                                   &rq[0]), rank_);
-      RINGATTN_MPI_CHECK(MPI_Isend(static_cast<const char*>(send) + off, n, MPI_BYTE, next, kExchangeTag + int(piece),
-                                   comm_, &rq[1]), rank_);
-      requests_.push_back(rq[0]);
-      requests_.push_back(rq[1]);
+      // Receive first, so the matching send finds a posted buffer. Each request is kept as soon as
+      // it exists, so a failure half-way leaves no posted request unknown to abandon_exchange.
       expected_.push_back(n);
+      requests_.push_back(MPI_REQUEST_NULL);
+      RINGATTN_MPI_CHECK(MPI_Irecv(static_cast<char*>(recv) + off, n, MPI_BYTE, prev, kExchangeTag + int(piece), comm_,
+                                   &requests_.back()), rank_);
+      requests_.push_back(MPI_REQUEST_NULL);
+      RINGATTN_MPI_CHECK(MPI_Isend(static_cast<const char*>(send) + off, n, MPI_BYTE, next, kExchangeTag + int(piece),
+                                   comm_, &requests_.back()), rank_);
     }
   }
 
   void wait_exchange() override {
     if (!in_flight_) return;
-    in_flight_ = false;
+    if (stuck_) fail_runtime("rank {}: wait_exchange after an exchange or collective timed out", rank_);
     if (mode_ == MpiProgress::HelperThread) {
       std::unique_lock<std::mutex> lk(mu_);
       // Measured from the post, like the nonblocking mode: the compute in between counts.
       const auto deadline = posted_ + std::chrono::duration_cast<std::chrono::steady_clock::duration>(
                                           std::chrono::duration<double>(exchange_limit_s()));
       if (!cv_.wait_until(lk, deadline, [this] { return done_; })) timed_out();
+      in_flight_ = false;  // the helper has left MPI_Sendrecv: it touches neither buffer again
       last_seconds_ = job_seconds_;
       if (error_) std::rethrow_exception(error_);
       return;
@@ -165,14 +173,30 @@ class MpiTransport final : public Transport {
     statuses_.resize(requests_.size());
     int flag = 0;
     for (;;) {
-      RINGATTN_MPI_CHECK(MPI_Testall(int(requests_.size()), requests_.data(), &flag, statuses_.data()), rank_);
+      const int rc = MPI_Testall(int(requests_.size()), requests_.data(), &flag, statuses_.data());
+      if (rc != MPI_SUCCESS) stuck_ = true;  // which requests are still active is unknown
+      RINGATTN_MPI_CHECK(rc, rank_);
       if (flag) break;
       if (std::chrono::duration<double>(std::chrono::steady_clock::now() - posted_).count() > exchange_limit_s())
         timed_out();
       std::this_thread::sleep_for(std::chrono::microseconds(20));
     }
+    in_flight_ = false;
     for (size_t i = 0; i < expected_.size(); ++i) check_received(statuses_[2 * i], expected_[i]);
     last_seconds_ = -1.0;  // completion was only observed here, after the compute: not a transfer time
+  }
+
+  // Completes the outstanding exchange within the exchange bound (never cancels: the peers of a
+  // rank that failed mid-hop are healthy and complete their side, and a cancelled receive would
+  // leave the neighbour's send pending until its own timeout).
+  bool abandon_exchange() noexcept override {
+    if (!in_flight_) return true;
+    try {
+      wait_exchange();
+    } catch (...) {
+      // A failed exchange (a short block, an MPI error) may still have completed: in_flight_ says.
+    }
+    return !in_flight_;
   }
 
   double last_exchange_seconds() const override { return last_seconds_; }
@@ -181,13 +205,17 @@ class MpiTransport final : public Transport {
     if (in_flight_) fail_runtime("rank {}: allgather while an exchange is in flight", rank_);
     if (bytes_per_rank > size_t(INT_MAX))
       fail_arg("rank {}: allgather of {} bytes per rank exceeds MPI's int count ({})", rank_, bytes_per_rank, INT_MAX);
+    if (stuck_) fail_runtime("rank {}: allgather after an exchange or collective timed out", rank_);
+    const size_t total = bytes_per_rank * size_t(size_);
     MPI_Request rq;
-    RINGATTN_MPI_CHECK(MPI_Iallgather(send, int(bytes_per_rank), MPI_BYTE, recv, int(bytes_per_rank), MPI_BYTE, comm_,
-                                      &rq), rank_);
+    RINGATTN_MPI_CHECK(MPI_Iallgather(coll_.send(send, bytes_per_rank), int(bytes_per_rank), MPI_BYTE,
+                                      coll_.recv(total), int(bytes_per_rank), MPI_BYTE, comm_, &rq), rank_);
     wait_collective(rq, "allgather");
+    coll_.copy_out(recv, total);
   }
 
   void barrier() override {
+    if (stuck_) fail_runtime("rank {}: barrier after an exchange or collective timed out", rank_);
     MPI_Request rq;
     RINGATTN_MPI_CHECK(MPI_Ibarrier(comm_, &rq), rank_);
     wait_collective(rq, "barrier");
@@ -258,10 +286,13 @@ class MpiTransport final : public Transport {
     const auto t0 = std::chrono::steady_clock::now();
     int flag = 0;
     for (;;) {
-      RINGATTN_MPI_CHECK(MPI_Test(&rq, &flag, MPI_STATUS_IGNORE), rank_);
+      const int rc = MPI_Test(&rq, &flag, MPI_STATUS_IGNORE);
+      if (rc != MPI_SUCCESS) stuck_ = true, coll_.keep();  // the collective's state is unknown
+      RINGATTN_MPI_CHECK(rc, rank_);
       if (flag) return;
       if (std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() > timeout_s_) {
         stuck_ = true;
+        coll_.keep();  // MPI may still write the collective's buffers
         fail_runtime("rank {} on {}: {} did not complete within {} s (--timeout, RINGATTN_MPI_TIMEOUT_S); some rank "
                      "has stopped before it or hangs", rank_, host_name(), what, timeout_s_);
       }
@@ -295,6 +326,7 @@ class MpiTransport final : public Transport {
   uint64_t exchanges_ = 0;
   size_t pending_bytes_ = 0;
   bool stuck_ = false;
+  CollectiveBuffers coll_;
 
   // Helper thread state, guarded by mu_.
   std::thread helper_;

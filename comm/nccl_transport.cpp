@@ -18,6 +18,7 @@
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
+#include "comm/collective_buffers.hpp"
 #include "ringattn/error.hpp"
 
 namespace ringattn {
@@ -211,11 +212,33 @@ class NcclTransport final : public Transport {
     ++hops_;
   }
 
-  // Host collectives go over MPI, nonblocking and polled, so that they are bounded too.
+  // The error path of a hop: the exchange's kernels may still read the send block and write the
+  // receive block. Wait for them within the bound; when they do not finish (a peer has failed or
+  // hangs), abort the communicator, which makes NCCL's kernels return, and wait for the stream
+  // once more. False only when even that does not end them: the caller keeps the buffers.
+  bool abandon_exchange() noexcept override {
+    if (!pending_) return true;
+    if (!failed_ && event_done_within(timeout())) {
+      pending_ = false;
+      return true;
+    }
+    failed_ = true;
+    if (comm_) ncclCommAbort(comm_);
+    comm_ = nullptr;
+    if (!event_done_within(opts_.timeout_s)) return false;
+    pending_ = false;
+    return true;
+  }
+
+  // Host collectives go over MPI, nonblocking and polled, so that they are bounded too. They run
+  // on transport-owned buffers, kept when a collective times out (comm/collective_buffers.hpp).
   void allgather(const void* send, void* recv, size_t bytes_per_rank) override {
+    const size_t total = bytes_per_rank * size_t(size_);
     MPI_Request rq;
-    RA_MPI(MPI_Iallgather(send, int(bytes_per_rank), MPI_BYTE, recv, int(bytes_per_rank), MPI_BYTE, mpi_, &rq));
+    RA_MPI(MPI_Iallgather(coll_.send(send, bytes_per_rank), int(bytes_per_rank), MPI_BYTE, coll_.recv(total),
+                          int(bytes_per_rank), MPI_BYTE, mpi_, &rq));
     wait_mpi(rq, "allgather");
+    coll_.copy_out(recv, total);
   }
   void barrier() override {
     MPI_Request rq;
@@ -239,6 +262,17 @@ class NcclTransport final : public Transport {
   }
   double timeout() const { return hops_ == 0 ? opts_.first_hop_timeout_s : opts_.timeout_s; }
 
+  // Whether the exchange's completion event fires within `limit` seconds (no throw).
+  bool event_done_within(double limit) const noexcept {
+    const auto t0 = std::chrono::steady_clock::now();
+    for (;;) {
+      const cudaError_t q = cudaEventQuery(done_);
+      if (q == cudaSuccess) return true;
+      if (q != cudaErrorNotReady || seconds_since(t0) > limit) return false;
+      std::this_thread::sleep_for(std::chrono::microseconds(20));
+    }
+  }
+
   void check(ncclResult_t r, const char* what, int line) {
     if (r == ncclSuccess || r == ncclInProgress) return;
     failed_ = true;
@@ -254,6 +288,7 @@ class NcclTransport final : public Transport {
       if (flag) return;
       if (seconds_since(t0) > opts_.timeout_s) {
         failed_ = true;
+        coll_.keep();  // MPI may still write the collective's buffers
         fail_runtime("rank {} on {}: {} (over MPI) did not complete within {:.0f} s (--timeout): some rank has "
                      "stopped before it or hangs", rank_, host_name(), what, opts_.timeout_s);
       }
@@ -288,6 +323,7 @@ class NcclTransport final : public Transport {
   size_t pending_bytes_ = 0;
   uint64_t bytes_sent_ = 0;
   int hops_ = 0;
+  CollectiveBuffers coll_;
 };
 
 }  // namespace

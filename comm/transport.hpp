@@ -35,6 +35,22 @@ class Transport {
   virtual void start_exchange(const void* send, void* recv, size_t bytes) = 0;
   virtual void wait_exchange() = 0;
 
+  // The error path of a hop (an exception between start_exchange and a successful
+  // wait_exchange, or from either): ends the outstanding exchange, if any, before its buffers are
+  // freed. Completes it or cancels it, waiting at most the transport's exchange bound; never
+  // throws. True when no transfer can touch the exchange's buffers any more (they may be freed);
+  // false when the transport gave up (a peer hangs, or the transport cannot tell), and then the
+  // caller must keep both buffers allocated, because the process is about to end. The default
+  // suits transports whose wait_exchange is itself bounded and leaves nothing in flight.
+  virtual bool abandon_exchange() noexcept {
+    try {
+      wait_exchange();
+      return true;
+    } catch (...) {
+      return false;
+    }
+  }
+
   // Blocking collectives on host memory.
   virtual void allgather(const void* send, void* recv, size_t bytes_per_rank) = 0;
   virtual void barrier() = 0;

@@ -80,6 +80,13 @@ class DeviceBuffer {
     bytes_ = 0;
   }
   void* get() const { return ptr_; }
+  // Gives up ownership without freeing (an error path whose transfer may still write the memory).
+  void* release() {
+    void* p = ptr_;
+    ptr_ = nullptr;
+    bytes_ = 0;
+    return p;
+  }
   template <typename T>
   T* as() const { return static_cast<T*>(ptr_); }
   size_t bytes() const { return bytes_; }

@@ -7,6 +7,10 @@
 
 namespace ringattn {
 
+// The largest CPU tile (FlashParams::tile_q, tile_k; the --tile-q and --tile-k flags): the CPU
+// workspace holds a few tiles per thread, about 5 x tile x head_dim floats.
+inline constexpr int kMaxTile = 4096;
+
 // What a flash call does with its result.
 enum class StateMode : uint8_t {
   Write,  // state := this call's partial state (rows that see no key get the empty state)
@@ -59,9 +63,21 @@ struct FinalizeParams {
 // attention); partial calls allow rows with no visible key.
 void validate_flash(const FlashParams& p, bool complete);
 
+// The causal offset a kernel computes with: q_offset clamped to [-q_len, kv_len]. It selects
+// exactly the same keys (from kv_len - 1 on every row sees every key, at -q_len and below no row
+// sees any), and keeps every index sum such as row + offset + 1 far from int64 overflow, so an
+// offset near the int64 limits gives the right answer. Every backend applies it on entry.
+inline int64_t kernel_q_offset(int64_t q_offset, int64_t q_len, int64_t kv_len) {
+  return q_offset < -q_len ? -q_len : q_offset > kv_len ? kv_len : q_offset;
+}
+
 // Number of keys visible to query row i (0 when none).
 inline int64_t visible_keys(const FlashParams& p, int64_t i) {
   if (!p.causal) return p.k.len;
+  // Decided before any sum, so that no offset overflows: row i sees nothing when
+  // q_offset <= -(i + 1) and every key when q_offset >= kv_len - 1.
+  if (p.q_offset < -i) return 0;
+  if (p.q_offset >= p.k.len) return p.k.len;
   const int64_t last = i + p.q_offset;  // last visible key index
   if (last < 0) return 0;
   return last + 1 < p.k.len ? last + 1 : p.k.len;

@@ -35,7 +35,8 @@ void validate_flash(const FlashParams& p, bool complete) {
     fail_arg("dtype mismatch: q is {}, k is {}, v is {}; all three must be equal", dtype_name(q.dtype),
              dtype_name(k.dtype), dtype_name(v.dtype));
   if (!std::isfinite(p.scale)) fail_arg("softmax scale must be finite (got {})", p.scale);
-  if (p.tile_q < 0 || p.tile_k < 0) fail_arg("tile sizes must be >= 1, or 0 for the default (got {}x{})", p.tile_q, p.tile_k);
+  if (p.tile_q < 0 || p.tile_k < 0 || p.tile_q > kMaxTile || p.tile_k > kMaxTile)
+    fail_arg("tile sizes must be 1 to {}, or 0 for the default (got {}x{})", kMaxTile, p.tile_q, p.tile_k);
   const StateView& s = p.state;
   if (s.o == nullptr || s.lse == nullptr) fail_arg("the output state (o, lse) must point to memory");
   if (s.batch != q.batch || s.heads != q.heads || s.len != q.len || s.dim != q.dim)

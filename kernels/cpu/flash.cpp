@@ -252,8 +252,10 @@ size_t flash_workspace_bytes(const FlashParams& p, int threads) {
 
 size_t last_flash_workspace_bytes() { return g_last_workspace; }
 
-void flash_forward(const FlashParams& p) {
-  validate_flash(p, /*complete=*/false);
+void flash_forward(const FlashParams& params) {
+  validate_flash(params, /*complete=*/false);
+  FlashParams p = params;
+  p.q_offset = kernel_q_offset(p.q_offset, p.q.len, p.k.len);  // row + offset sums cannot overflow
   const Tiles t = tiles_of(p);
   const int64_t B = p.q.batch, H = p.q.heads, T = p.q.len;
   const int64_t ntiles = (T + t.tq - 1) / t.tq;

@@ -86,7 +86,7 @@ void decode_split_kv(const DecodeParams& p) {
     FlashParams sub = f;
     sub.k = f.k.rows(c0, len);
     sub.v = f.v.rows(c0, len);
-    sub.q_offset = f.q_offset - c0;
+    sub.q_offset = kernel_q_offset(f.q_offset, f.q.len, S) - c0;  // clamped first: no overflow
     sub.mode = StateMode::Write;
     sub.state = contiguous_state(&o[static_cast<size_t>(c * rows * st.dim)], &lse[static_cast<size_t>(c * rows)],
                                  st.batch, st.heads, st.len, st.dim);

@@ -160,8 +160,10 @@ class CudaBackend final : public Backend {
     RA_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, stream_));
   }
 
-  void flash(const FlashParams& p) override {
-    validate_flash(p, /*complete=*/false);
+  void flash(const FlashParams& params) override {
+    validate_flash(params, /*complete=*/false);
+    FlashParams p = params;
+    p.q_offset = kernel_q_offset(p.q_offset, p.q.len, p.k.len);  // the kernels' row + offset sums cannot overflow
     check_cuda_flash(p);
     use_device();
     const FlashKernel k = cuda::flash_kernel();
@@ -178,9 +180,11 @@ class CudaBackend final : public Backend {
     if (p.out.data != nullptr) finalize(FinalizeParams{p.state, p.out});
   }
 
-  void decode(const DecodeParams& dp) override {
+  void decode(const DecodeParams& params) override {
+    validate_flash(params.flash, /*complete=*/false);
+    DecodeParams dp = params;
+    dp.flash.q_offset = kernel_q_offset(dp.flash.q_offset, dp.flash.q.len, dp.flash.k.len);
     const FlashParams& f = dp.flash;
-    validate_flash(f, /*complete=*/false);
     check_cuda_flash(f);
     if (dp.splits < 0) fail_arg("splits must be >= 1, or 0 for the default (got {})", dp.splits);
     use_device();
@@ -206,7 +210,7 @@ class CudaBackend final : public Backend {
       FlashParams sub = f;
       sub.k = f.k.rows(c0, len);
       sub.v = f.v.rows(c0, len);
-      sub.q_offset = f.q_offset - c0;
+      sub.q_offset = f.q_offset - c0;  // clamped above: no overflow
       sub.mode = StateMode::Write;
       sub.state = contiguous_state(parts.o + c * rows * f.q.dim, parts.lse + c * rows, f.q.batch, f.q.heads, f.q.len,
                                    f.q.dim);

@@ -165,7 +165,7 @@ int bench_on(const BenchOptions& o, World& w) {
     }
     GlobalProblem p = setup.problem;
     p.q_len = p.kv_len = n;
-    p.q_offset = kDefaultQOffset;
+    p.q_offset.reset();
     try {
       validate_problem(p, w.size);
     } catch (const InvalidArgument& e) {

@@ -54,7 +54,8 @@ CheckResult check_rows(const GlobalProblem& p, InputSource& src, const LocalProb
   CheckResult res;
   res.nan_count = count_nonfinite(p, r);
   const int64_t tq = l.q_layout.tokens(), D = p.head_dim, H = p.q_heads, S = p.kv_len;
-  const int64_t off = p.resolved_q_offset();
+  // Clamped to what can change visibility (kernels/params.hpp): row + off + 1 cannot overflow.
+  const int64_t off = kernel_q_offset(p.resolved_q_offset(), p.q_len, S);
   // The local rows this rank answers for.
   std::vector<int64_t> mine;
   for (int64_t i = 0; i < tq; ++i)

@@ -5,6 +5,7 @@
 #include <fmt/format.h>
 
 #include "ringattn/error.hpp"
+#include "ringattn/ring.hpp"
 
 namespace ringattn::cli {
 namespace {
@@ -70,8 +71,8 @@ void add_problem_flags(CLI::App& app, ProblemOptions& o, bool with_seq) {
       ->capture_default_str();
   app.add_option("--dtype", o.dtype, "input/output dtype (default: fp32 on cpu, bf16 on cuda, the files' dtype)")
       ->check(CLI::IsMember({"fp32", "fp16", "bf16"}));
-  app.add_option("--tile-q", o.tile_q, "CPU query tile (0: default)")->check(at_least(0));
-  app.add_option("--tile-k", o.tile_k, "CPU key tile (0: default)")->check(at_least(0));
+  app.add_option("--tile-q", o.tile_q, "CPU query tile, 1 to 4096 rows (0: default)")->check(at_least(0));
+  app.add_option("--tile-k", o.tile_k, "CPU key tile, 1 to 4096 rows (0: default)")->check(at_least(0));
   app.add_option("--shard", o.shard, "sequence sharding over ranks")
       ->check(CLI::IsMember({"contiguous", "zigzag", "striped"}))
       ->capture_default_str();
@@ -179,6 +180,10 @@ void validate_problem_options(const ProblemOptions& o) {
              o.kv_heads);
   const int nfiles = int(!o.q_file.empty()) + int(!o.k_file.empty()) + int(!o.v_file.empty());
   if (nfiles != 0 && nfiles != 3) fail_arg("--q, --k and --v go together: give all three files or none (got {})", nfiles);
+  ringattn::RunOptions tiles;  // checked here, before MPI starts and anything is allocated
+  tiles.tile_q = o.tile_q;
+  tiles.tile_k = o.tile_k;
+  validate_run_options(tiles);
   if (o.device == "cpu" && o.transport == "nccl")
     fail_arg("--transport nccl needs --device cuda (NCCL moves device buffers); use --transport mpi on cpu");
 }

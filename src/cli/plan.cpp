@@ -1,17 +1,27 @@
 // `ringattn plan`: the ring schedule of a problem without running it (no MPI, no data): each
 // rank's tokens and segments, its kernel calls and visible query-key pairs over all hops, and
 // the load balance of every sharding, so a sharding can be chosen before a long run.
+//
+// Memory and time stay linear in the ranks: a rank's visible pairs come from its positions alone
+// (rank_pairs), and the full per-rank schedule (P hops each, for the kernel calls) is built one
+// rank at a time, only up to kPlanRowRanks ranks; beyond, the table is a summary. Pair counts are
+// 128-bit, so no length the flags allow wraps them.
 #include <algorithm>
 
 #include <fmt/format.h>
 
 #include "cli/run.hpp"
+#include "ringattn/checked.hpp"
 #include "ringattn/error.hpp"
 #include "ringattn/ring.hpp"
 #include "ringattn/schedule.hpp"
 
 namespace ringattn::cli {
 namespace {
+
+// Up to this many ranks the plan prints one row per rank (with its kernel calls, which need the
+// rank's whole schedule: P^2 work in all); beyond it, a summary of the ranks.
+constexpr int kPlanRowRanks = 1024;
 
 std::string segments_text(const ShardLayout& l) {
   std::string s;
@@ -25,15 +35,67 @@ std::string segments_text(const ShardLayout& l) {
   return s;
 }
 
-// max / mean of the ranks' visible pairs: 1.0 is perfect balance; the slowest rank sets the pace.
-double imbalance(Sharding s, int64_t n, bool causal, int world) {
-  int64_t mx = 0, sum = 0;
-  for (int r = 0; r < world; ++r) {
-    const int64_t v = RingSchedule(s, n, causal, r, world).visible_pairs();
-    mx = std::max(mx, v);
-    sum += v;
+// The query-key pairs a rank computes over the whole ring, per (batch, head), from its positions
+// alone: causal self-attention lets the query at position t see the t + 1 keys 0..t; without the
+// mask each query sees all seq keys. Equals RingSchedule::visible_pairs (tests/unit).
+PairCount rank_pairs(const ShardLayout& l, int64_t seq, bool causal) {
+  PairCount n = 0;
+  for (const Segment& g : l.segments) {
+    if (!causal) {
+      n += PairCount(g.len) * seq;
+      continue;
+    }
+    // sum over i < len of (start + i * stride + 1); stride * len <= seq keeps it below seq^2.
+    n += PairCount(g.len) * (PairCount(g.start) + 1) + PairCount(g.stride) * g.len * (g.len - 1) / 2;
   }
-  return sum > 0 ? double(mx) * world / double(sum) : 1.0;
+  return n;
+}
+
+// The ranks' pair counts of one sharding: the largest, the smallest and the sum.
+struct PairStats {
+  PairCount max = 0, min = 0, sum = 0;
+  int max_rank = 0, min_rank = 0;
+};
+
+PairStats pair_stats(Sharding s, int64_t seq, bool causal, int world) {
+  PairStats st;
+  for (int r = 0; r < world; ++r) {
+    const PairCount v = rank_pairs(shard_layout(s, seq, r, world), seq, causal);
+    if (r == 0 || v > st.max) st.max = v, st.max_rank = r;
+    if (r == 0 || v < st.min) st.min = v, st.min_rank = r;
+    st.sum += v;
+  }
+  return st;
+}
+
+// max / mean of the ranks' visible pairs: 1.0 is perfect balance; the slowest rank sets the pace.
+double imbalance(const PairStats& st, int world) {
+  return st.sum > 0 ? to_double(st.max) * world / to_double(st.sum) : 1.0;
+}
+
+double share_percent(PairCount v, PairCount total) { return total > 0 ? 100.0 * to_double(v) / to_double(total) : 0.0; }
+
+void print_rank_rows(const PlanOptions& o, Sharding sharding, PairCount total, double flop_per_pair) {
+  fmt::print("# {:>4} {:>10} {:>6} {:>12} {:>10} {:>8}  {}\n", "rank", "tokens", "calls", "GFLOP", "skipped", "share",
+             "segments");
+  for (int r = 0; r < o.ranks; ++r) {
+    const RingSchedule s(sharding, o.seq, o.causal, r, o.ranks);  // one rank at a time: O(P) memory
+    int skipped = 0;  // hops that only forward the block
+    for (const HopPlan& h : s.hops()) skipped += h.calls.empty();
+    const PairCount pairs = s.visible_pairs();
+    fmt::print("  {:>4} {:>10} {:>6} {:>12.3f} {:>10} {:>7.1f}%  {}\n", r, s.local_layout().tokens(), s.kernel_calls(),
+               flop_per_pair * to_double(pairs) / 1e9, fmt::format("{} hops", skipped), share_percent(pairs, total),
+               segments_text(s.local_layout()));
+  }
+}
+
+void print_summary(const PlanOptions& o, const PairStats& st, double flop_per_pair) {
+  fmt::print("# {} ranks: one row per rank is printed up to {} ranks; the ranks in summary:\n", o.ranks, kPlanRowRanks);
+  fmt::print("  tokens per rank {}\n", o.seq / o.ranks);
+  fmt::print("  GFLOP per rank: max {:.3f} (rank {}), min {:.3f} (rank {}), mean {:.3f}\n",
+             flop_per_pair * to_double(st.max) / 1e9, st.max_rank, flop_per_pair * to_double(st.min) / 1e9, st.min_rank,
+             flop_per_pair * to_double(st.sum) / 1e9 / o.ranks);
+  fmt::print("  share per rank: max {:.4f}%, min {:.4f}%\n", share_percent(st.max, st.sum), share_percent(st.min, st.sum));
 }
 
 }  // namespace
@@ -41,32 +103,22 @@ double imbalance(Sharding s, int64_t n, bool causal, int world) {
 int plan_command(const PlanOptions& o) {
   const Sharding sharding = parse_sharding(o.shard);
   check_shardable(sharding, o.seq, o.ranks);
-  const double per_bh = double(o.batch) * double(o.heads);
+  const double flop_per_pair = 4.0 * double(o.batch) * double(o.heads) * double(o.dim);
   fmt::print("# ringattn plan: seq {} over {} ranks, {} sharding, {}; batch {} heads {} dim {}\n", o.seq, o.ranks,
              sharding_name(sharding), o.causal ? "causal" : "full", o.batch, o.heads, o.dim);
-  fmt::print("# {:>4} {:>10} {:>6} {:>12} {:>10} {:>8}  {}\n", "rank", "tokens", "calls", "GFLOP", "skipped", "share",
-             "segments");
-  int64_t total = 0;
-  std::vector<RingSchedule> scheds;
-  for (int r = 0; r < o.ranks; ++r) {
-    scheds.emplace_back(sharding, o.seq, o.causal, r, o.ranks);
-    total += scheds.back().visible_pairs();
-  }
-  for (int r = 0; r < o.ranks; ++r) {
-    const RingSchedule& s = scheds[size_t(r)];
-    int skipped = 0;  // hops that only forward the block
-    for (const HopPlan& h : s.hops()) skipped += h.calls.empty();
-    fmt::print("  {:>4} {:>10} {:>6} {:>12.3f} {:>10} {:>7.1f}%  {}\n", r, s.local_layout().tokens(), s.kernel_calls(),
-               4.0 * per_bh * double(o.dim) * double(s.visible_pairs()) / 1e9, fmt::format("{} hops", skipped),
-               total > 0 ? 100.0 * double(s.visible_pairs()) / double(total) : 0.0, segments_text(s.local_layout()));
-  }
+  const PairStats mine = pair_stats(sharding, o.seq, o.causal, o.ranks);
+  if (o.ranks <= kPlanRowRanks)
+    print_rank_rows(o, sharding, mine.sum, flop_per_pair);
+  else
+    print_summary(o, mine, flop_per_pair);
   fmt::print("# balance (max / mean visible pairs per rank; 1.00 is perfect):");
   for (Sharding s : {Sharding::Contiguous, Sharding::Zigzag, Sharding::Striped}) {
     if (o.seq % required_multiple(s, o.ranks) != 0) {
       fmt::print(" {} n/a", sharding_name(s));
       continue;
     }
-    fmt::print(" {} {:.2f}", sharding_name(s), imbalance(s, o.seq, o.causal, o.ranks));
+    fmt::print(" {} {:.2f}", sharding_name(s),
+               imbalance(s == sharding ? mine : pair_stats(s, o.seq, o.causal, o.ranks), o.ranks));
   }
   fmt::print("\n");
   return kExitOk;

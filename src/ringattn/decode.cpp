@@ -18,6 +18,7 @@ RankStats run_distributed_decode(const GlobalProblem& p, const LocalTensors& x, 
   const auto t_start = Clock::now();
   const int P = t.size(), r = t.rank();
   validate_problem_values(p, P);
+  validate_run_options(opt);
   const Segment kv = kv_shard(p.kv_len, r, P);
   const int64_t B = p.batch, Hq = p.q_heads, T = p.q_len, D = p.head_dim;
 
@@ -56,7 +57,9 @@ RankStats run_distributed_decode(const GlobalProblem& p, const LocalTensors& x, 
   // ---- the local partial state ----
   const auto t_compute = Clock::now();
   const StateView mine = slot_state(r);
-  const int64_t local_offset = p.resolved_q_offset() - kv.start;  // pos(q_0) - pos(first local key)
+  // pos(q_0) - pos(first local key), from the offset clamped to what can change visibility
+  // (kernels/params.hpp): no overflow for any offset.
+  const int64_t local_offset = kernel_q_offset(p.resolved_q_offset(), T, p.kv_len) - kv.start;
   const bool sees_nothing = kv.len == 0 || (p.causal && T - 1 + local_offset < 0);
   if (sees_nothing) {
     b.fill_empty(mine);

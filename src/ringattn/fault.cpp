@@ -17,6 +17,7 @@ const char* fault_kind_name(FaultKind k) {
     case FaultKind::Hang: return "hang";
     case FaultKind::Corrupt: return "corrupt";
     case FaultKind::Error: return "error";
+    case FaultKind::Throw: return "throw";
   }
   return "?";
 }
@@ -26,7 +27,7 @@ FaultPlan parse_fault_plan(const std::string& text) {
   if (text.empty()) return plan;
   const auto bad = [&]() {
     fail_arg("RINGATTN_FAULT='{}' is not RANK:HOP:KIND with RANK, HOP >= 0 and KIND one of exit, hang, corrupt, "
-             "error", text);
+             "error, throw", text);
   };
   const size_t a = text.find(':'), b = a == std::string::npos ? a : text.find(':', a + 1);
   if (b == std::string::npos) bad();
@@ -41,6 +42,7 @@ FaultPlan parse_fault_plan(const std::string& text) {
   else if (kind == "hang") plan.kind = FaultKind::Hang;
   else if (kind == "corrupt") plan.kind = FaultKind::Corrupt;
   else if (kind == "error") plan.kind = FaultKind::Error;
+  else if (kind == "throw") plan.kind = FaultKind::Throw;
   else bad();
   return plan;
 }

@@ -6,6 +6,8 @@
 //   corrupt  the rank sends a block of the wrong size
 //   error    posting that hop's exchange fails on that rank with a RuntimeError ("injected
 //            transport error"), as a failing transport call would
+//   throw    the compute of that hop throws std::bad_alloc on that rank, after the hop's exchange
+//            was posted (an exception inside a hop, as a failing backend allocation would)
 #pragma once
 
 #include <cstdint>
@@ -13,7 +15,7 @@
 
 namespace ringattn {
 
-enum class FaultKind : uint8_t { None = 0, Exit, Hang, Corrupt, Error };
+enum class FaultKind : uint8_t { None = 0, Exit, Hang, Corrupt, Error, Throw };
 
 const char* fault_kind_name(FaultKind k);
 

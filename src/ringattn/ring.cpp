@@ -84,7 +84,83 @@ void empty_unwritten(std::vector<char>& written, Backend& b, const StateView& st
                                  s, P, stage, bytes, (r + 1) % P, (r + P - 1) % P, cause));
 }
 
+// The error path of a hop. An exception while an exchange is outstanding (from the backend, a
+// packing copy, an allocation, or the transport itself) must not free the buffers that MPI or
+// NCCL may still write or read. Declared after those buffers, so it runs first while unwinding:
+// it ends the exchange (Transport::abandon_exchange, bounded) and, when the transport gave up,
+// keeps the buffers allocated for good (the error then ends the process: the CLI aborts the job).
+class ExchangeGuard {
+ public:
+  ExchangeGuard(Transport& t, DeviceBuffer (&blocks)[2], std::vector<unsigned char> (&host)[2])
+      : t_(t), blocks_(blocks), host_(host) {}
+  ExchangeGuard(const ExchangeGuard&) = delete;
+  ExchangeGuard& operator=(const ExchangeGuard&) = delete;
+  ~ExchangeGuard() {
+    if (!outstanding_ || t_.abandon_exchange()) return;
+    for (int i = 0; i < 2; ++i) {
+      blocks_[i].release();
+      (void)new std::vector<unsigned char>(std::move(host_[i]));  // kept, not freed: see above
+    }
+  }
+  void posting() { outstanding_ = true; }     // before start_exchange: a partial post counts
+  void completed() { outstanding_ = false; }  // after wait_exchange returned
+
+ private:
+  Transport& t_;
+  DeviceBuffer (&blocks_)[2];
+  std::vector<unsigned char> (&host_)[2];
+  bool outstanding_ = false;
+};
+
+// The flash calls of one hop on the block (kb, vb). The first call on a run of query rows writes
+// the state, later calls fold; the last call on a run also writes the final output.
+void compute_hop(const HopPlan& plan, const std::vector<char>& final_call, const FlashParams& base,
+                 const LocalTensors& x, const TensorView& kb, const TensorView& vb, std::vector<char>& written,
+                 std::vector<char>& finalized, Backend& b) {
+  for (const PairCall& c : plan.calls) {
+    FlashParams f = base;
+    f.q = x.q.rows(c.q_row0, c.q_rows);
+    f.state = base.state.rows(c.q_row0, c.q_rows);
+    f.mode = first_touch(written, c.q_row0, c.q_rows, b, base.state) ? StateMode::Write : StateMode::Fold;
+    if (final_call[size_t(&c - plan.calls.data())]) {
+      f.out = x.out.rows(c.q_row0, c.q_rows);
+      std::fill(finalized.begin() + c.q_row0, finalized.begin() + c.q_row0 + c.q_rows, char(1));
+    }
+    f.k = kb.rows(c.k_row0, c.k_rows);
+    f.v = vb.rows(c.k_row0, c.k_rows);
+    f.causal = c.causal;
+    f.q_offset = c.q_offset;
+    b.flash(f);
+  }
+  b.synchronize();
+}
+
+// Rows no call reached: the empty state, cast into the output (none in self-attention).
+void finish_rows(std::vector<char>& written, const std::vector<char>& finalized, Backend& b, const StateView& state,
+                 const TensorView& out) {
+  empty_unwritten(written, b, state);
+  const int64_t T = int64_t(finalized.size());
+  for (int64_t i = 0; i < T;) {
+    if (finalized[size_t(i)]) {
+      ++i;
+      continue;
+    }
+    int64_t j = i;
+    while (j < T && !finalized[size_t(j)]) ++j;
+    b.finalize(FinalizeParams{state.rows(i, j - i), out.rows(i, j - i)});
+    i = j;
+  }
+  b.synchronize();
+}
+
 }  // namespace
+
+void validate_run_options(const RunOptions& opt) {
+  for (const auto& [flag, v] : {std::pair{"--tile-q", opt.tile_q}, std::pair{"--tile-k", opt.tile_k}})
+    if (v < 0 || v > kMaxTile)
+      fail_arg("{} {} is out of range: a CPU tile is 1 to {} rows, or 0 for the default", flag, v, kMaxTile);
+  if (opt.decode_splits < 0) fail_arg("decode splits {} must be >= 0 (0: the default)", opt.decode_splits);
+}
 
 uint64_t expected_ring_bytes(const GlobalProblem& p, int world) {
   const uint64_t block = 2ull * uint64_t(p.batch * p.kv_heads * (p.kv_len / world) * p.head_dim) *
@@ -106,6 +182,7 @@ RankStats run_ring_attention(const GlobalProblem& p, const LocalTensors& x, Back
              "q_offset={}: use run_distributed_decode", p.q_len, p.kv_len, p.resolved_q_offset());
   // Rejected locally, before any communication: identical on every rank that has this problem.
   validate_problem(p, P);
+  validate_run_options(opt);
   const RingSchedule sched(p.sharding, p.q_len, p.causal, r, P);
   const int64_t T = sched.local_layout().tokens();
 
@@ -136,6 +213,7 @@ RankStats run_ring_attention(const GlobalProblem& p, const LocalTensors& x, Back
   std::vector<unsigned char> host[2];
   if (staged && P > 1) host[0].resize(block_bytes), host[1].resize(block_bytes);
   if (b.stream() != nullptr) t.set_stream(b.stream());
+  ExchangeGuard guard(t, blocks, host);  // after the buffers: it runs before they are freed
 
   if (P > 1) {
     pack_block(b, blocks[0].get(), x.k);
@@ -172,7 +250,7 @@ RankStats run_ring_attention(const GlobalProblem& p, const LocalTensors& x, Back
     hs.hop = s;
     hs.source_rank = plan.source_rank;
     hs.kernel_calls = int(plan.calls.size());
-    hs.visible_pairs = plan.visible_pairs * B * Hq;
+    hs.visible_pairs = int64_t(plan.visible_pairs * B * Hq);  // fits: validate_problem bounds the pairs
     // The block of hop s goes on to the next rank while this rank computes with it; the last hop
     // has nothing left to pass on.
     const bool exchange = s + 1 < P;
@@ -182,6 +260,7 @@ RankStats run_ring_attention(const GlobalProblem& p, const LocalTensors& x, Back
       const size_t send_bytes = fault_fires(FaultKind::Corrupt, r, s) ? block_bytes / 2 : block_bytes;
       const uint64_t before = t.bytes_sent();
       recorder.record(s, HopEvent::Posted, (r + 1) % P, send_bytes);
+      guard.posting();
       try {
         // An injected error stands for a transport that fails to post (RINGATTN_FAULT=R:S:error).
         if (fault_fires(FaultKind::Error, r, s))
@@ -200,22 +279,16 @@ RankStats run_ring_attention(const GlobalProblem& p, const LocalTensors& x, Back
     // Hop 0 is this rank's own block: read in place (the packed copy only travels).
     const TensorView kb = s == 0 ? x.k : block_view(blocks[cur].get(), x.k, k_layout);
     const TensorView vb = s == 0 ? x.v : block_view(static_cast<char*>(blocks[cur].get()) + k_bytes, x.v, v_layout);
-    for (const PairCall& c : plan.calls) {
-      FlashParams f = base;
-      f.q = x.q.rows(c.q_row0, c.q_rows);
-      f.state = state.rows(c.q_row0, c.q_rows);
-      f.mode = first_touch(written, c.q_row0, c.q_rows, b, state) ? StateMode::Write : StateMode::Fold;
-      if (final_call[size_t(s)][size_t(&c - plan.calls.data())]) {
-        f.out = x.out.rows(c.q_row0, c.q_rows);
-        std::fill(finalized.begin() + c.q_row0, finalized.begin() + c.q_row0 + c.q_rows, char(1));
-      }
-      f.k = kb.rows(c.k_row0, c.k_rows);
-      f.v = vb.rows(c.k_row0, c.k_rows);
-      f.causal = c.causal;
-      f.q_offset = c.q_offset;
-      b.flash(f);
+    try {
+      if (fault_fires(FaultKind::Throw, r, s)) throw std::bad_alloc();  // RINGATTN_FAULT=R:S:throw
+      compute_hop(plan, final_call[size_t(s)], base, x, kb, vb, written, finalized, b);
+    } catch (const InvalidArgument&) {
+      throw;  // a bad call: the same on every rank (the guard still ends the exchange)
+    } catch (const std::exception& e) {
+      recorder.record(s, HopEvent::Failed, plan.source_rank);
+      fail_runtime("rank {} on {}: hop {} of {}: computing on the block of rank {} failed: {}", r, host_name(), s, P,
+                   plan.source_rank, e.what());
     }
-    b.synchronize();
     const auto t1 = Clock::now();
     hs.compute_s = std::chrono::duration<double>(t1 - t0).count();
     recorder.record(s, HopEvent::Computed, plan.source_rank);
@@ -229,6 +302,7 @@ RankStats run_ring_attention(const GlobalProblem& p, const LocalTensors& x, Back
         if (fault_fires(FaultKind::Corrupt, r, s)) std::this_thread::sleep_for(std::chrono::seconds(2));
         hop_failed(r, P, s, block_bytes, "waiting for the exchange", e);
       }
+      guard.completed();
       recorder.record(s, HopEvent::Completed, (r + P - 1) % P, block_bytes);
       if (staged) {
         b.copy_from_host(blocks[1 - cur].get(), host[1 - cur].data(), block_bytes);
@@ -249,18 +323,7 @@ RankStats run_ring_attention(const GlobalProblem& p, const LocalTensors& x, Back
   st.bytes_sent = t.bytes_sent() - bytes_before;
 
   const auto t_fin = Clock::now();
-  empty_unwritten(written, b, state);
-  for (int64_t i = 0; i < T;) {  // rows whose output no call wrote (none in self-attention)
-    if (finalized[size_t(i)]) {
-      ++i;
-      continue;
-    }
-    int64_t j = i;
-    while (j < T && !finalized[size_t(j)]) ++j;
-    b.finalize(FinalizeParams{state.rows(i, j - i), x.out.rows(i, j - i)});
-    i = j;
-  }
-  b.synchronize();
+  finish_rows(written, finalized, b, state, x.out);
   st.finalize_s = seconds_since(t_fin);
   st.total_s = seconds_since(t_start);
   return st;

@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <limits>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -67,7 +68,6 @@ Segment kv_shard(int64_t kv_len, int rank, int world);
 // ---------------------------------------------------------------------------------------------
 // The global problem. Every rank passes the same one; agree_on_problem checks that they do.
 
-inline constexpr int64_t kDefaultQOffset = std::numeric_limits<int64_t>::min();  // kv_len - q_len
 inline constexpr uint32_t kProblemVersion = 1;
 
 struct GlobalProblem {
@@ -79,11 +79,13 @@ struct GlobalProblem {
   int64_t head_dim = 0;
   DType dtype = DType::F32;
   bool causal = false;
-  int64_t q_offset = kDefaultQOffset;  // pos(q_0) - pos(k_0); the ring needs 0 (self-attention)
+  // pos(q_0) - pos(k_0); unset: kv_len - q_len. The ring needs 0 (self-attention). Any int64 for
+  // which the last query's position q_offset + q_len - 1 is an int64 (validate_problem).
+  std::optional<int64_t> q_offset;
   Sharding sharding = Sharding::Contiguous;  // ring only; decode always splits KV contiguously
   float scale = 0.f;           // softmax scale; 0 means 1/sqrt(head_dim)
 
-  int64_t resolved_q_offset() const { return q_offset == kDefaultQOffset ? kv_len - q_len : q_offset; }
+  int64_t resolved_q_offset() const { return q_offset.value_or(kv_len - q_len); }
   float resolved_scale() const;
   // The ring runs self-attention (q_len == kv_len, q_offset 0); anything else is a decode problem.
   bool is_ring() const { return q_len == kv_len && resolved_q_offset() == 0; }
@@ -145,10 +147,14 @@ struct LocalTensors {
 };
 
 struct RunOptions {
-  int tile_q = 0, tile_k = 0;  // CPU tile sizes (0: default)
+  int tile_q = 0, tile_k = 0;  // CPU tile sizes: 0 (default) or 1..kMaxTile (kernels/params.hpp)
   int decode_splits = 0;       // split-KV chunks inside a rank for decode (0: default)
   bool check_agreement = true; // run agree_on_problem first (collective: all ranks or none)
 };
+
+// Throws InvalidArgument naming the flag (--tile-q, --tile-k) and the allowed range. The runs
+// call it before allocating or communicating anything.
+void validate_run_options(const RunOptions& opt);
 
 // Ring attention of a self-attention problem (p.is_ring()). Collective over `t`.
 RankStats run_ring_attention(const GlobalProblem& p, const LocalTensors& x, Backend& b, Transport& t,

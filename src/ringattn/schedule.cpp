@@ -14,13 +14,15 @@ int64_t floor_div(int64_t a, int64_t b) {  // b > 0
 
 }  // namespace
 
-int64_t sum_clamped(int64_t rows, int64_t a, int64_t cols) {
+PairCount sum_clamped(int64_t rows, int64_t a, int64_t cols) {
   if (rows <= 0 || cols <= 0) return 0;
-  // Rows below `lo` see nothing, rows from `hi` on see all cols, rows between see i + a.
-  const int64_t lo = std::clamp<int64_t>(-a, 0, rows);
-  const int64_t hi = std::clamp<int64_t>(cols - a, lo, rows);
-  const int64_t n = hi - lo;
-  return n * a + (lo + hi - 1) * n / 2 + (rows - hi) * cols;
+  // Rows below `lo` see nothing, rows from `hi` on see all cols, rows between see i + a. In 128
+  // bits: -a and cols - a overflow int64 for extreme a, and the products reach rows x cols.
+  const PairCount A = a, R = rows, C = cols;
+  const PairCount lo = std::clamp<PairCount>(-A, 0, R);
+  const PairCount hi = std::clamp<PairCount>(C - A, lo, R);
+  const PairCount n = hi - lo;
+  return n * A + (lo + hi - 1) * n / 2 + (R - hi) * C;
 }
 
 PairClass classify_pair(const Segment& q, const Segment& k, bool causal) {
@@ -28,7 +30,7 @@ PairClass classify_pair(const Segment& q, const Segment& k, bool causal) {
   if (q.len <= 0 || k.len <= 0) return c;
   if (!causal) {
     c.visibility = PairVisibility::Full;
-    c.visible_pairs = q.len * k.len;
+    c.visible_pairs = PairCount(q.len) * k.len;
     return c;
   }
   // A run of one element has no meaningful stride; take the other's.
@@ -36,12 +38,12 @@ PairClass classify_pair(const Segment& q, const Segment& k, bool causal) {
   if (S < 1 || (k.len > 1 && k.stride != S))
     fail_arg("cannot express query run (start {}, stride {}) against key run (start {}, stride {}) as one kernel "
              "call: the strides must be equal and >= 1", q.start, q.stride, k.start, k.stride);
-  const int64_t off = floor_div(q.start - k.start, S);
+  const int64_t off = floor_div(checked_sub(q.start, k.start, "query position - key position"), S);
   c.q_offset = off;
-  c.visible_pairs = sum_clamped(q.len, off + 1, k.len);
+  c.visible_pairs = sum_clamped(q.len, checked_add(off, 1, "causal offset + 1"), k.len);
   if (k.len - 1 <= off) {
     c.visibility = PairVisibility::Full;  // the first query already sees the last key
-  } else if (q.len - 1 + off < 0) {
+  } else if (off < -(q.len - 1)) {
     c.visibility = PairVisibility::Invisible;  // the last query sees no key
     c.visible_pairs = 0;
   } else {
@@ -77,8 +79,8 @@ RingSchedule::RingSchedule(Sharding sharding, int64_t seq_len, bool causal, int 
   }
 }
 
-int64_t RingSchedule::visible_pairs() const {
-  int64_t n = 0;
+PairCount RingSchedule::visible_pairs() const {
+  PairCount n = 0;
   for (const HopPlan& h : hops_) n += h.visible_pairs;
   return n;
 }

@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "ringattn/checked.hpp"
 #include "ringattn/ring.hpp"
 
 namespace ringattn {
@@ -19,7 +20,7 @@ enum class PairVisibility : uint8_t {
 struct PairClass {
   PairVisibility visibility = PairVisibility::Invisible;
   int64_t q_offset = 0;       // Diagonal: key j visible to query i iff j <= i + q_offset
-  int64_t visible_pairs = 0;  // query-key pairs the call computes
+  PairCount visible_pairs = 0;  // query-key pairs the call computes (128-bit: up to seq^2)
 };
 
 // Classifies queries at positions q.start + q.stride*i against keys at k.start + k.stride*j.
@@ -28,8 +29,9 @@ struct PairClass {
 // Non-causal pairs are always Full.
 PairClass classify_pair(const Segment& q, const Segment& k, bool causal);
 
-// Sum over i in [0, rows) of clamp(i + a, 0, cols): visible keys per query row, summed.
-int64_t sum_clamped(int64_t rows, int64_t a, int64_t cols);
+// Sum over i in [0, rows) of clamp(i + a, 0, cols): visible keys per query row, summed. Exact
+// for any int64 arguments (computed in 128 bits).
+PairCount sum_clamped(int64_t rows, int64_t a, int64_t cols);
 
 // One flash call: local query rows [q_row0, q_row0 + q_rows) against rows [k_row0, k_row0 + k_rows)
 // of the K/V block that this hop holds.
@@ -37,13 +39,13 @@ struct PairCall {
   int64_t q_row0 = 0, q_rows = 0, k_row0 = 0, k_rows = 0;
   bool causal = false;  // false for Full pairs: the kernel pays no masking cost
   int64_t q_offset = 0;
-  int64_t visible_pairs = 0;
+  PairCount visible_pairs = 0;
 };
 
 struct HopPlan {
   int source_rank = 0;          // where the K/V block of this hop originated: (r - s) mod P
   std::vector<PairCall> calls;  // empty: the hop only forwards the block
-  int64_t visible_pairs = 0;
+  PairCount visible_pairs = 0;
 };
 
 class RingSchedule {
@@ -53,7 +55,7 @@ class RingSchedule {
 
   const std::vector<HopPlan>& hops() const { return hops_; }
   const ShardLayout& local_layout() const { return local_; }
-  int64_t visible_pairs() const;  // over all hops, per (batch, head)
+  PairCount visible_pairs() const;  // over all hops, per (batch, head)
   int kernel_calls() const;
 
  private:

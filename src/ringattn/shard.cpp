@@ -1,7 +1,10 @@
 // Sharding of a global sequence over ranks: the segments of global positions each rank holds.
 #include <cmath>
+#include <optional>
+#include <string>
 
 #include "ringattn/agree.hpp"
+#include "ringattn/checked.hpp"
 #include "ringattn/error.hpp"
 #include "ringattn/ring.hpp"
 
@@ -56,14 +59,16 @@ void check_shardable(Sharding s, int64_t seq_len, int world) {
   if (seq_len < 1) fail_arg("sequence length must be >= 1 (got {})", seq_len);
   const int64_t m = required_multiple(s, world);
   if (seq_len % m != 0) {
-    const int64_t down = seq_len / m * m, up = down + m;
+    // The multiples either side, where they are lengths (> 0 and an int64).
+    const int64_t down = seq_len / m * m;
+    const std::optional<int64_t> up = try_add(down, m);
+    std::string nearest = down > 0 ? std::to_string(down) : "";
+    if (up) nearest += fmt::format("{}{}", nearest.empty() ? "" : " or ", *up);
     if (s == Sharding::Zigzag)
       fail_arg("sequence length {} cannot be split by zigzag sharding over {} ranks: it must be a multiple of 2 x "
-               "ranks = {} (nearest: {}{}{})", seq_len, world, m, down > 0 ? std::to_string(down) : "",
-               down > 0 ? " or " : "", up);
+               "ranks = {} (nearest: {})", seq_len, world, m, nearest);
     fail_arg("sequence length {} cannot be split by {} sharding over {} ranks: it must be a multiple of the rank "
-             "count {} (nearest: {}{}{})", seq_len, sharding_name(s), world, m, down > 0 ? std::to_string(down) : "",
-             down > 0 ? " or " : "", up);
+             "count {} (nearest: {})", seq_len, sharding_name(s), world, m, nearest);
   }
 }
 
@@ -74,7 +79,7 @@ ShardLayout shard_layout(Sharding s, int64_t seq_len, int rank, int world) {
   ShardLayout l;
   switch (s) {
     case Sharding::Contiguous:
-      l.segments.push_back({r * seq_len / P, seq_len / P, 1});
+      l.segments.push_back({r * (seq_len / P), seq_len / P, 1});  // P divides seq_len: no overflow
       break;
     case Sharding::Zigzag: {
       const int64_t c = seq_len / (2 * P);
@@ -104,13 +109,33 @@ ShardLayout shard_layout(Sharding s, int64_t seq_len, int rank, int world) {
 
 Segment kv_shard(int64_t kv_len, int rank, int world) {
   if (world < 1 || rank < 0 || rank >= world) fail_arg("rank {} is outside the world of {} ranks", rank, world);
-  const int64_t b = int64_t(rank) * kv_len / world, e = (int64_t(rank) + 1) * kv_len / world;
+  // rank x kv_len may pass int64; the quotient never does.
+  const int64_t b = int64_t(PairCount(rank) * kv_len / world), e = int64_t((PairCount(rank) + 1) * kv_len / world);
   return {b, e - b, 1};
 }
 
 float GlobalProblem::resolved_scale() const {
   return scale != 0.f ? scale : float(1.0 / std::sqrt(double(head_dim > 0 ? head_dim : 1)));
 }
+
+namespace {
+
+// Every position and size the run computes must be an int64: the last query's position
+// q_offset + q_len - 1, and the element and byte counts of q, k, v and out.
+void check_positions(const GlobalProblem& p) {
+  const int64_t off = p.resolved_q_offset();
+  if (!try_add(off, p.q_len - 1))
+    fail_arg("q_offset (--q-offset) {} puts the last query at position {} + {} - 1, which does not fit in a 64-bit "
+             "integer: with q_len {} the allowed q_offset is {} to {}", off, off, p.q_len, p.q_len, kInt64Min,
+             kInt64Max - (p.q_len - 1));
+  const int64_t es = dtype_size(p.dtype);
+  checked_product({p.batch, p.q_heads, p.q_len, p.head_dim, es}, "the bytes of q (batch x heads x q_len x dim x dtype size)");
+  checked_product({p.batch, p.kv_heads, p.kv_len, p.head_dim, es},
+                  "the bytes of k (batch x kv_heads x kv_len x dim x dtype size)");
+  checked_product({p.batch, p.q_heads, p.q_len, p.kv_len}, "the query-key pairs (batch x heads x q_len x kv_len)");
+}
+
+}  // namespace
 
 void validate_problem_values(const GlobalProblem& p, int world) {
   if (world < 1) fail_arg("the world must have at least one rank (got {})", world);
@@ -124,6 +149,7 @@ void validate_problem_values(const GlobalProblem& p, int world) {
   if (p.q_len < 1) fail_arg("q_len must be >= 1 (got {})", p.q_len);
   if (p.kv_len < 1) fail_arg("kv_len must be >= 1 (got {})", p.kv_len);
   if (!std::isfinite(p.scale)) fail_arg("softmax scale must be finite (got {})", p.scale);
+  check_positions(p);
   const int64_t off = p.resolved_q_offset();
   if (p.causal && off < 0)
     fail_arg("causal attention with q_offset={} leaves query 0 with no visible key; it needs q_offset >= 0 (the "

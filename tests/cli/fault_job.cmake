@@ -47,6 +47,11 @@ elseif(KIND STREQUAL "error")
   # The failing rank reports and ends the job (MPI_Abort) before any survivor's wait expires.
   # (Open MPI's own "MPI_ABORT was invoked" notice is not asserted: it is lost at times.)
   set(expect "${faulty}hop ${HOP} of ${NP}: posting the exchange[^\n]*injected transport error")
+elseif(KIND STREQUAL "throw")
+  # An exception inside the hop: the rank completes the exchange in flight, then reports the hop
+  # and ends the job; the flight recorder shows the failed hop.
+  set(expect "${faulty}hop ${HOP} of ${NP}: computing on the block of rank [0-9]+ failed: std::bad_alloc")
+  set(expect2 "flight recorder, oldest first\\):(\n  t=[^\n]*)*\n  t=[0-9.]+s hop ${HOP} failed")
 elseif(KIND STREQUAL "exit")
   # The launcher ends the job as soon as a rank dies, naming it; the rank's last line names the hop.
   set(expect "${faulty}rank ${RANK} exits at hop ${HOP}")

@@ -33,12 +33,12 @@ TEST(CliProblem, VisiblePairsMatchesCounting) {
     p.q_offset = int64_t(rng() % 160) - 40;
     FlashParams fp;
     fp.causal = p.causal;
-    fp.q_offset = p.q_offset;
+    fp.q_offset = p.resolved_q_offset();
     fp.k.len = p.kv_len;
     double count = 0;
     for (int64_t i = 0; i < p.q_len; ++i) count += double(visible_keys(fp, i));
     EXPECT_EQ(visible_pairs(p), count) << "seed " << seed << " T=" << p.q_len << " S=" << p.kv_len
-                                       << " off=" << p.q_offset << " causal=" << p.causal;
+                                       << " off=" << p.resolved_q_offset() << " causal=" << p.causal;
   }
   GlobalProblem self;
   self.q_len = self.kv_len = 1000;

@@ -16,7 +16,7 @@ using test::ShardTensor;
 struct DecodeCase {
   int64_t batch, q_heads, kv_heads, q_len, kv_len, dim;
   bool causal;
-  int64_t q_offset = kDefaultQOffset;
+  std::optional<int64_t> q_offset;
 };
 
 void PrintTo(const DecodeCase& c, std::ostream* os) {

@@ -1,10 +1,14 @@
 // A transport double for the runner's failure paths: a fake ring of `size` ranks seen from one
 // of them (every "peer" echoes this rank's own block and agrees with it), which fails in a
 // chosen way at a chosen exchange, as a real transport would (a RuntimeError from the call).
+// Like MPI, it writes the received block only when the exchange completes (wait_exchange or
+// abandon_exchange); an exchange still outstanding when the double is destroyed is written then,
+// late, which AddressSanitizer reports when the runner has already freed the receive block.
 #pragma once
 
 #include <cstring>
 #include <string>
+#include <vector>
 
 #include "comm/transport.hpp"
 #include "ringattn/error.hpp"
@@ -38,14 +42,19 @@ class FaultyTransport final : public Transport {
     const bool fires = exchanges_ == fault_exchange_;
     ++exchanges_;
     if (fires && fault_ == TransportFault::StartThrows) fail_runtime("posting failed (injected by the test double)");
-    // The fake peer's block: this rank's own, so that the compute after the hop stays valid.
-    std::memcpy(recv, send, bytes);
+    // The fake peer's block: this rank's own, so that the compute after the hop stays valid. It
+    // lands in `recv` when the exchange completes.
+    incoming_.assign(static_cast<const char*>(send), static_cast<const char*>(send) + bytes);
+    recv_ = recv;
     bytes_sent_ += bytes;
     pending_bytes_ = bytes;
     pending_fault_ = fires ? fault_ : TransportFault::None;
   }
 
+  ~FaultyTransport() override { deliver(); }
+
   void wait_exchange() override {
+    deliver();
     const TransportFault f = pending_fault_;
     pending_fault_ = TransportFault::None;
     if (f == TransportFault::WaitThrows) fail_runtime("the peer connection reset (injected by the test double)");
@@ -64,15 +73,36 @@ class FaultyTransport final : public Transport {
   uint64_t bytes_sent() const override { return bytes_sent_; }
   [[noreturn]] void abort(int) override { fail_runtime("abort called on the test double"); }
 
+  bool abandon_exchange() noexcept override {
+    ++abandoned_;
+    if (gives_up_) return false;  // the block still arrives, late, when the double is destroyed
+    deliver();
+    pending_fault_ = TransportFault::None;
+    return true;
+  }
+
   int exchanges() const { return exchanges_; }
+  bool in_flight() const { return recv_ != nullptr; }
+  int abandoned() const { return abandoned_; }
+  // abandon_exchange reports that it gave up (a peer that hangs): the runner must keep the buffers.
+  void give_up_on_abandon() { gives_up_ = true; }
 
  private:
+  void deliver() {
+    if (recv_ != nullptr) std::memcpy(recv_, incoming_.data(), incoming_.size());
+    recv_ = nullptr;
+  }
+
   int rank_, size_;
   TransportFault fault_;
   int fault_exchange_;
   int exchanges_ = 0;
   size_t pending_bytes_ = 0;
   TransportFault pending_fault_ = TransportFault::None;
+  std::vector<char> incoming_;
+  void* recv_ = nullptr;
+  int abandoned_ = 0;
+  bool gives_up_ = false;
   uint64_t bytes_sent_ = 0;
 };
 

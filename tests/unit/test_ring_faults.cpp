@@ -8,6 +8,7 @@
 #include "common/test_util.hpp"
 #include "ringattn/error.hpp"
 #include "ringattn/flight_recorder.hpp"
+#include "common/throwing_backend.hpp"
 #include "ringattn/ring.hpp"
 #include "unit/faulty_transport.hpp"
 
@@ -87,6 +88,72 @@ TEST(RingFaults, EveryTransportFailureNamesTheHop) {
           EXPECT_EQ(ev.back().hop, hop);
         }
       }
+    }
+  }
+}
+
+// Whether the compute of `hop` is running: during hop s < P - 1 the exchange of hop s is in
+// flight (s + 1 posted); the last hop posts nothing.
+bool computing_hop(const test::FaultyTransport& t, int hop, int world) {
+  if (hop + 1 < world) return t.exchanges() == hop + 1 && t.in_flight();
+  return t.exchanges() == world - 1 && !t.in_flight();
+}
+
+// Issue 12: an exception from the backend inside a hop, with that hop's exchange in flight, used
+// to free the receive block while the transport still wrote it. The double writes it at
+// completion (late, in its destructor, when nothing completed it), so AddressSanitizer sees a
+// freed block; without a sanitizer, in_flight() says the exchange was left outstanding.
+TEST(RingFaults, AnExceptionInsideAHopEndsTheExchangeFirst) {
+  const uint64_t seed = test::fresh_seed();
+  std::mt19937_64 rng(seed);
+  auto cpu = make_cpu_backend();
+  for (int world : {2, 3, 4}) {
+    for (int rank = 0; rank < world; ++rank) {
+      RankProblem rp(rank, world, rng);
+      for (int hop = 0; hop < world; ++hop) {
+        SCOPED_TRACE(testing::Message() << "seed " << seed << ", P=" << world << ", rank " << rank << ", hop " << hop);
+        test::FaultyTransport t(rank, world, TransportFault::None, 0);
+        test::ThrowingBackend b(*cpu, [&] { return computing_hop(t, hop, world); });
+        flight_recorder().clear();
+        try {
+          run_ring_attention(rp.p, rp.views(), b, t);
+          ADD_FAILURE() << "the run succeeded";
+        } catch (const RuntimeError& e) {
+          const std::string m = e.what();
+          EXPECT_NE(m.find(fmt::format("rank {} on ", rank)), std::string::npos) << m;
+          EXPECT_NE(m.find(fmt::format("hop {} of {}: computing on the block of rank {} failed: std::bad_alloc", hop,
+                                       world, (rank + world - hop) % world)),
+                    std::string::npos) << m;
+        }
+        EXPECT_EQ(b.throws(), 1);
+        EXPECT_FALSE(t.in_flight()) << "the exchange was left outstanding";
+        EXPECT_EQ(t.abandoned(), hop + 1 < world ? 1 : 0);
+        EXPECT_EQ(t.exchanges(), std::min(hop + 1, world - 1));
+        const auto ev = flight_recorder().events();
+        ASSERT_FALSE(ev.empty());
+        EXPECT_EQ(ev.back().what, HopEvent::Failed);
+        EXPECT_EQ(ev.back().hop, hop);
+      }
+    }
+  }
+}
+
+// A transport that cannot end the exchange (abandon_exchange gives up): the runner keeps both
+// blocks allocated, so the late write when the double is destroyed lands in live memory.
+TEST(RingFaults, AnExchangeThatCannotEndKeepsItsBuffers) {
+  const uint64_t seed = test::fresh_seed();
+  std::mt19937_64 rng(seed);
+  auto cpu = make_cpu_backend();
+  for (int world : {2, 4}) {
+    RankProblem rp(1, world, rng);
+    for (int hop = 0; hop + 1 < world; ++hop) {
+      SCOPED_TRACE(testing::Message() << "seed " << seed << ", P=" << world << ", hop " << hop);
+      test::FaultyTransport t(1, world, TransportFault::None, 0);
+      t.give_up_on_abandon();
+      test::ThrowingBackend b(*cpu, [&] { return computing_hop(t, hop, world); });
+      EXPECT_THROW(run_ring_attention(rp.p, rp.views(), b, t), RuntimeError);
+      EXPECT_EQ(t.abandoned(), 1);
+      EXPECT_TRUE(t.in_flight());  // delivered (into the kept block) when `t` goes
     }
   }
 }

@@ -1,0 +1,41 @@
+# Integer limits of positions, offsets and pair counts (issue 12): a value whose positions do not
+# fit in 64 bits is refused with the flag, the value and the allowed range; the largest accepted
+# offset gives the right answer (causal, every key visible); plan counts never wrap.
+include(${HELPERS})
+set(max_off 9223372036854775744)  # 2^63 - 64: the last of 64 queries sits at 2^63 - 1
+# One past the largest offset: refused, naming the flag and the range (it used to abort with
+# std::length_error).
+step(EXPECT_RC 1 COMMAND ${RINGATTN} run --seq 64 --causal --q-offset 9223372036854775807 --check
+     STDERR "q_offset \\(--q-offset\\) 9223372036854775807 puts the last query at position 9223372036854775807 \\+ 64 - 1, which does not fit in a 64-bit integer: with q_len 64 the allowed q_offset is -9223372036854775808 to ${max_off}")
+step(EXPECT_RC 1 COMMAND ${RINGATTN} run --seq 64 --kv-seq 100 --causal --q-offset 9223372036854775745
+     STDERR "allowed q_offset is -9223372036854775808 to ${max_off}")
+# The largest offset: every key is visible to every query, checked against the fp64 reference
+# (it used to exit 0 with a row error of 2.7), and equal to the unmasked run of the same inputs.
+step(EXPECT_RC 0 COMMAND ${RINGATTN} run --seq 64 --causal --q-offset ${max_off} --check
+     STDOUT "over tolerance 0 -> OK")
+step(EXPECT_RC 0 COMMAND ${RINGATTN} run --seq 64 --kv-seq 100 --causal --q-offset ${max_off} --check --out huge.npy
+     STDOUT "check +512 of 512 rows .*over tolerance 0 -> OK")
+step(EXPECT_RC 0 COMMAND ${RINGATTN} run --seq 64 --kv-seq 100 --out full.npy)
+step(EXPECT_RC 0 COMMAND ${NPY_TOOL} compare huge.npy full.npy 1e-6)
+# INT64_MIN is a value like any other, not "no offset given": with --causal it leaves every query
+# without a key, which is refused.
+step(EXPECT_RC 1 COMMAND ${RINGATTN} run --seq 64 --causal --q-offset -9223372036854775808 --check
+     STDERR "causal attention with q_offset=-9223372036854775808 leaves query 0 with no visible key")
+# A q tensor whose byte count does not fit in 64 bits is refused before anything is allocated.
+step(EXPECT_RC 1 COMMAND ${RINGATTN} run --seq 4611686018427387904 --kv-seq 64 --dim 4
+     STDERR "the bytes of q \\(batch x heads x q_len x dim x dtype size\\): .* does not fit in a 64-bit integer")
+
+# plan: pair counts past 2^63 (seq 3.1e9 has 4.8e18 causal pairs per head; x 8 heads x 64 x 4
+# flops) print right, never negative (it used to print negative GFLOP).
+step(EXPECT_RC 0 COMMAND ${RINGATTN} plan --seq 3100000000 --ranks 1 --causal
+     STDOUT "\n +0 +3100000000 +1 +9840640003174\\.400 +0 hops +100\\.0%")
+# seq 1e12 over 4 ranks: each rank a quarter (it used to print 485%).
+step(EXPECT_RC 0 COMMAND ${RINGATTN} plan --seq 1000000000000 --ranks 4
+     STDOUT "\n +3 +250000000000 +7 +512000000000000000\\.000 +0 hops +25\\.0%"
+            "contiguous 1\\.00 zigzag 1\\.00 striped 1\\.00")
+step(EXPECT_RC 0 COMMAND ${RINGATTN} plan --seq 1000000000000 --ranks 4 --causal --shard contiguous
+     STDOUT "\n +3 +250000000000 +4 +448000000000256000\\.000 +0 hops +43\\.7%" "contiguous 1\\.75 zigzag 1\\.00")
+# Near INT64_MAX the multiple above does not exist: only the one below is suggested (it used to
+# suggest -9223372036854775808).
+step(EXPECT_RC 1 COMMAND ${RINGATTN} plan --seq 9223372036854775807 --ranks 4
+     STDERR "must be a multiple of 2 x ranks = 8 \\(nearest: 9223372036854775800\\)")
