@@ -16,6 +16,7 @@ class ThrowingBackend final : public Backend {
   ThrowingBackend(Backend& inner, std::function<bool()> fires) : inner_(inner), fires_(std::move(fires)) {}
   std::string name() const override { return inner_.name(); }
   bool device_memory() const override { return inner_.device_memory(); }
+  int device() const override { return inner_.device(); }
   void* allocate(size_t bytes) override { return inner_.allocate(bytes); }
   void deallocate(void* p) override { inner_.deallocate(p); }
   void copy_from_host(void* dst, const void* src, size_t bytes) override { inner_.copy_from_host(dst, src, bytes); }
