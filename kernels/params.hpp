@@ -3,6 +3,7 @@
 
 #include <cstdint>
 
+#include "core/mask.hpp"
 #include "ringattn/types.hpp"
 
 namespace ringattn {
@@ -16,15 +17,13 @@ enum class StateMode : uint8_t {
 // Attention of q [B, Hq, T, D] against k, v [B, Hkv, S, D], producing an fp32 (o, lse) state:
 // o the normalized output, lse = ln(sum_j exp(scale * q.k_j)) over the visible keys (natural
 // log, scale included); a row with no visible key has the empty state o = 0, lse = -inf.
-// Query head h reads KV head h / (Hq / Hkv). Causal: key j is visible to query i when
-// j <= i + q_offset (indices within the views; q_offset = pos(q_0) - pos(k_0) for contiguous
-// runs, and the schedule expresses strided shards in the same form).
+// Query head h reads KV head h / (Hq / Hkv). Which keys a query row sees is `mask`
+// (core/mask.hpp: full, or causal with q_offset = pos(q_0) - pos(k_0)).
 struct FlashParams {
   TensorView q, k, v;
   StateView state;             // [B, Hq, T, D] and [B, Hq, T]
   float scale = 0.f;           // softmax scale, usually 1/sqrt(D)
-  bool causal = false;
-  int64_t q_offset = 0;
+  MaskSpec mask;
   StateMode mode = StateMode::Write;
   int tile_q = 0, tile_k = 0;  // CPU tile sizes; 0 picks the default. GPU kernels pick their own.
   // Optional: the final output [B, Hq, T, D] in out.dtype. When set, the call also writes the
@@ -58,13 +57,5 @@ struct FinalizeParams {
 // what is allowed. `complete` asks that every query row sees at least one key (a complete
 // attention); partial calls allow rows with no visible key.
 void validate_flash(const FlashParams& p, bool complete);
-
-// Number of keys visible to query row i (0 when none).
-inline int64_t visible_keys(const FlashParams& p, int64_t i) {
-  if (!p.causal) return p.k.len;
-  const int64_t last = i + p.q_offset;  // last visible key index
-  if (last < 0) return 0;
-  return last + 1 < p.k.len ? last + 1 : p.k.len;
-}
 
 }  // namespace ringattn

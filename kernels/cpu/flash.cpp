@@ -168,12 +168,11 @@ void flash_tile(const FlashParams& p, const Tiles& t, int64_t b, int64_t h, int6
   std::fill(l, l + nq, 0.f);
 
   // Keys beyond the last visible key of the tile's last row are never loaded.
-  int64_t kend = S;
-  if (p.causal) kend = std::clamp<int64_t>(i0 + nq - 1 + p.q_offset + 1, 0, S);
+  const int64_t kend = visible_range_of_rows(p.mask, i0, nq, S).end;
 
   for (int64_t j0 = 0; j0 < kend; j0 += t.tk) {
     const int64_t nk = std::min(t.tk, kend - j0);
-    const bool full = !p.causal || (j0 + nk - 1 <= i0 + p.q_offset);
+    const bool full = classify_block(p.mask, i0, nq, j0, nk) == BlockVisibility::Full;
     load_rows_transposed(p.k, b, hk, j0, nk, ld, kt);
     load_rows(p.v, b, hk, j0, nk, vf);
     // Rows in blocks of kRows: each K and V element loaded once serves all rows of the block.
@@ -183,7 +182,7 @@ void flash_tile(const FlashParams& p, const Tiles& t, int64_t b, int64_t h, int6
       int64_t lim_max = 0;
       for (int64_t r = 0; r < rb; ++r) {
         // Visible keys of this row inside the tile: all of them for a fully visible tile.
-        lim[r] = full ? nk : std::clamp<int64_t>(i0 + r0 + r + p.q_offset - j0 + 1, 0, nk);
+        lim[r] = full ? nk : std::clamp<int64_t>(visible_range(p.mask, i0 + r0 + r, S).end - j0, 0, nk);
         lim_max = std::max(lim_max, lim[r]);
       }
       if (lim_max == 0) continue;

@@ -86,7 +86,7 @@ void decode_split_kv(const DecodeParams& p) {
     FlashParams sub = f;
     sub.k = f.k.rows(c0, len);
     sub.v = f.v.rows(c0, len);
-    sub.q_offset = f.q_offset - c0;
+    sub.mask.q_offset = f.mask.q_offset - c0;  // the chunk's keys start at position c0
     sub.mode = StateMode::Write;
     sub.state = contiguous_state(&o[static_cast<size_t>(c * rows * st.dim)], &lse[static_cast<size_t>(c * rows)],
                                  st.batch, st.heads, st.len, st.dim);

@@ -57,7 +57,7 @@ void check_cuda_flash(const FlashParams& p) {
   }
   check_grid("batch * q_heads", p.q.batch * p.q.heads);
   // Causal launches put the query tiles (of at least 64 rows) in the grid's y dimension.
-  if (p.causal && p.q.dtype != DType::F32) check_grid("causal query tiles ceil(q_len / 64)", (p.q.len + 63) / 64);
+  if (p.mask.causal && p.q.dtype != DType::F32) check_grid("causal query tiles ceil(q_len / 64)", (p.q.len + 63) / 64);
 }
 
 using cuda::FlashKernel;
@@ -205,7 +205,7 @@ class CudaBackend final : public Backend {
       FlashParams sub = f;
       sub.k = f.k.rows(c0, len);
       sub.v = f.v.rows(c0, len);
-      sub.q_offset = f.q_offset - c0;
+      sub.mask.q_offset = f.mask.q_offset - c0;  // the chunk's keys start at position c0
       sub.mode = StateMode::Write;
       sub.state = contiguous_state(parts.o + c * rows * f.q.dim, parts.lse + c * rows, f.q.batch, f.q.heads, f.q.len,
                                    f.q.dim);

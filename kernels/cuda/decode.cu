@@ -58,12 +58,13 @@ __global__ void __launch_bounds__(kThreads) decode_mma_kernel(const DecodeKernel
     cp_async_16(sQ + Tile::offset(r, c), src, valid);
   }
 
-  // This CTA's keys: [c0, c1), cut further by causality at the block's last row.
+  // This CTA's keys: [c0, c1), cut further by the mask at the block's positions.
   const int64_t c0 = split * a.chunk;
   int64_t c1 = c0 + a.chunk < len_k ? c0 + a.chunk : len_k;
   const int64_t t_first = row0 / group;
   const int64_t t_last = ((row0 + 15 < packed_rows ? row0 + 15 : packed_rows - 1)) / group;
-  if (f.causal && t_last + f.q_offset + 1 < c1) c1 = t_last + f.q_offset + 1;
+  const int64_t block_end = visible_range_of_rows(f.mask, t_first, t_last - t_first + 1, len_k).end;
+  if (block_end < c1) c1 = block_end;
   const int n_tiles = c1 > c0 ? int((c1 - c0 + kTileKeys - 1) / kTileKeys) : 0;
 
   const T* k_base = static_cast<const T*>(f.k.data) + b * f.k.stride_b + hk * f.k.stride_h;
@@ -87,12 +88,14 @@ __global__ void __launch_bounds__(kThreads) decode_mma_kernel(const DecodeKernel
 #pragma unroll
   for (int n = 0; n < kDT; ++n) acc[n][0] = acc[n][1] = acc[n][2] = acc[n][3] = 0.f;
   float m[2] = {neg_inf(), neg_inf()}, l[2] = {0.f, 0.f};
-  // Position of this thread's two rows (rows past the end get the last position; never written).
-  int64_t t_row[2];
+  // One past the last key of the CTA's chunk that this thread's two rows see (rows past the end
+  // take the last position; they are never written).
+  int64_t row_end[2];
 #pragma unroll
   for (int half = 0; half < 2; ++half) {
     const int64_t R = row0 + (lane >> 2) + half * 8;
-    t_row[half] = (R < packed_rows ? R : packed_rows - 1) / group;
+    const int64_t e = visible_range(f.mask, (R < packed_rows ? R : packed_rows - 1) / group, len_k).end;
+    row_end[half] = e < c1 ? e : c1;
   }
 
   const int mi = lane >> 3;
@@ -118,7 +121,7 @@ __global__ void __launch_bounds__(kThreads) decode_mma_kernel(const DecodeKernel
     const uint32_t vt = sVa + buf * kTileKeys * D * 2;
     const int64_t kw = c0 + int64_t(j) * kTileKeys + warp * 16;  // this warp's first key
     if (kw >= c1) continue;                                        // warp-uniform
-    const bool need_mask = kw + 16 > c1 || (f.causal && kw + 15 > t_first + f.q_offset);
+    const bool need_mask = kw + 16 > c1 || classify_block(f.mask, t_first, t_last - t_first + 1, kw, 16) != BlockVisibility::Full;
 
     float s[2][4] = {{0.f, 0.f, 0.f, 0.f}, {0.f, 0.f, 0.f, 0.f}};
 #pragma unroll
@@ -137,8 +140,7 @@ __global__ void __launch_bounds__(kThreads) decode_mma_kernel(const DecodeKernel
         for (int e = 0; e < 2; ++e) {
           float x = s[n][half * 2 + e] * scale_log2;
           if (need_mask) {
-            const int64_t key = kw + n * 8 + (lane & 3) * 2 + e;
-            if (key >= c1 || (f.causal && key > t_row[half] + f.q_offset)) x = neg_inf();
+            if (kw + n * 8 + (lane & 3) * 2 + e >= row_end[half]) x = neg_inf();
           }
           s[n][half * 2 + e] = x;
           mx = fmaxf(mx, x);

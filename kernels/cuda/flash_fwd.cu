@@ -66,13 +66,10 @@ __global__ void __launch_bounds__(32 * kWarps) flash_fwd_mma_kernel(const FlashP
   const T* k_base = static_cast<const T*>(p.k.data) + b * p.k.stride_b + hk * p.k.stride_h;
   const T* v_base = static_cast<const T*>(p.v.data) + b * p.v.stride_b + hk * p.v.stride_h;
 
+  // The mask with its kind known at compile time (kCausal is p.mask.causal).
+  const MaskSpec mask{kCausal, p.mask.q_offset};
   // Keys that any row of this CTA can see: [0, k_end).
-  int64_t k_end = len_k;
-  if (kCausal) {
-    const int64_t last_row = (i0 + kBM < len_q ? i0 + kBM : len_q) - 1;
-    k_end = last_row + p.q_offset + 1;
-    k_end = k_end < 0 ? 0 : (k_end > len_k ? len_k : k_end);
-  }
+  const int64_t k_end = visible_range_of_rows(mask, i0, (i0 + kBM < len_q ? kBM : len_q - i0), len_k).end;
   const int n_tiles = int((k_end + kBN - 1) / kBN);
 
   load_tile_async<D, kBM, kThreads>(sQ, q_base, p.q.stride_t, i0, len_q, tid);
@@ -115,14 +112,9 @@ __global__ void __launch_bounds__(32 * kWarps) flash_fwd_mma_kernel(const FlashP
           ldmatrix_x4(qf[kQInRegs ? mt : 0][kQInRegs ? kk : 0], sQa + Tile::fragment_offset(q_off, warp * kRows + mt * 16, kk));
     }
     // Warp-level classification of this tile (warp-uniform branches).
-    const bool warp_sees_none = kCausal && j0 > w_row0 + kRows - 1 + p.q_offset;
-    const bool need_mask = j0 + kBN > len_k || (kCausal && j0 + kBN - 1 > w_row0 + p.q_offset);
-    // Masks in tile-local int coordinates: key k of the tile is past the end when k >= kv_lim,
-    // and (causal) invisible to warp row r when k + diag > r. In a masked causal tile of a warp
-    // that sees some of it, diag lies in (-kBN, kRows), so the clamps change nothing there.
-    const int kv_lim = int(len_k - j0 < kBN ? len_k - j0 : kBN);
-    int64_t diag64 = j0 - w_row0 - p.q_offset;
-    const int diag = int(diag64 < -kBN - 1 ? -kBN - 1 : (diag64 > kRows + 1 ? kRows + 1 : diag64));
+    const BlockVisibility vis = classify_block(mask, w_row0, kRows, j0, kBN);
+    const bool warp_sees_none = vis == BlockVisibility::Empty;
+    const bool need_mask = j0 + kBN > len_k || vis != BlockVisibility::Full;
 
     float s[kM][kNT][4];
     if (!warp_sees_none) {
@@ -165,7 +157,12 @@ __global__ void __launch_bounds__(32 * kWarps) flash_fwd_mma_kernel(const FlashP
         float alpha[2];
 #pragma unroll
         for (int half = 0; half < 2; ++half) {
-          const int row = mt * 16 + (lane >> 2) + half * 8;  // within the warp's rows
+          // Masked tile: this row sees the tile's keys [0, key_end) (tile-local, past kv_len cut).
+          int key_end = kBN;
+          if (need_mask) {
+            const int64_t e = visible_range(mask, w_row0 + mt * 16 + (lane >> 2) + half * 8, len_k).end - j0;
+            key_end = int(e < 0 ? 0 : (e > kBN ? kBN : e));
+          }
           float mx = neg_inf();
 #pragma unroll
           for (int n = 0; n < kNT; ++n) {
@@ -174,10 +171,7 @@ __global__ void __launch_bounds__(32 * kWarps) flash_fwd_mma_kernel(const FlashP
               // kPosScale: scores stay raw here and the scale is folded into the exponent's
               // FFMA below (max commutes with a positive scale); otherwise scale first.
               float x = kPosScale ? s[mt][n][half * 2 + e] : s[mt][n][half * 2 + e] * scale_log2;
-              if (need_mask) {
-                const int key = n * 8 + (lane & 3) * 2 + e;  // within the tile
-                if (key >= kv_lim || (kCausal && key + diag > row)) x = neg_inf();
-              }
+              if (need_mask && n * 8 + (lane & 3) * 2 + e >= key_end) x = neg_inf();  // key within the tile
               s[mt][n][half * 2 + e] = x;
               mx = fmaxf(mx, x);
             }
@@ -276,7 +270,7 @@ int g_flash_variant = 0;  // 0: the default; see set_flash_mma_variant
 
 template <typename T, int D, int kWarps, int kM, int kBN, bool kPosScale = true>
 void dispatch_causal(const FlashParams& p, cudaStream_t stream) {
-  if (p.causal) launch_instance<T, D, kWarps, kM, kBN, true, kPosScale>(p, stream);
+  if (p.mask.causal) launch_instance<T, D, kWarps, kM, kBN, true, kPosScale>(p, stream);
   else launch_instance<T, D, kWarps, kM, kBN, false, kPosScale>(p, stream);
 }
 

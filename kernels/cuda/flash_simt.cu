@@ -29,13 +29,9 @@ __global__ void __launch_bounds__(32 * kWarps) flash_simt_kernel(const FlashPara
     qr[e] = d < D ? q[d] : 0.f;
     acc[e] = 0.f;
   }
-  int64_t n = p.k.len;  // visible keys of row i
-  if (p.causal) {
-    const int64_t last = i + p.q_offset;
-    n = last < 0 ? 0 : (last + 1 < n ? last + 1 : n);
-  }
+  const KeyRange keys = visible_range(p.mask, i, p.k.len);
   float m = neg_inf(), l = 0.f;
-  for (int64_t j = 0; j < n; ++j) {
+  for (int64_t j = keys.begin; j < keys.end; ++j) {
     const float* kj = k + j * p.k.stride_t;
     const float* vj = v + j * p.v.stride_t;
     float dot = 0.f;

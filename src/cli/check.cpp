@@ -103,7 +103,7 @@ CheckResult check_rows(const GlobalProblem& p, InputSource& src, const LocalProb
     const int64_t b = rows[g0].b, hk = rows[g0].h / group;
     int64_t keys = 0;  // the most keys any row of the group sees
     for (size_t i = g0; i < g1; ++i)
-      keys = std::max(keys, p.causal ? std::clamp<int64_t>(rows[i].global_row + off + 1, 0, S) : S);
+      keys = std::max(keys, visible_range(MaskSpec{p.causal, off}, rows[i].global_row, S).end);
     kslab.resize(size_t(std::max<int64_t>(keys, 1) * D * es));
     vslab.resize(kslab.size());
     if (keys > 0) {
@@ -125,8 +125,7 @@ CheckResult check_rows(const GlobalProblem& p, InputSource& src, const LocalProb
       fp.k = bhtd_view(kslab.data(), p.dtype, 1, 1, std::max<int64_t>(keys, 1), D);
       fp.v = bhtd_view(vslab.data(), p.dtype, 1, 1, std::max<int64_t>(keys, 1), D);
       fp.scale = scale;
-      fp.causal = p.causal;
-      fp.q_offset = row.global_row + off;  // row 0 of the one-row view is global row global_row
+      fp.mask = MaskSpec{p.causal, row.global_row + off};  // row 0 of the one-row view is global row global_row
       std::vector<double> ref(static_cast<size_t>(D));
       double ref_lse = 0;
       cpu::naive_row(fp, 0, 0, 0, ref.data(), &ref_lse);

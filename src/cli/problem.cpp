@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <limits>
 
+#include "core/mask.hpp"
 #include "ringattn/error.hpp"
 
 namespace ringattn::cli {
@@ -166,15 +167,7 @@ LocalProblem load_local(const GlobalProblem& p, InputSource& src, Backend& b, in
 
 double visible_pairs(const GlobalProblem& p) {
   const int64_t T = p.q_len, S = p.kv_len;
-  if (!p.causal) return double(T) * double(S);
-  const int64_t off = p.resolved_q_offset();
-  // Row i sees min(S, max(0, i + off + 1)) keys: a ramp, then S from row S - off - 1 on.
-  double pairs = 0;
-  const int64_t full_from = std::clamp<int64_t>(S - off - 1, 0, T);  // first row that sees all S keys
-  const int64_t ramp_from = std::clamp<int64_t>(-off, 0, T);         // first row that sees any key
-  for (int64_t i = ramp_from; i < full_from; ++i) pairs += double(i + off + 1);
-  pairs += double(T - full_from) * double(S);
-  return pairs;
+  return count_visible<double>(MaskSpec{p.causal, p.resolved_q_offset()}, 0, T, S);
 }
 
 double attention_flops(const GlobalProblem& p) {

@@ -5,6 +5,7 @@
 #include <chrono>
 #include <vector>
 
+#include "core/mask.hpp"
 #include "ringattn/agree.hpp"
 #include "ringattn/error.hpp"
 #include "ringattn/ring.hpp"
@@ -56,7 +57,8 @@ RankStats run_distributed_decode(const GlobalProblem& p, const LocalTensors& x, 
   const auto t_compute = Clock::now();
   const StateView mine = slot_state(r);
   const int64_t local_offset = p.resolved_q_offset() - kv.start;  // pos(q_0) - pos(first local key)
-  const bool sees_nothing = kv.len == 0 || (p.causal && T - 1 + local_offset < 0);
+  const MaskSpec local_mask{p.causal, local_offset};
+  const bool sees_nothing = classify_block(local_mask, 0, T, 0, kv.len) == BlockVisibility::Empty;
   if (sees_nothing) {
     b.fill_empty(mine);
   } else {
@@ -66,15 +68,14 @@ RankStats run_distributed_decode(const GlobalProblem& p, const LocalTensors& x, 
     d.flash.v = x.v;
     d.flash.state = mine;
     d.flash.scale = p.resolved_scale();
-    d.flash.causal = p.causal;
-    d.flash.q_offset = local_offset;
+    d.flash.mask = local_mask;
     d.flash.mode = StateMode::Write;
     d.flash.tile_q = opt.tile_q;
     d.flash.tile_k = opt.tile_k;
     d.splits = opt.decode_splits;
     b.decode(d);
     st.kernel_calls = 1;
-    for (int64_t i = 0; i < T; ++i) st.visible_pairs += visible_keys(d.flash, i) * B * Hq;
+    st.visible_pairs += count_visible(local_mask, 0, T, kv.len) * B * Hq;
   }
   b.synchronize();
   st.compute_s = seconds_since(t_compute);

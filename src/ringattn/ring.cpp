@@ -210,8 +210,7 @@ RankStats run_ring_attention(const GlobalProblem& p, const LocalTensors& x, Back
       }
       f.k = kb.rows(c.k_row0, c.k_rows);
       f.v = vb.rows(c.k_row0, c.k_rows);
-      f.causal = c.causal;
-      f.q_offset = c.q_offset;
+      f.mask = MaskSpec{c.causal, c.q_offset};
       b.flash(f);
     }
     b.synchronize();

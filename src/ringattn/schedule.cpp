@@ -1,7 +1,6 @@
 #include "ringattn/schedule.hpp"
 
-#include <algorithm>
-
+#include "core/mask.hpp"
 #include "ringattn/error.hpp"
 
 namespace ringattn {
@@ -13,15 +12,6 @@ int64_t floor_div(int64_t a, int64_t b) {  // b > 0
 }
 
 }  // namespace
-
-int64_t sum_clamped(int64_t rows, int64_t a, int64_t cols) {
-  if (rows <= 0 || cols <= 0) return 0;
-  // Rows below `lo` see nothing, rows from `hi` on see all cols, rows between see i + a.
-  const int64_t lo = std::clamp<int64_t>(-a, 0, rows);
-  const int64_t hi = std::clamp<int64_t>(cols - a, lo, rows);
-  const int64_t n = hi - lo;
-  return n * a + (lo + hi - 1) * n / 2 + (rows - hi) * cols;
-}
 
 PairClass classify_pair(const Segment& q, const Segment& k, bool causal) {
   PairClass c;
@@ -37,15 +27,13 @@ PairClass classify_pair(const Segment& q, const Segment& k, bool causal) {
     fail_arg("cannot express query run (start {}, stride {}) against key run (start {}, stride {}) as one kernel "
              "call: the strides must be equal and >= 1", q.start, q.stride, k.start, k.stride);
   const int64_t off = floor_div(q.start - k.start, S);
+  const MaskSpec mask{true, off};
   c.q_offset = off;
-  c.visible_pairs = sum_clamped(q.len, off + 1, k.len);
-  if (k.len - 1 <= off) {
-    c.visibility = PairVisibility::Full;  // the first query already sees the last key
-  } else if (q.len - 1 + off < 0) {
-    c.visibility = PairVisibility::Invisible;  // the last query sees no key
-    c.visible_pairs = 0;
-  } else {
-    c.visibility = PairVisibility::Diagonal;
+  c.visible_pairs = count_visible(mask, 0, q.len, k.len);
+  switch (classify_block(mask, 0, q.len, 0, k.len)) {
+    case BlockVisibility::Full: c.visibility = PairVisibility::Full; break;  // no mask cost
+    case BlockVisibility::Partial: c.visibility = PairVisibility::Diagonal; break;
+    case BlockVisibility::Empty: c.visibility = PairVisibility::Invisible; break;
   }
   return c;
 }

@@ -28,9 +28,6 @@ struct PairClass {
 // Non-causal pairs are always Full.
 PairClass classify_pair(const Segment& q, const Segment& k, bool causal);
 
-// Sum over i in [0, rows) of clamp(i + a, 0, cols): visible keys per query row, summed.
-int64_t sum_clamped(int64_t rows, int64_t a, int64_t cols);
-
 // One flash call: local query rows [q_row0, q_row0 + q_rows) against rows [k_row0, k_row0 + k_rows)
 // of the K/V block that this hop holds.
 struct PairCall {

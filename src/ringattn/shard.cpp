@@ -1,6 +1,7 @@
 // Sharding of a global sequence over ranks: the segments of global positions each rank holds.
 #include <cmath>
 
+#include "core/mask.hpp"
 #include "ringattn/agree.hpp"
 #include "ringattn/error.hpp"
 #include "ringattn/ring.hpp"
@@ -125,7 +126,7 @@ void validate_problem_values(const GlobalProblem& p, int world) {
   if (p.kv_len < 1) fail_arg("kv_len must be >= 1 (got {})", p.kv_len);
   if (!std::isfinite(p.scale)) fail_arg("softmax scale must be finite (got {})", p.scale);
   const int64_t off = p.resolved_q_offset();
-  if (p.causal && off < 0)
+  if (visible_range(MaskSpec{p.causal, off}, 0, p.kv_len).empty())
     fail_arg("causal attention with q_offset={} leaves query 0 with no visible key; it needs q_offset >= 0 (the "
              "default is kv_len - q_len = {})", off, p.kv_len - p.q_len);
 }

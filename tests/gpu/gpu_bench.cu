@@ -105,7 +105,7 @@ bool check_rows(Backend& be, const Shape& sh, const FlashParams& p, const Device
     r.q = bhtd_view(qh.data(), p.q.dtype, 1, 1, 1, D);
     r.k = bhtd_view(kh.data(), p.q.dtype, 1, 1, sh.s, D);
     r.v = bhtd_view(vh.data(), p.q.dtype, 1, 1, sh.s, D);
-    r.q_offset = p.q_offset + i;
+    r.mask.q_offset = p.mask.q_offset + i;
     std::vector<double> ro(static_cast<size_t>(D));
     double rl;
     cpu::naive_row(r, 0, 0, 0, ro.data(), &rl);
@@ -148,8 +148,7 @@ Result bench_shape(Backend& be, const Shape& sh, DType dt, int reps, bool& ok, s
   DeviceBuffer o(be, size_t(q_elems) * 4), lse(be, size_t(sh.b * sh.hq * sh.t) * 4), out(be, size_t(q_elems) * 2);
   FlashParams p;
   p.scale = 1.f / std::sqrt(float(sh.d));
-  p.causal = sh.causal;
-  p.q_offset = sh.s - sh.t;
+  p.mask = MaskSpec{sh.causal, sh.s - sh.t};
   p.state = contiguous_state(o.as<float>(), lse.as<float>(), sh.b, sh.hq, sh.t, sh.d);
   const TensorView out_view = bhtd_view(out.get(), dt, sh.b, sh.hq, sh.t, sh.d);
   const bool decode = sh.t <= 16;

@@ -75,8 +75,7 @@ TEST_P(FlashVsOracle, MatchesFp64Reference) {
     p.v = dv.view;
     p.state = st.view;
     p.scale = 1.f / std::sqrt(float(dim));
-    p.causal = c.causal;
-    p.q_offset = c.q_offset;
+    p.mask = MaskSpec{c.causal, c.q_offset};
     be->flash(p);
     std::vector<float> o, lse;
     st.read(*be, o, lse);
@@ -152,8 +151,7 @@ TEST_P(FlashFold, MergesIntoIncomingState) {
     p.v = dv.view;
     p.state = st.view;
     p.scale = 0.09f;
-    p.causal = true;
-    p.q_offset = -20;  // rows 0..19 see no key
+    p.mask = MaskSpec{true, -20};  // rows 0..19 see no key
     p.mode = StateMode::Fold;
     be->flash(p);
     std::vector<float> o, lse;
@@ -212,8 +210,7 @@ TEST_F(CudaFlash, NonPositiveScale) {
     p.v = dv.view;
     p.state = st.view;
     p.scale = scale;
-    p.causal = true;
-    p.q_offset = 30;
+    p.mask = MaskSpec{true, 30};
     be->flash(p);
     std::vector<float> o, lse;
     st.read(*be, o, lse);

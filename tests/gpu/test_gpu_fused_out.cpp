@@ -56,8 +56,7 @@ TEST_P(FusedOut, EqualsStateThenCast) {
       FlashParams p;
       p.q = dq.view, p.k = dk.view, p.v = dv.view;
       p.scale = 1.f / std::sqrt(float(D));
-      p.causal = true;
-      p.q_offset = q_offset;
+      p.mask = MaskSpec{true, q_offset};
       p.mode = mode;
       // The reference path: the state, then the cast.
       DeviceState ref_state(*be, B, HQ, T, D, mode == StateMode::Fold ? &init : nullptr);

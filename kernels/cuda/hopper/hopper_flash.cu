@@ -144,10 +144,9 @@ bool params_fit(const FlashParams& p, int block_m, int block_n, HopperParams* ou
     hp.group = int(q.heads / k.heads);
     hp.q_len = int(q.len);
     hp.kv_len = int(k.len);
-    hp.q_offset = p.q_offset;
+    hp.mask = p.mask;
     hp.scale = p.scale;
     hp.scale_log2 = p.scale * 1.4426950408889634f;
-    hp.causal = p.causal ? 1 : 0;
     hp.fold = p.mode == StateMode::Fold ? 1 : 0;
     hp.lazy_rescale = lazy_rescale_enabled() ? 1 : 0;
     hp.block_m = block_m;
@@ -182,7 +181,7 @@ constexpr VariantInfo kVariants[] = {
 // configuration exists for the head dim (for benchmarking the alternatives on one build).
 const VariantInfo& pick_variant(const FlashParams& p) {
   const bool d64 = p.q.dim == 64;
-  const bool long_rows = p.k.len >= (p.causal ? 16384 : 8192);
+  const bool long_rows = p.k.len >= (p.mask.causal ? 16384 : 8192);
   const VariantInfo* pick = d64 ? &kVariants[2] : (long_rows ? &kVariants[1] : &kVariants[0]);
   if (const char* env = std::getenv("RINGATTN_HOPPER_TILE")) {
     for (const VariantInfo& vi : kVariants)

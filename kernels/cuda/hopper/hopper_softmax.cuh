@@ -49,17 +49,17 @@ struct RowStats {
   float l[2];
 };
 
-// Sets invisible scores to -inf: keys at or past kv_len and (causal) keys past row + q_offset.
-// row0 is this thread's first row (absolute), key0 its first key column (absolute).
+// Sets invisible scores to -inf: keys at or past kv_len and keys the mask hides. row0 is this
+// thread's first row (absolute; its second is row0 + 8), key0 its first key column (absolute).
+// Each row's visible keys end at one column, found once; every score then costs one compare.
 template <int NS>
-__device__ __forceinline__ void mask_scores(float (&s)[NS], long long row0, int key0, int kv_len, bool causal,
-                                            long long q_offset) {
+__device__ __forceinline__ void mask_scores(float (&s)[NS], long long row0, int key0, int kv_len,
+                                            const MaskSpec& mask) {
+  const int end[2] = {int(visible_range(mask, row0, kv_len).end), int(visible_range(mask, row0 + 8, kv_len).end)};
 #pragma unroll
   for (int i = 0; i < NS; ++i) {
     const int key = key0 + 8 * (i >> 2) + (i & 1);
-    const long long row = row0 + 8 * ((i >> 1) & 1);
-    const bool visible = key < kv_len && (!causal || key <= row + q_offset);
-    if (!visible) s[i] = neg_inf_f();
+    if (key >= end[(i >> 1) & 1]) s[i] = neg_inf_f();
   }
 }
 

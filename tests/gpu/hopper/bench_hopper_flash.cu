@@ -80,8 +80,7 @@ void bench(const Shape& sh) {
   p.v = bhtd_view(v, DType::BF16, sh.b, sh.hkv, sh.s, sh.d);
   p.state = contiguous_state(o, lse, sh.b, sh.hq, sh.t, sh.d);
   p.scale = 1.f / std::sqrt(float(sh.d));
-  p.causal = sh.causal && sh.t > 1;
-  p.q_offset = sh.s - sh.t;
+  p.mask = MaskSpec{sh.causal && sh.t > 1, sh.s - sh.t};
   // Under RINGATTN_HOPPER_TILE, shapes whose head dim lacks that configuration are skipped
   // (they would run the default one).
   const char* want = std::getenv("RINGATTN_HOPPER_TILE");
@@ -120,7 +119,7 @@ void bench(const Shape& sh) {
     std::sort(ms.begin(), ms.end());
     const double med = ms[ms.size() / 2];
     double flops = 4.0 * double(sh.b * sh.hq) * double(sh.t) * double(sh.s) * double(sh.d);
-    if (p.causal && sh.t == sh.s) flops /= 2;
+    if (p.mask.causal && sh.t == sh.s) flops /= 2;
     std::vector<float> l(nrows);
     BENCH_CHECK(cudaMemcpy(l.data(), lse, nrows * 4, cudaMemcpyDeviceToHost));
     size_t bad = 0;

@@ -109,8 +109,7 @@ void run_case(const Case& c) {
   hp.v = v.view;
   hp.state = init.view;
   hp.scale = 1.f / std::sqrt(float(c.d));
-  hp.causal = c.causal;
-  hp.q_offset = c.q_offset;
+  hp.mask = MaskSpec{c.causal, c.q_offset};
   hp.mode = c.mode;
   const cpu::Reference ref = cpu::naive_attention(hp);
 
