@@ -4,6 +4,7 @@
 #include <cstdint>
 
 #include "core/mask.hpp"
+#include "core/state.hpp"
 #include "ringattn/types.hpp"
 
 namespace ringattn {

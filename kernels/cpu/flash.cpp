@@ -202,11 +202,10 @@ void flash_tile(const FlashParams& p, const Tiles& t, int64_t b, int64_t h, int6
     float* o_row = st.o + b * st.o_stride_b + h * st.o_stride_h + (i0 + r) * st.o_stride_t;
     float* lse_row = st.lse + b * st.lse_stride_b + h * st.lse_stride_h + (i0 + r);
     float* ar = acc + r * D;
-    float lse = kNegInf;
+    const float lse = lse_from_stats(m[r], l[r]);
     if (l[r] > 0.f) {
       const float inv = 1.f / l[r];
       for (int64_t d = 0; d < D; ++d) ar[d] *= inv;
-      lse = m[r] + std::log(l[r]);
     }
     if (p.mode == StateMode::Write) {
       std::copy(ar, ar + D, o_row);
@@ -228,7 +227,7 @@ void softmax_rescale(float& m, float& l, float* acc, float* s, int64_t n, int64_
     std::fill(s, s + n, 0.f);
     return;
   }
-  const float alpha = m == kNegInf ? 0.f : std::exp(m - m_new);
+  const float alpha = rescale_factor(m, m_new, [](float x) { return std::exp(x); });
 #pragma omp simd
   for (int64_t c = 0; c < n; ++c) s[c] = exp_nonpositive(s[c] - m_new);
   float sum = 0.f;

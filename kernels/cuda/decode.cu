@@ -12,6 +12,7 @@
 #include "kernels/cuda/cuda_check.hpp"
 #include "kernels/cuda/cuda_kernels.hpp"
 #include "kernels/cuda/device_common.cuh"
+#include "kernels/cuda/online_softmax.cuh"
 
 namespace ringattn::cuda {
 namespace {
@@ -133,36 +134,8 @@ __global__ void __launch_bounds__(kThreads) decode_mma_kernel(const DecodeKernel
     }
 #pragma unroll
     for (int half = 0; half < 2; ++half) {
-      float mx = neg_inf();
-#pragma unroll
-      for (int n = 0; n < 2; ++n) {
-#pragma unroll
-        for (int e = 0; e < 2; ++e) {
-          float x = s[n][half * 2 + e] * scale_log2;
-          if (need_mask) {
-            if (kw + n * 8 + (lane & 3) * 2 + e >= row_end[half]) x = neg_inf();
-          }
-          s[n][half * 2 + e] = x;
-          mx = fmaxf(mx, x);
-        }
-      }
-      mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
-      mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
-      const float m_new = fmaxf(m[half], mx);
-      const float m_use = m_new == neg_inf() ? 0.f : m_new;
-      const float alpha = fast_exp2(m[half] - m_use);
-      m[half] = m_new;
-      float sum = 0.f;
-#pragma unroll
-      for (int n = 0; n < 2; ++n) {
-#pragma unroll
-        for (int e = 0; e < 2; ++e) {
-          const float pe = fast_exp2(s[n][half * 2 + e] - m_use);
-          s[n][half * 2 + e] = pe;
-          sum += pe;
-        }
-      }
-      l[half] = l[half] * alpha + sum;
+      const int key_end = need_mask ? tile_key_end(row_end[half], kw, 16) : 16;
+      const float alpha = online_softmax_row<2, false>(s, half, lane, need_mask, key_end, scale_log2, m[half], l[half]);
 #pragma unroll
       for (int n = 0; n < kDT; ++n) {
         acc[n][half * 2] *= alpha;
@@ -222,7 +195,7 @@ __global__ void __launch_bounds__(kThreads) decode_mma_kernel(const DecodeKernel
 #pragma unroll
       for (int w = 0; w < kWarps; ++w) {
         const float mw = red_m[w * 16 + r];
-        const float c = mw == neg_inf() ? 0.f : fast_exp2(mw - mx);
+        const float c = rescale_factor(mw, mx, FastExp2{});
         total_l += c * red_l[w * 16 + r];
         total_o += c * red_acc[(w * 16 + r) * kLd + d];
       }
@@ -230,7 +203,7 @@ __global__ void __launch_bounds__(kThreads) decode_mma_kernel(const DecodeKernel
     const int64_t row = (b * f.q.heads + hk * group + R % group) * len_q + R / group;
     const bool seen = total_l > 0.f;
     out.o[(split * out.rows + row) * out.dim + d] = seen ? total_o / total_l : 0.f;
-    if (d == 0) out.lse[split * out.rows + row] = seen ? (mx + log2f(total_l)) * kLn2 : neg_inf();
+    if (d == 0) out.lse[split * out.rows + row] = lse_from_stats_log2(mx, total_l);
   }
 }
 

@@ -21,6 +21,7 @@
 #include "kernels/cuda/cuda_kernels.hpp"
 #include "kernels/cuda/device_common.cuh"
 #include "kernels/cuda/flash_epilogue.cuh"
+#include "kernels/cuda/online_softmax.cuh"
 
 namespace ringattn::cuda {
 namespace {
@@ -157,45 +158,12 @@ __global__ void __launch_bounds__(32 * kWarps) flash_fwd_mma_kernel(const FlashP
         float alpha[2];
 #pragma unroll
         for (int half = 0; half < 2; ++half) {
-          // Masked tile: this row sees the tile's keys [0, key_end) (tile-local, past kv_len cut).
-          int key_end = kBN;
-          if (need_mask) {
-            const int64_t e = visible_range(mask, w_row0 + mt * 16 + (lane >> 2) + half * 8, len_k).end - j0;
-            key_end = int(e < 0 ? 0 : (e > kBN ? kBN : e));
-          }
-          float mx = neg_inf();
-#pragma unroll
-          for (int n = 0; n < kNT; ++n) {
-#pragma unroll
-            for (int e = 0; e < 2; ++e) {
-              // kPosScale: scores stay raw here and the scale is folded into the exponent's
-              // FFMA below (max commutes with a positive scale); otherwise scale first.
-              float x = kPosScale ? s[mt][n][half * 2 + e] : s[mt][n][half * 2 + e] * scale_log2;
-              if (need_mask && n * 8 + (lane & 3) * 2 + e >= key_end) x = neg_inf();  // key within the tile
-              s[mt][n][half * 2 + e] = x;
-              mx = fmaxf(mx, x);
-            }
-          }
-          mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
-          mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
-          if (kPosScale) mx *= scale_log2;  // -inf stays -inf
-          const float m_new = fmaxf(m[mt][half], mx);
-          // A row that has seen only masked keys keeps m = -inf; subtract 0 then, not -inf.
-          const float m_use = m_new == neg_inf() ? 0.f : m_new;
-          alpha[half] = fast_exp2(m[mt][half] - m_use);
-          m[mt][half] = m_new;
-          float sum = 0.f;
-#pragma unroll
-          for (int n = 0; n < kNT; ++n) {
-#pragma unroll
-            for (int e = 0; e < 2; ++e) {
-              const float x = s[mt][n][half * 2 + e];
-              const float pe = kPosScale ? fast_exp2(fmaf(x, scale_log2, -m_use)) : fast_exp2(x - m_use);
-              s[mt][n][half * 2 + e] = pe;
-              sum += pe;
-            }
-          }
-          l[mt][half] = l[mt][half] * alpha[half] + sum;  // per-thread partial row sum; reduced at the end
+          // A masked tile: this row sees the tile's keys [0, key_end) (kv_len included).
+          const int key_end =
+              need_mask ? tile_key_end(visible_range(mask, w_row0 + mt * 16 + (lane >> 2) + half * 8, len_k).end, j0, kBN)
+                        : kBN;
+          alpha[half] = online_softmax_row<kNT, kPosScale>(s[mt], half, lane, need_mask, key_end, scale_log2,
+                                                           m[mt][half], l[mt][half]);
         }
         // Once the running max settles, alpha is exactly 1 for every row: skip the rescale then.
         if (__any_sync(0xffffffffu, alpha[0] != 1.f || alpha[1] != 1.f)) {

@@ -43,21 +43,19 @@ __global__ void __launch_bounds__(32 * kWarps) flash_simt_kernel(const FlashPara
 #pragma unroll
     for (int off = 16; off > 0; off >>= 1) dot += __shfl_xor_sync(0xffffffffu, dot, off);
     const float x = dot * p.scale;
-    const float m_new = fmaxf(m, x);
-    const float alpha = expf(m - m_new);  // m = -inf on the first key: alpha = 0
-    const float pj = expf(x - m_new);
+    const OnlineStep st = online_step(m, x, [](float y) { return expf(y); });
+    const float alpha = st.alpha, pj = expf(x - st.base);
     l = l * alpha + pj;
 #pragma unroll
     for (int e = 0; e < kPer; ++e) {
       const int64_t d = lane + 32 * e;
       acc[e] = acc[e] * alpha + (d < D ? pj * vj[d] : 0.f);
     }
-    m = m_new;
   }
 
   float* o = state_o_row(p.state, b, h, i);
   float* lse = state_lse_at(p.state, b, h, i);
-  const float lse_b = l > 0.f ? m + logf(l) : neg_inf();
+  const float lse_b = lse_from_stats(m, l);
   const float inv = l > 0.f ? 1.f / l : 0.f;
   if (p.mode == StateMode::Write) {
 #pragma unroll

@@ -146,7 +146,7 @@ bool params_fit(const FlashParams& p, int block_m, int block_n, HopperParams* ou
     hp.kv_len = int(k.len);
     hp.mask = p.mask;
     hp.scale = p.scale;
-    hp.scale_log2 = p.scale * 1.4426950408889634f;
+    hp.scale_log2 = p.scale * kLog2e;
     hp.fold = p.mode == StateMode::Fold ? 1 : 0;
     hp.lazy_rescale = lazy_rescale_enabled() ? 1 : 0;
     hp.block_m = block_m;
