@@ -9,6 +9,8 @@
 // - Each of the 4 warps takes its own 16 keys of every tile and keeps its own (m, l, acc); the
 //   warps combine through shared memory at the end, and the partials of all chunks are
 //   combined by the merge-splits kernel (merge.cu).
+#include <type_traits>
+
 #include "kernels/cuda/cuda_check.hpp"
 #include "kernels/cuda/cuda_kernels.hpp"
 #include "kernels/cuda/device_common.cuh"
@@ -210,12 +212,8 @@ __global__ void __launch_bounds__(kThreads) decode_mma_kernel(const DecodeKernel
 template <typename T, int D>
 auto decode_kernel_prepared() {
   auto kernel = decode_mma_kernel<T, D>;
-  static bool attribute_set = false;
-  if (!attribute_set) {
-    RA_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                       int(decode_smem_bytes<D>())));
-    attribute_set = true;
-  }
+  static std::atomic<uint64_t> configured{0};
+  set_dynamic_smem_once(kernel, int(decode_smem_bytes<D>()), configured);
   return kernel;
 }
 
@@ -235,6 +233,21 @@ void launch_instance(const FlashParams& f, const DecodePlan& plan, const SplitPa
   RA_CUDA_CHECK_LAUNCH("decode_mma_kernel");
 }
 
+// Calls fn(T{}, std::integral_constant<int, D>{}) for f's dtype and head dim: the one switch over
+// the decode kernel's instantiations.
+template <typename Fn>
+auto dispatch_decode(const FlashParams& f, Fn fn) {
+  using D64 = std::integral_constant<int, 64>;
+  using D128 = std::integral_constant<int, 128>;
+  const bool bf16 = f.q.dtype == DType::BF16;
+  if (!bf16 && f.q.dtype != DType::F16) fail_no_instance("decode_mma", "dtype", int(f.q.dtype), "bf16 and fp16");
+  switch (f.q.dim) {
+    case 64: return bf16 ? fn(__nv_bfloat16{}, D64{}) : fn(__half{}, D64{});
+    case 128: return bf16 ? fn(__nv_bfloat16{}, D128{}) : fn(__half{}, D128{});
+    default: fail_no_instance("decode_mma", "head_dim", f.q.dim, "64 and 128");
+  }
+}
+
 }  // namespace
 
 DecodePlan plan_decode_mma(const FlashParams& f, int splits_hint, int sms) {
@@ -244,9 +257,7 @@ DecodePlan plan_decode_mma(const FlashParams& f, int splits_hint, int sms) {
   const int64_t units = f.q.batch * f.k.heads * plan.row_blocks;
   int64_t splits = splits_hint;
   if (splits <= 0) {
-    const bool bf16 = f.q.dtype == DType::BF16;
-    const int per_sm = f.q.dim == 64 ? (bf16 ? decode_ctas_per_sm<__nv_bfloat16, 64>() : decode_ctas_per_sm<__half, 64>())
-                                     : (bf16 ? decode_ctas_per_sm<__nv_bfloat16, 128>() : decode_ctas_per_sm<__half, 128>());
+    const int per_sm = dispatch_decode(f, [](auto t, auto d) { return decode_ctas_per_sm<decltype(t), decltype(d)::value>(); });
     // One full wave: every CTA slot of the GPU busy, no second partial wave.
     const int64_t slots = int64_t(sms) * per_sm;
     splits = slots / units > 1 ? slots / units : 1;
@@ -261,14 +272,7 @@ DecodePlan plan_decode_mma(const FlashParams& f, int splits_hint, int sms) {
 }
 
 void launch_decode_mma(const FlashParams& f, const DecodePlan& plan, const SplitPartials& out, cudaStream_t stream) {
-  const bool bf16 = f.q.dtype == DType::BF16;
-  if (f.q.dim == 64) {
-    if (bf16) launch_instance<__nv_bfloat16, 64>(f, plan, out, stream);
-    else launch_instance<__half, 64>(f, plan, out, stream);
-  } else {
-    if (bf16) launch_instance<__nv_bfloat16, 128>(f, plan, out, stream);
-    else launch_instance<__half, 128>(f, plan, out, stream);
-  }
+  dispatch_decode(f, [&](auto t, auto d) { launch_instance<decltype(t), decltype(d)::value>(f, plan, out, stream); });
 }
 
 }  // namespace ringattn::cuda

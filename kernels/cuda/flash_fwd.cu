@@ -222,12 +222,8 @@ void launch_instance(const FlashParams& p, cudaStream_t stream) {
   using Shape = FlashShape<D, kWarps, kM, kBN>;
   const size_t smem = Shape::smem_bytes(sizeof(T));
   auto kernel = flash_fwd_mma_kernel<T, D, kWarps, kM, kBN, kCausal, kPosScale>;
-  // Above 48 KiB a kernel must opt in to its dynamic shared memory; once per instantiation.
-  static bool attribute_set = false;
-  if (!attribute_set) {
-    RA_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
-    attribute_set = true;
-  }
+  static std::atomic<uint64_t> configured{0};
+  set_dynamic_smem_once(kernel, int(smem), configured);
   const unsigned q_tiles = unsigned((p.q.len + Shape::kBM - 1) / Shape::kBM), heads = unsigned(p.q.batch * p.q.heads);
   const dim3 grid = kCausal ? dim3(heads, q_tiles) : dim3(q_tiles, heads);
   kernel<<<grid, Shape::kThreads, smem, stream>>>(p);
@@ -261,8 +257,11 @@ void dispatch_variant(const FlashParams& p, cudaStream_t stream) {
 
 template <typename T>
 void dispatch_dim(const FlashParams& p, cudaStream_t stream) {
-  if (p.q.dim == 64) dispatch_variant<T, 64>(p, stream);
-  else dispatch_variant<T, 128>(p, stream);
+  switch (p.q.dim) {
+    case 64: return dispatch_variant<T, 64>(p, stream);
+    case 128: return dispatch_variant<T, 128>(p, stream);
+    default: fail_no_instance("launch_flash_mma", "head_dim", p.q.dim, "64 and 128");
+  }
 }
 
 }  // namespace
@@ -270,8 +269,11 @@ void dispatch_dim(const FlashParams& p, cudaStream_t stream) {
 void set_flash_mma_variant(int variant) { g_flash_variant = variant; }
 
 void launch_flash_mma(const FlashParams& p, cudaStream_t stream) {
-  if (p.q.dtype == DType::BF16) dispatch_dim<__nv_bfloat16>(p, stream);
-  else dispatch_dim<__half>(p, stream);
+  switch (p.q.dtype) {
+    case DType::BF16: return dispatch_dim<__nv_bfloat16>(p, stream);
+    case DType::F16: return dispatch_dim<__half>(p, stream);
+    default: fail_no_instance("launch_flash_mma", "dtype", int(p.q.dtype), "bf16 and fp16");
+  }
 }
 
 }  // namespace ringattn::cuda

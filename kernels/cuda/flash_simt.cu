@@ -93,7 +93,8 @@ void launch_flash_simt(const FlashParams& p, cudaStream_t stream) {
   if (per <= 1) launch_per<1>(p, stream);
   else if (per <= 2) launch_per<2>(p, stream);
   else if (per <= 4) launch_per<4>(p, stream);
-  else launch_per<8>(p, stream);
+  else if (per <= 8) launch_per<8>(p, stream);
+  else fail_no_instance("launch_flash_simt", "head_dim", p.q.dim, "1..256");
 }
 
 }  // namespace ringattn::cuda

@@ -185,6 +185,7 @@ void launch_finalize(const FinalizeParams& p, cudaStream_t stream) {
     case DType::F32: finalize_kernel<float><<<blocks, kThreads, 0, stream>>>(p); break;
     case DType::F16: finalize_kernel<__half><<<blocks, kThreads, 0, stream>>>(p); break;
     case DType::BF16: finalize_kernel<__nv_bfloat16><<<blocks, kThreads, 0, stream>>>(p); break;
+    default: fail_no_instance("launch_finalize", "dtype", int(p.out.dtype), "f32, f16 and bf16");
   }
   RA_CUDA_CHECK_LAUNCH("finalize_kernel");
 }

@@ -10,6 +10,7 @@
 #include <mutex>
 
 #include "kernels/cuda/hopper/hopper_flash_kernel.cuh"
+#include "kernels/cuda/cuda_check.hpp"
 #include "kernels/cuda/hopper/hopper_launch.hpp"
 
 namespace ringattn::cuda {
@@ -193,15 +194,8 @@ const VariantInfo& pick_variant(const FlashParams& p) {
 template <typename T, typename C>
 void launch(const HopperParams& hp, int sms, cudaStream_t stream) {
   auto kernel = hopper::hopper_flash_kernel<T, C>;
-  // The shared-memory limit is a per-device attribute of the function: set it on each device once.
   static std::atomic<uint64_t> configured{0};
-  int device = 0;
-  RA_HOPPER_CHECK(cudaGetDevice(&device));
-  const uint64_t bit = uint64_t(1) << (device & 63);
-  if (!(configured.load() & bit)) {
-    RA_HOPPER_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, C::kSmemBytes));
-    configured.fetch_or(bit);
-  }
+  set_dynamic_smem_once(kernel, C::kSmemBytes, configured);
   const int grid = hp.num_tiles < sms ? hp.num_tiles : sms;
   kernel<<<grid, C::kThreads, C::kSmemBytes, stream>>>(hp);
   RA_HOPPER_CHECK(cudaGetLastError());
@@ -211,13 +205,18 @@ template <typename T>
 void launch_variant(Variant v, int d, const HopperParams& hp, int sms, cudaStream_t stream) {
   using hopper::Config;
   if (d == 64) {
-    if (v == Variant::M192N128) return launch<T, Config<64, 128, 3, 2>>(hp, sms, stream);
-    return launch<T, Config<64, 128, 2, 2>>(hp, sms, stream);
+    switch (v) {
+      case Variant::M192N128: return launch<T, Config<64, 128, 3, 2>>(hp, sms, stream);
+      case Variant::M128N128: return launch<T, Config<64, 128, 2, 2>>(hp, sms, stream);
+      default: fail_no_instance("hopper_flash", "tile variant (head_dim 64)", int(v), "128x128 and 192x128");
+    }
   }
+  if (d != 128) fail_no_instance("hopper_flash", "head_dim", d, "64 and 128");
   switch (v) {
     case Variant::M128N176: return launch<T, Config<128, 176, 2, 2>>(hp, sms, stream);
     case Variant::M128N128Q2: return launch<T, Config<128, 128, 2, 2, 2>>(hp, sms, stream);
-    default: return launch<T, Config<128, 128, 2, 2>>(hp, sms, stream);
+    case Variant::M128N128: return launch<T, Config<128, 128, 2, 2>>(hp, sms, stream);
+    default: fail_no_instance("hopper_flash", "tile variant (head_dim 128)", int(v), "128x128, 128x176 and 128x128q2");
   }
 }
 
@@ -243,10 +242,11 @@ bool try_launch(const FlashParams& p, int sms, cudaStream_t stream) {
   HopperParams hp;
   if (!params_fit(p, vi.block_m, vi.block_n, &hp)) return false;
   if (hp.num_tiles == 0) return true;
-  if (p.q.dtype == DType::BF16)
-    launch_variant<__nv_bfloat16>(vi.v, int(p.q.dim), hp, sms, stream);
-  else
-    launch_variant<__half>(vi.v, int(p.q.dim), hp, sms, stream);
+  switch (p.q.dtype) {
+    case DType::BF16: launch_variant<__nv_bfloat16>(vi.v, int(p.q.dim), hp, sms, stream); break;
+    case DType::F16: launch_variant<__half>(vi.v, int(p.q.dim), hp, sms, stream); break;
+    default: fail_no_instance("hopper_flash", "dtype", int(p.q.dtype), "bf16 and fp16");
+  }
   return true;
 }
 
