@@ -18,7 +18,7 @@ enum class PairVisibility : uint8_t {
 
 struct PairClass {
   PairVisibility visibility = PairVisibility::Invisible;
-  int64_t q_offset = 0;       // Diagonal: key j visible to query i iff j <= i + q_offset
+  int64_t q_offset = 0;       // Diagonal: the causal MaskSpec offset (core/mask.hpp) of the call
   int64_t visible_pairs = 0;  // query-key pairs the call computes
 };
 
