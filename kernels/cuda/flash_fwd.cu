@@ -230,8 +230,6 @@ void launch_instance(const FlashParams& p, cudaStream_t stream) {
   RA_CUDA_CHECK_LAUNCH("flash_fwd_mma_kernel");
 }
 
-int g_flash_variant = 0;  // 0: the default; see set_flash_mma_variant
-
 template <typename T, int D, int kWarps, int kM, int kBN, bool kPosScale = true>
 void dispatch_causal(const FlashParams& p, cudaStream_t stream) {
   if (p.mask.causal) launch_instance<T, D, kWarps, kM, kBN, true, kPosScale>(p, stream);
@@ -239,39 +237,31 @@ void dispatch_causal(const FlashParams& p, cudaStream_t stream) {
 }
 
 template <typename T, int D>
-void dispatch_variant(const FlashParams& p, cudaStream_t stream) {
-  // Variant 1: 4 warps x 16 rows, 64-key tiles (Q in registers).
-  // Variant 2: 4 warps x 32 rows, 64-key tiles: each K/V fragment read from shared memory
-  //   feeds two m16 tiles, 37% less shared-memory traffic per FLOP.
-  // Variant 3: 4 warps x 32 rows, 32-key tiles (fewer live score registers).
-  // Short query blocks use variant 1 so that small problems still spread over many CTAs.
-  // A zero or negative softmax scale (legal, if unusual) takes the one configuration built to
-  // scale scores before their max.
-  if (!(p.scale > 0.f)) return dispatch_causal<T, D, 4, 1, 64, false>(p, stream);
-  int v = g_flash_variant;
-  if (v == 0) v = p.q.len >= 512 ? 2 : 1;
-  if (v == 2) dispatch_causal<T, D, 4, 2, 64>(p, stream);
-  else if (v == 3) dispatch_causal<T, D, 4, 2, 32>(p, stream);
-  else dispatch_causal<T, D, 4, 1, 64>(p, stream);
+void dispatch_variant(const FlashParams& p, MmaVariant v, cudaStream_t stream) {
+  switch (v) {
+    case MmaVariant::ScaleFirst: return dispatch_causal<T, D, 4, 1, 64, false>(p, stream);
+    case MmaVariant::Rows16Keys64: return dispatch_causal<T, D, 4, 1, 64>(p, stream);
+    case MmaVariant::Rows32Keys64: return dispatch_causal<T, D, 4, 2, 64>(p, stream);
+    case MmaVariant::Rows32Keys32: return dispatch_causal<T, D, 4, 2, 32>(p, stream);
+    default: fail_no_instance("launch_flash_mma", "variant", int(v), "0..3");
+  }
 }
 
 template <typename T>
-void dispatch_dim(const FlashParams& p, cudaStream_t stream) {
+void dispatch_dim(const FlashParams& p, MmaVariant v, cudaStream_t stream) {
   switch (p.q.dim) {
-    case 64: return dispatch_variant<T, 64>(p, stream);
-    case 128: return dispatch_variant<T, 128>(p, stream);
+    case 64: return dispatch_variant<T, 64>(p, v, stream);
+    case 128: return dispatch_variant<T, 128>(p, v, stream);
     default: fail_no_instance("launch_flash_mma", "head_dim", p.q.dim, "64 and 128");
   }
 }
 
 }  // namespace
 
-void set_flash_mma_variant(int variant) { g_flash_variant = variant; }
-
-void launch_flash_mma(const FlashParams& p, cudaStream_t stream) {
+void launch_flash_mma(const FlashParams& p, MmaVariant v, cudaStream_t stream) {
   switch (p.q.dtype) {
-    case DType::BF16: return dispatch_dim<__nv_bfloat16>(p, stream);
-    case DType::F16: return dispatch_dim<__half>(p, stream);
+    case DType::BF16: return dispatch_dim<__nv_bfloat16>(p, v, stream);
+    case DType::F16: return dispatch_dim<__half>(p, v, stream);
     default: fail_no_instance("launch_flash_mma", "dtype", int(p.q.dtype), "bf16 and fp16");
   }
 }

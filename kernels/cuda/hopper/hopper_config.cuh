@@ -2,12 +2,11 @@
 // Shared by the producer and consumer code, which must agree on every one of these.
 #pragma once
 
-#include <cuda.h>  // CUtensorMap (the type only; the encoder is fetched at run time)
 #include <cuda_runtime.h>
 
 #include <cstdint>
 
-#include "kernels/params.hpp"
+#include "kernels/cuda/hopper/hopper_params.hpp"
 
 namespace ringattn::cuda::hopper {
 
@@ -65,22 +64,6 @@ struct SmemPlan {
   __device__ __forceinline__ uint32_t empty_v(int s) const { return bar(3 * C::kStages + s); }
   __device__ __forceinline__ uint32_t q_full(int s) const { return bar(4 * C::kStages + s); }
   __device__ __forceinline__ uint32_t q_empty(int s) const { return bar(4 * C::kStages + C::kQStages + s); }
-};
-
-struct HopperParams {
-  CUtensorMap tm_q, tm_k, tm_v;  // 4-d maps over (dim, len, heads, batch), boxes of 64 x block rows
-  StateView state;
-  void* out;  // when set: the final output in the input dtype (then state.o is not written)
-  long long out_stride_b, out_stride_h, out_stride_t;
-  int batch, q_heads, kv_heads, group;  // group = q_heads / kv_heads
-  int q_len, kv_len;
-  MaskSpec mask;
-  float scale;       // natural-log units, for the LSE
-  float scale_log2;  // scale * log2(e): scores go through exp2
-  int fold;
-  int lazy_rescale;  // softmax_step(lazy): move the running max only when it grew by > 2^8
-  int block_m, block_n;  // the Config's tile shape
-  int m_blocks, num_tiles;
 };
 
 // The work of one CTA iteration: a block_m-row query tile of one (batch, head).
