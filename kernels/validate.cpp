@@ -46,9 +46,10 @@ void validate_flash(const FlashParams& p, bool complete) {
   if (o.data != nullptr && (o.batch != q.batch || o.heads != q.heads || o.len != q.len || o.dim != q.dim))
     fail_arg("output shape [{}, {}, {}, {}] does not match q [{}, {}, {}, {}]", o.batch, o.heads, o.len, o.dim, q.batch,
              q.heads, q.len, q.dim);
-  if (complete && p.causal && p.q_offset < 0)
+  // Visible ranges grow with the row: row 0 sees the fewest keys.
+  if (complete && visible_range(p.mask, 0, k.len).empty())
     fail_arg("causal attention with q_offset={} leaves query row 0 with no visible key; a complete attention needs "
-             "q_offset >= 0 (the default is kv_len - q_len)", p.q_offset);
+             "q_offset >= 0 (the default is kv_len - q_len)", p.mask.q_offset);
 }
 
 }  // namespace ringattn

@@ -168,12 +168,11 @@ void flash_tile(const FlashParams& p, const Tiles& t, int64_t b, int64_t h, int6
   std::fill(l, l + nq, 0.f);
 
   // Keys beyond the last visible key of the tile's last row are never loaded.
-  int64_t kend = S;
-  if (p.causal) kend = std::clamp<int64_t>(i0 + nq - 1 + p.q_offset + 1, 0, S);
+  const int64_t kend = visible_range_of_rows(p.mask, i0, nq, S).end;
 
   for (int64_t j0 = 0; j0 < kend; j0 += t.tk) {
     const int64_t nk = std::min(t.tk, kend - j0);
-    const bool full = !p.causal || (j0 + nk - 1 <= i0 + p.q_offset);
+    const bool full = classify_block(p.mask, i0, nq, j0, nk) == BlockVisibility::Full;
     load_rows_transposed(p.k, b, hk, j0, nk, ld, kt);
     load_rows(p.v, b, hk, j0, nk, vf);
     // Rows in blocks of kRows: each K and V element loaded once serves all rows of the block.
@@ -183,7 +182,7 @@ void flash_tile(const FlashParams& p, const Tiles& t, int64_t b, int64_t h, int6
       int64_t lim_max = 0;
       for (int64_t r = 0; r < rb; ++r) {
         // Visible keys of this row inside the tile: all of them for a fully visible tile.
-        lim[r] = full ? nk : std::clamp<int64_t>(i0 + r0 + r + p.q_offset - j0 + 1, 0, nk);
+        lim[r] = full ? nk : std::clamp<int64_t>(visible_range(p.mask, i0 + r0 + r, S).end - j0, 0, nk);
         lim_max = std::max(lim_max, lim[r]);
       }
       if (lim_max == 0) continue;
@@ -203,11 +202,10 @@ void flash_tile(const FlashParams& p, const Tiles& t, int64_t b, int64_t h, int6
     float* o_row = st.o + b * st.o_stride_b + h * st.o_stride_h + (i0 + r) * st.o_stride_t;
     float* lse_row = st.lse + b * st.lse_stride_b + h * st.lse_stride_h + (i0 + r);
     float* ar = acc + r * D;
-    float lse = kNegInf;
+    const float lse = lse_from_stats(m[r], l[r]);
     if (l[r] > 0.f) {
       const float inv = 1.f / l[r];
       for (int64_t d = 0; d < D; ++d) ar[d] *= inv;
-      lse = m[r] + std::log(l[r]);
     }
     if (p.mode == StateMode::Write) {
       std::copy(ar, ar + D, o_row);
@@ -229,7 +227,7 @@ void softmax_rescale(float& m, float& l, float* acc, float* s, int64_t n, int64_
     std::fill(s, s + n, 0.f);
     return;
   }
-  const float alpha = m == kNegInf ? 0.f : std::exp(m - m_new);
+  const float alpha = rescale_factor(m, m_new, [](float x) { return std::exp(x); });
 #pragma omp simd
   for (int64_t c = 0; c < n; ++c) s[c] = exp_nonpositive(s[c] - m_new);
   float sum = 0.f;
@@ -255,7 +253,7 @@ size_t last_flash_workspace_bytes() { return g_last_workspace; }
 void flash_forward(const FlashParams& params) {
   validate_flash(params, /*complete=*/false);
   FlashParams p = params;
-  p.q_offset = kernel_q_offset(p.q_offset, p.q.len, p.k.len);  // row + offset sums cannot overflow
+  p.mask = clamp_offset(p.mask, p.q.len, p.k.len);  // row + offset sums cannot overflow
   const Tiles t = tiles_of(p);
   const int64_t B = p.q.batch, H = p.q.heads, T = p.q.len;
   const int64_t ntiles = (T + t.tq - 1) / t.tq;

@@ -31,19 +31,13 @@ void check_same_shape(const StateView& a, const StateView& b) {
 }  // namespace
 
 void merge_row(float* o_a, float* lse_a, const float* o_b, float lse_b, int64_t dim) {
-  // The empty state is the identity; (-inf) - (-inf) is never formed.
-  if (lse_b == kNegInf) return;
-  if (*lse_a == kNegInf) {
-    std::copy(o_b, o_b + dim, o_a);
-    *lse_a = lse_b;
-    return;
-  }
-  const float mx = std::max(*lse_a, lse_b);
-  const float ea = std::exp(*lse_a - mx), eb = std::exp(lse_b - mx);  // one of them is exactly 1
-  const float sum = ea + eb;
-  const float wa = ea / sum, wb = eb / sum;
-  for (int64_t d = 0; d < dim; ++d) o_a[d] = o_a[d] * wa + o_b[d] * wb;
-  *lse_a = mx + std::log(sum);
+  float wa, wb, merged;
+  if (!merge_weights(*lse_a, lse_b, wa, wb, merged)) return;  // b empty: the identity
+  if (*lse_a == empty_lse())
+    std::copy(o_b, o_b + dim, o_a);  // a's o is not read (wb is 1)
+  else
+    for (int64_t d = 0; d < dim; ++d) o_a[d] = o_a[d] * wa + o_b[d] * wb;
+  *lse_a = merged;
 }
 
 void merge_states(const MergeParams& p) {
@@ -86,7 +80,8 @@ void decode_split_kv(const DecodeParams& p) {
     FlashParams sub = f;
     sub.k = f.k.rows(c0, len);
     sub.v = f.v.rows(c0, len);
-    sub.q_offset = kernel_q_offset(f.q_offset, f.q.len, S) - c0;  // clamped first: no overflow
+    sub.mask = clamp_offset(f.mask, f.q.len, S);  // clamped first: no overflow
+    sub.mask.q_offset -= c0;                      // the chunk's keys start at position c0
     sub.mode = StateMode::Write;
     sub.state = contiguous_state(&o[static_cast<size_t>(c * rows * st.dim)], &lse[static_cast<size_t>(c * rows)],
                                  st.batch, st.heads, st.len, st.dim);

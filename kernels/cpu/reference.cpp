@@ -11,18 +11,19 @@ namespace ringattn::cpu {
 void naive_row(const FlashParams& p, int64_t b, int64_t h, int64_t i, double* o_out, double* lse_out) {
   const int64_t D = p.q.dim, S = p.k.len;
   const int64_t hk = h / (p.q.heads / p.k.heads);
-  const int64_t n = visible_keys(p, i);
+  // The offset clamped first (core/mask.hpp): the same keys, and no overflow for any offset.
+  const KeyRange keys = visible_range(clamp_offset(p.mask, p.q.len, S), i, S);
+  const int64_t j0 = keys.begin, n = keys.size();
   for (int64_t d = 0; d < D; ++d) o_out[d] = 0.0;
   if (n == 0) {
     *lse_out = -std::numeric_limits<double>::infinity();
     return;
   }
-  (void)S;
   std::vector<double> s(static_cast<size_t>(n));
   const int64_t qo = p.q.offset(b, h, i);
   double m = -std::numeric_limits<double>::infinity();
   for (int64_t j = 0; j < n; ++j) {
-    const int64_t ko = p.k.offset(b, hk, j);
+    const int64_t ko = p.k.offset(b, hk, j0 + j);
     double acc = 0.0;
     for (int64_t d = 0; d < D; ++d)
       acc += double(load_as_float(p.q.data, p.q.dtype, qo + d)) * double(load_as_float(p.k.data, p.k.dtype, ko + d));
@@ -35,7 +36,7 @@ void naive_row(const FlashParams& p, int64_t b, int64_t h, int64_t i, double* o_
     l += s[j];
   }
   for (int64_t j = 0; j < n; ++j) {
-    const int64_t vo = p.v.offset(b, hk, j);
+    const int64_t vo = p.v.offset(b, hk, j0 + j);
     const double w = s[j] / l;
     for (int64_t d = 0; d < D; ++d) o_out[d] += w * double(load_as_float(p.v.data, p.v.dtype, vo + d));
   }

@@ -4,7 +4,6 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
-#include <atomic>
 #include <chrono>
 #include <thread>
 #include <map>
@@ -18,7 +17,7 @@
 #include "kernels/backend.hpp"
 #include "kernels/cuda/cuda_check.hpp"
 #include "kernels/cuda/cuda_kernels.hpp"
-#include "kernels/cuda/hopper/hopper_flash.hpp"
+#include "kernels/cuda/flash_dispatch.hpp"
 #include "ringattn/error.hpp"
 
 namespace ringattn {
@@ -34,56 +33,16 @@ void check_grid(const char* what, int64_t n) {
   if (n > 65535) fail_arg("{} = {} exceeds the CUDA grid limit of 65535 for one launch", what, n);
 }
 
-// What the CUDA kernels need beyond validate_flash: a supported (dtype, head_dim) and, for the
-// tensor-core kernels, 16-byte aligned rows (cp.async moves 16 bytes at a time).
-void check_cuda_flash(const FlashParams& p) {
-  const int64_t d = p.q.dim;
-  if (p.q.dtype == DType::F32) {
-    if (d > cuda::kSimtMaxHeadDim)
-      fail_arg("head_dim={} is not supported by the CUDA fp32 path: allowed are 1..{}", d, cuda::kSimtMaxHeadDim);
-  } else {
-    if (!cuda::mma_head_dim_supported(d))
-      fail_arg("head_dim={} is not supported by the CUDA {} kernels: allowed are 64 and 128", d,
-               dtype_name(p.q.dtype));
-    const std::pair<const char*, const TensorView*> views[] = {{"q", &p.q}, {"k", &p.k}, {"v", &p.v}};
-    for (const auto& [name, t] : views) {
-      if (reinterpret_cast<uintptr_t>(t->data) % 16 != 0)
-        fail_arg("{} data at {} is not 16-byte aligned, as the CUDA {} kernels require", name, t->data,
-                 dtype_name(t->dtype));
-      if (t->stride_b % 8 != 0 || t->stride_h % 8 != 0 || t->stride_t % 8 != 0)
-        fail_arg("{} strides (b={}, h={}, t={}) must be multiples of 8 elements (16 bytes) for the CUDA {} kernels",
-                 name, t->stride_b, t->stride_h, t->stride_t, dtype_name(t->dtype));
-    }
-  }
-  check_grid("batch * q_heads", p.q.batch * p.q.heads);
-  // Causal launches put the query tiles (of at least 64 rows) in the grid's y dimension.
-  if (p.causal && p.q.dtype != DType::F32) check_grid("causal query tiles ceil(q_len / 64)", (p.q.len + 63) / 64);
-}
-
-using cuda::FlashKernel;
-
-FlashKernel initial_flash_kernel() {
-  const char* env = std::getenv("RINGATTN_FLASH_KERNEL");
-  const std::string v = env ? env : "";
-  if (v.empty() || v == "auto") return FlashKernel::Auto;
-  if (v == "hopper") return FlashKernel::Hopper;
-  if (v == "portable") return FlashKernel::Portable;
-  fail_arg("RINGATTN_FLASH_KERNEL='{}' is not understood: allowed are auto, hopper, portable", v);
-}
-
-std::atomic<int> g_flash_kernel{-1};  // -1: not read from the environment yet
-
 class CudaBackend final : public Backend {
  public:
-  explicit CudaBackend(int device) : device_(device) {
+  CudaBackend(int device, cuda::FlashKernelOptions options) : device_(device), options_(std::move(options)) {
     int count = 0;
     const cudaError_t err = cudaGetDeviceCount(&count);
     if (err != cudaSuccess || count == 0)
       fail_runtime("no CUDA device is available ({}); use the CPU backend", cudaGetErrorString(err));
     if (device < 0 || device >= count)
       fail_runtime("CUDA device {} does not exist: {} device(s) visible (0..{})", device, count, count - 1);
-    RA_CUDA_CHECK(cudaSetDevice(device_));
-    RA_CUDA_CHECK(cudaDeviceGetAttribute(&sms_, cudaDevAttrMultiProcessorCount, device_));
+    caps_ = cuda::query_device(device_);
     RA_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
   }
   ~CudaBackend() override {
@@ -160,37 +119,28 @@ class CudaBackend final : public Backend {
     RA_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, stream_));
   }
 
+  // Validated once; the dispatch decides (and, for the Hopper kernel, encodes its tensor maps)
+  // once; the launch uses what it built.
   void flash(const FlashParams& params) override {
     validate_flash(params, /*complete=*/false);
     FlashParams p = params;
-    p.q_offset = kernel_q_offset(p.q_offset, p.q.len, p.k.len);  // the kernels' row + offset sums cannot overflow
-    check_cuda_flash(p);
+    p.mask = clamp_offset(p.mask, p.q.len, p.k.len);  // the kernels' row + offset sums cannot overflow
+    const cuda::FlashChoice c = cuda::choose_flash_kernel(caps_, p, options_);
     use_device();
-    const FlashKernel k = cuda::flash_kernel();
-    if (p.q.dtype != DType::F32 && k != FlashKernel::Portable && cuda::hopper_flash_supported(p, device_))
-      return cuda::hopper_flash_forward(p, stream_);  // writes p.out itself when asked
-    if (k == FlashKernel::Hopper && p.q.dtype != DType::F32)
-      fail_arg("RINGATTN_FLASH_KERNEL=hopper, but the Hopper kernel does not take this call (it needs an sm_90 GPU, a "
-               "build with sm_90a, bf16/fp16, head dim 64 or 128, a positive scale, 16-byte aligned views and an "
-               "output in the input dtype)");
-    if (p.q.dtype == DType::F32)
-      cuda::launch_flash_simt(p, stream_);
-    else
-      cuda::launch_flash_mma(p, stream_);
-    if (p.out.data != nullptr) finalize(FinalizeParams{p.state, p.out});
+    cuda::launch_flash(c, p, caps_, stream_);
   }
 
   void decode(const DecodeParams& params) override {
     validate_flash(params.flash, /*complete=*/false);
     DecodeParams dp = params;
-    dp.flash.q_offset = kernel_q_offset(dp.flash.q_offset, dp.flash.q.len, dp.flash.k.len);
+    dp.flash.mask = clamp_offset(dp.flash.mask, dp.flash.q.len, dp.flash.k.len);  // no offset overflow
     const FlashParams& f = dp.flash;
-    check_cuda_flash(f);
+    if (const std::string why = cuda::cuda_layout_problem(f); !why.empty()) fail_arg("{}", why);
     if (dp.splits < 0) fail_arg("splits must be >= 1, or 0 for the default (got {})", dp.splits);
     use_device();
     const int64_t rows = f.q.batch * f.q.heads * f.q.len;
     if (f.q.dtype != DType::F32) {
-      const cuda::DecodePlan plan = cuda::plan_decode_mma(f, dp.splits, sms_);
+      const cuda::DecodePlan plan = cuda::plan_decode_mma(f, dp.splits, caps_.sms);
       check_grid("batch * kv_heads", f.q.batch * f.k.heads);
       check_grid("packed query row blocks", plan.row_blocks);
       const cuda::SplitPartials parts = partials(plan.parts, rows, f.q.dim);
@@ -210,7 +160,7 @@ class CudaBackend final : public Backend {
       FlashParams sub = f;
       sub.k = f.k.rows(c0, len);
       sub.v = f.v.rows(c0, len);
-      sub.q_offset = f.q_offset - c0;  // clamped above: no overflow
+      sub.mask.q_offset = f.mask.q_offset - c0;  // the chunk's keys start at position c0
       sub.mode = StateMode::Write;
       sub.state = contiguous_state(parts.o + c * rows * f.q.dim, parts.lse + c * rows, f.q.batch, f.q.heads, f.q.len,
                                    f.q.dim);
@@ -275,7 +225,8 @@ class CudaBackend final : public Backend {
   }
 
   int device_ = 0;
-  int sms_ = 0;
+  cuda::FlashKernelOptions options_;
+  cuda::DeviceCaps caps_;
   double wait_timeout_s_ = 300.0;
   cudaStream_t stream_ = nullptr;
   void* workspace_ = nullptr;
@@ -287,27 +238,13 @@ class CudaBackend final : public Backend {
 
 }  // namespace
 
-namespace cuda {
-void set_flash_kernel(FlashKernel k) { g_flash_kernel = int(k); }
-FlashKernel flash_kernel() {
-  int k = g_flash_kernel.load();
-  if (k < 0) {
-    k = int(initial_flash_kernel());
-    g_flash_kernel = k;
-  }
-  return FlashKernel(k);
+// The flash options come from the environment, read here once per backend.
+std::unique_ptr<Backend> make_cuda_backend(int device) {
+  return std::make_unique<CudaBackend>(device, cuda::flash_options_from_env());
 }
-const char* flash_kernel_name(FlashKernel k) {
-  switch (k) {
-    case FlashKernel::Auto: return "auto";
-    case FlashKernel::Hopper: return "hopper";
-    case FlashKernel::Portable: return "portable";
-  }
-  return "?";
+std::unique_ptr<Backend> make_cuda_backend(int device, const cuda::FlashKernelOptions& options) {
+  return std::make_unique<CudaBackend>(device, options);
 }
-}  // namespace cuda
-
-std::unique_ptr<Backend> make_cuda_backend(int device) { return std::make_unique<CudaBackend>(device); }
 
 bool cuda_available() {
   int count = 0;

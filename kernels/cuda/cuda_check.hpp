@@ -5,14 +5,24 @@
 
 #include <cuda_runtime.h>
 
-#include <mutex>
-#include <set>
-#include <utility>
+#include <atomic>
+#include <cstdint>
 
 namespace ringattn::cuda {
 
 // Throws ringattn::RuntimeError "CUDA error <name> (<text>) in <call> at <file>:<line>".
 [[noreturn]] void throw_cuda_error(cudaError_t err, const char* call, const char* file, int line);
+
+// Throws ringattn::InvalidArgument "<launcher>: <what>=<value> has no kernel instantiation:
+// allowed are <allowed>": the error default of every switch over head dim or dtype (the backend
+// validates first, so reaching it is a bug, never a silent fallback to another instantiation).
+[[noreturn]] void fail_no_instance(const char* launcher, const char* what, long long value, const char* allowed);
+
+// Opts `kernel` in to `bytes` of dynamic shared memory (needed above 48 KiB) on the current
+// device, once per device: the attribute belongs to the (function, device) pair. `done` is the
+// kernel instantiation's set of configured devices (one bit per device id).
+template <typename Kernel>
+void set_dynamic_smem_once(Kernel kernel, int bytes, std::atomic<uint64_t>& done);
 
 }  // namespace ringattn::cuda
 
@@ -30,20 +40,12 @@ namespace ringattn::cuda {
     if (ra_err_ != cudaSuccess) ::ringattn::cuda::throw_cuda_error(ra_err_, "launch of " what, __FILE__, __LINE__); \
   } while (0)
 
-namespace ringattn::cuda {
-
-// Opts `kernel` in to `bytes` of dynamic shared memory (needed above 48 KiB) on the current
-// device. The attribute belongs to the function on one device, so a process that uses two GPUs
-// must set it on each: it is set once per (kernel, device) pair.
-inline void set_max_dynamic_smem(const void* kernel, int bytes) {
+template <typename Kernel>
+void ringattn::cuda::set_dynamic_smem_once(Kernel kernel, int bytes, std::atomic<uint64_t>& done) {
   int device = 0;
   RA_CUDA_CHECK(cudaGetDevice(&device));
-  static std::mutex mu;
-  static std::set<std::pair<const void*, int>> done;
-  const std::lock_guard<std::mutex> lock(mu);
-  if (done.count({kernel, device})) return;
+  const uint64_t bit = uint64_t(1) << (device & 63);
+  if (done.load() & bit) return;
   RA_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes));
-  done.insert({kernel, device});
+  done.fetch_or(bit);
 }
-
-}  // namespace ringattn::cuda

@@ -11,4 +11,8 @@ void throw_cuda_error(cudaError_t err, const char* call, const char* file, int l
   fail_runtime("CUDA error {} ({}) in {} at {}:{}", cudaGetErrorName(err), cudaGetErrorString(err), call, file, line);
 }
 
+void fail_no_instance(const char* launcher, const char* what, long long value, const char* allowed) {
+  fail_arg("{}: {}={} has no kernel instantiation: allowed are {}", launcher, what, value, allowed);
+}
+
 }  // namespace ringattn::cuda

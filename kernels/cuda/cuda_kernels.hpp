@@ -16,21 +16,18 @@ inline bool mma_head_dim_supported(int64_t d) { return d == 64 || d == 128; }
 // The fp32 SIMT path keeps head_dim / 32 values per lane in registers.
 inline constexpr int64_t kSimtMaxHeadDim = 256;
 
-// Flash forward on tensor cores (bf16/fp16 q, k, v; head dim 64 or 128). Writes or folds into
-// p.state according to p.mode.
-void launch_flash_mma(const FlashParams& p, cudaStream_t stream);
-// Tuning knob for benchmarks: the tensor-core flash configuration (1: 16 rows per warp, 64-key
-// tiles; 2: 32 rows per warp, 64-key tiles; 3: 32 rows per warp, 32-key tiles), 0 for the default.
-void set_flash_mma_variant(int variant);
+// Configurations of the portable tensor-core flash kernel (4 warps per CTA). Which one a call
+// runs is decided by the dispatch (flash_dispatch.hpp).
+enum class MmaVariant : uint8_t {
+  ScaleFirst = 0,    // 16 rows per warp, 64-key tiles, scores scaled before their max: scale <= 0
+  Rows16Keys64 = 1,  // 16 rows per warp, 64-key tiles (Q in registers): short query blocks
+  Rows32Keys64 = 2,  // 32 rows per warp, 64-key tiles: each K/V fragment feeds two m16 tiles
+  Rows32Keys32 = 3,  // 32 rows per warp, 32-key tiles (fewer live score registers)
+};
 
-// Which bf16/fp16 flash kernel the backend dispatches to. Auto: the Hopper kernel
-// (kernels/cuda/hopper, wgmma + bulk tensor copies) wherever hopper_flash_supported says so, the
-// portable mma.sync kernel elsewhere. The environment variable RINGATTN_FLASH_KERNEL=
-// auto|hopper|portable sets the initial choice; benchmarks switch with set_flash_kernel.
-enum class FlashKernel : uint8_t { Auto = 0, Hopper = 1, Portable = 2 };
-void set_flash_kernel(FlashKernel k);
-FlashKernel flash_kernel();
-const char* flash_kernel_name(FlashKernel k);
+// Flash forward on tensor cores (bf16/fp16 q, k, v; head dim 64 or 128) in configuration v.
+// Writes or folds into p.state according to p.mode.
+void launch_flash_mma(const FlashParams& p, MmaVariant v, cudaStream_t stream);
 
 // Flash forward in true fp32 (fp32 q, k, v; head dim <= kSimtMaxHeadDim). Slow, for accuracy.
 void launch_flash_simt(const FlashParams& p, cudaStream_t stream);

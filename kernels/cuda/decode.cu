@@ -9,9 +9,12 @@
 // - Each of the 4 warps takes its own 16 keys of every tile and keeps its own (m, l, acc); the
 //   warps combine through shared memory at the end, and the partials of all chunks are
 //   combined by the merge-splits kernel (merge.cu).
+#include <type_traits>
+
 #include "kernels/cuda/cuda_check.hpp"
 #include "kernels/cuda/cuda_kernels.hpp"
 #include "kernels/cuda/device_common.cuh"
+#include "kernels/cuda/online_softmax.cuh"
 
 namespace ringattn::cuda {
 namespace {
@@ -58,12 +61,13 @@ __global__ void __launch_bounds__(kThreads) decode_mma_kernel(const DecodeKernel
     cp_async_16(sQ + Tile::offset(r, c), src, valid);
   }
 
-  // This CTA's keys: [c0, c1), cut further by causality at the block's last row.
+  // This CTA's keys: [c0, c1), cut further by the mask at the block's positions.
   const int64_t c0 = split * a.chunk;
   int64_t c1 = c0 + a.chunk < len_k ? c0 + a.chunk : len_k;
   const int64_t t_first = row0 / group;
   const int64_t t_last = ((row0 + 15 < packed_rows ? row0 + 15 : packed_rows - 1)) / group;
-  if (f.causal && t_last + f.q_offset + 1 < c1) c1 = t_last + f.q_offset + 1;
+  const int64_t block_end = visible_range_of_rows(f.mask, t_first, t_last - t_first + 1, len_k).end;
+  if (block_end < c1) c1 = block_end;
   const int n_tiles = c1 > c0 ? int((c1 - c0 + kTileKeys - 1) / kTileKeys) : 0;
 
   const T* k_base = static_cast<const T*>(f.k.data) + b * f.k.stride_b + hk * f.k.stride_h;
@@ -87,12 +91,14 @@ __global__ void __launch_bounds__(kThreads) decode_mma_kernel(const DecodeKernel
 #pragma unroll
   for (int n = 0; n < kDT; ++n) acc[n][0] = acc[n][1] = acc[n][2] = acc[n][3] = 0.f;
   float m[2] = {neg_inf(), neg_inf()}, l[2] = {0.f, 0.f};
-  // Position of this thread's two rows (rows past the end get the last position; never written).
-  int64_t t_row[2];
+  // One past the last key of the CTA's chunk that this thread's two rows see (rows past the end
+  // take the last position; they are never written).
+  int64_t row_end[2];
 #pragma unroll
   for (int half = 0; half < 2; ++half) {
     const int64_t R = row0 + (lane >> 2) + half * 8;
-    t_row[half] = (R < packed_rows ? R : packed_rows - 1) / group;
+    const int64_t e = visible_range(f.mask, (R < packed_rows ? R : packed_rows - 1) / group, len_k).end;
+    row_end[half] = e < c1 ? e : c1;
   }
 
   const int mi = lane >> 3;
@@ -118,7 +124,7 @@ __global__ void __launch_bounds__(kThreads) decode_mma_kernel(const DecodeKernel
     const uint32_t vt = sVa + buf * kTileKeys * D * 2;
     const int64_t kw = c0 + int64_t(j) * kTileKeys + warp * 16;  // this warp's first key
     if (kw >= c1) continue;                                        // warp-uniform
-    const bool need_mask = kw + 16 > c1 || (f.causal && kw + 15 > t_first + f.q_offset);
+    const bool need_mask = kw + 16 > c1 || classify_block(f.mask, t_first, t_last - t_first + 1, kw, 16) != BlockVisibility::Full;
 
     float s[2][4] = {{0.f, 0.f, 0.f, 0.f}, {0.f, 0.f, 0.f, 0.f}};
 #pragma unroll
@@ -130,37 +136,8 @@ __global__ void __launch_bounds__(kThreads) decode_mma_kernel(const DecodeKernel
     }
 #pragma unroll
     for (int half = 0; half < 2; ++half) {
-      float mx = neg_inf();
-#pragma unroll
-      for (int n = 0; n < 2; ++n) {
-#pragma unroll
-        for (int e = 0; e < 2; ++e) {
-          float x = s[n][half * 2 + e] * scale_log2;
-          if (need_mask) {
-            const int64_t key = kw + n * 8 + (lane & 3) * 2 + e;
-            if (key >= c1 || (f.causal && key > t_row[half] + f.q_offset)) x = neg_inf();
-          }
-          s[n][half * 2 + e] = x;
-          mx = fmaxf(mx, x);
-        }
-      }
-      mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
-      mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
-      const float m_new = fmaxf(m[half], mx);
-      const float m_use = m_new == neg_inf() ? 0.f : m_new;
-      const float alpha = fast_exp2(m[half] - m_use);
-      m[half] = m_new;
-      float sum = 0.f;
-#pragma unroll
-      for (int n = 0; n < 2; ++n) {
-#pragma unroll
-        for (int e = 0; e < 2; ++e) {
-          const float pe = fast_exp2(s[n][half * 2 + e] - m_use);
-          s[n][half * 2 + e] = pe;
-          sum += pe;
-        }
-      }
-      l[half] = l[half] * alpha + sum;
+      const int key_end = need_mask ? tile_key_end(row_end[half], kw, 16) : 16;
+      const float alpha = online_softmax_row<2, false>(s, half, lane, need_mask, key_end, scale_log2, m[half], l[half]);
 #pragma unroll
       for (int n = 0; n < kDT; ++n) {
         acc[n][half * 2] *= alpha;
@@ -220,7 +197,7 @@ __global__ void __launch_bounds__(kThreads) decode_mma_kernel(const DecodeKernel
 #pragma unroll
       for (int w = 0; w < kWarps; ++w) {
         const float mw = red_m[w * 16 + r];
-        const float c = mw == neg_inf() ? 0.f : fast_exp2(mw - mx);
+        const float c = rescale_factor(mw, mx, FastExp2{});
         total_l += c * red_l[w * 16 + r];
         total_o += c * red_acc[(w * 16 + r) * kLd + d];
       }
@@ -228,14 +205,15 @@ __global__ void __launch_bounds__(kThreads) decode_mma_kernel(const DecodeKernel
     const int64_t row = (b * f.q.heads + hk * group + R % group) * len_q + R / group;
     const bool seen = total_l > 0.f;
     out.o[(split * out.rows + row) * out.dim + d] = seen ? total_o / total_l : 0.f;
-    if (d == 0) out.lse[split * out.rows + row] = seen ? (mx + log2f(total_l)) * kLn2 : neg_inf();
+    if (d == 0) out.lse[split * out.rows + row] = lse_from_stats_log2(mx, total_l);
   }
 }
 
 template <typename T, int D>
 auto decode_kernel_prepared() {
   auto kernel = decode_mma_kernel<T, D>;
-  set_max_dynamic_smem(reinterpret_cast<const void*>(kernel), int(decode_smem_bytes<D>()));
+  static std::atomic<uint64_t> configured{0};
+  set_dynamic_smem_once(kernel, int(decode_smem_bytes<D>()), configured);
   return kernel;
 }
 
@@ -255,6 +233,21 @@ void launch_instance(const FlashParams& f, const DecodePlan& plan, const SplitPa
   RA_CUDA_CHECK_LAUNCH("decode_mma_kernel");
 }
 
+// Calls fn(T{}, std::integral_constant<int, D>{}) for f's dtype and head dim: the one switch over
+// the decode kernel's instantiations.
+template <typename Fn>
+auto dispatch_decode(const FlashParams& f, Fn fn) {
+  using D64 = std::integral_constant<int, 64>;
+  using D128 = std::integral_constant<int, 128>;
+  const bool bf16 = f.q.dtype == DType::BF16;
+  if (!bf16 && f.q.dtype != DType::F16) fail_no_instance("decode_mma", "dtype", int(f.q.dtype), "bf16 and fp16");
+  switch (f.q.dim) {
+    case 64: return bf16 ? fn(__nv_bfloat16{}, D64{}) : fn(__half{}, D64{});
+    case 128: return bf16 ? fn(__nv_bfloat16{}, D128{}) : fn(__half{}, D128{});
+    default: fail_no_instance("decode_mma", "head_dim", f.q.dim, "64 and 128");
+  }
+}
+
 }  // namespace
 
 DecodePlan plan_decode_mma(const FlashParams& f, int splits_hint, int sms) {
@@ -264,9 +257,7 @@ DecodePlan plan_decode_mma(const FlashParams& f, int splits_hint, int sms) {
   const int64_t units = f.q.batch * f.k.heads * plan.row_blocks;
   int64_t splits = splits_hint;
   if (splits <= 0) {
-    const bool bf16 = f.q.dtype == DType::BF16;
-    const int per_sm = f.q.dim == 64 ? (bf16 ? decode_ctas_per_sm<__nv_bfloat16, 64>() : decode_ctas_per_sm<__half, 64>())
-                                     : (bf16 ? decode_ctas_per_sm<__nv_bfloat16, 128>() : decode_ctas_per_sm<__half, 128>());
+    const int per_sm = dispatch_decode(f, [](auto t, auto d) { return decode_ctas_per_sm<decltype(t), decltype(d)::value>(); });
     // One full wave: every CTA slot of the GPU busy, no second partial wave.
     const int64_t slots = int64_t(sms) * per_sm;
     splits = slots / units > 1 ? slots / units : 1;
@@ -281,14 +272,7 @@ DecodePlan plan_decode_mma(const FlashParams& f, int splits_hint, int sms) {
 }
 
 void launch_decode_mma(const FlashParams& f, const DecodePlan& plan, const SplitPartials& out, cudaStream_t stream) {
-  const bool bf16 = f.q.dtype == DType::BF16;
-  if (f.q.dim == 64) {
-    if (bf16) launch_instance<__nv_bfloat16, 64>(f, plan, out, stream);
-    else launch_instance<__half, 64>(f, plan, out, stream);
-  } else {
-    if (bf16) launch_instance<__nv_bfloat16, 128>(f, plan, out, stream);
-    else launch_instance<__half, 128>(f, plan, out, stream);
-  }
+  dispatch_decode(f, [&](auto t, auto d) { launch_instance<decltype(t), decltype(d)::value>(f, plan, out, stream); });
 }
 
 }  // namespace ringattn::cuda

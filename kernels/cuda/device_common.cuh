@@ -1,5 +1,6 @@
-// Device helpers shared by the CUDA kernels: the (o, lse) merge of one row, PTX wrappers for
-// cp.async, ldmatrix and mma.sync m16n8k16, and the swizzled shared-memory tile layout.
+// Device helpers shared by the CUDA kernels: state row addressing, PTX wrappers for cp.async,
+// ldmatrix and mma.sync m16n8k16, and the swizzled shared-memory tile layout. The state
+// arithmetic (merge weights, online softmax, lse) is core/state.hpp, shared with the CPU.
 #pragma once
 
 #include <cuda_bf16.h>
@@ -12,31 +13,7 @@
 
 namespace ringattn::cuda {
 
-constexpr float kLn2 = 0.6931471805599453f;
-constexpr float kLog2e = 1.4426950408889634f;
-
 __device__ __forceinline__ float neg_inf() { return -__int_as_float(0x7f800000); }
-
-// Weights of the merge state := merge(state, other) in DESIGN.md section 2, exactly as
-// kernels/cpu/merge.cpp merge_row: returns false when `other` is empty (state unchanged).
-// Otherwise o := o * wa + o_other * wb and lse := new_lse. The empty state is the identity and
-// (-inf) - (-inf) is never formed.
-__device__ __forceinline__ bool merge_weights(float lse_a, float lse_b, float& wa, float& wb, float& new_lse) {
-  if (lse_b == neg_inf()) return false;
-  if (lse_a == neg_inf()) {
-    wa = 0.f;
-    wb = 1.f;
-    new_lse = lse_b;
-    return true;
-  }
-  const float mx = fmaxf(lse_a, lse_b);
-  const float ea = expf(lse_a - mx), eb = expf(lse_b - mx);
-  const float sum = ea + eb;
-  wa = ea / sum;
-  wb = eb / sum;
-  new_lse = mx + logf(sum);
-  return true;
-}
 
 __device__ __forceinline__ float* state_o_row(const StateView& s, int64_t b, int64_t h, int64_t t) {
   return s.o + b * s.o_stride_b + h * s.o_stride_h + t * s.o_stride_t;
@@ -135,6 +112,10 @@ __device__ __forceinline__ float fast_exp2(float x) {
   asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
   return y;
 }
+// fast_exp2 as a function object, for the state helpers (core/state.hpp) in log2 units.
+struct FastExp2 {
+  __device__ __forceinline__ float operator()(float x) const { return fast_exp2(x); }
+};
 
 // A tile of `rows` x D 16-bit values in shared memory, rows of D * 2 bytes cut into 16-byte
 // chunks. Chunk c of row r is stored at chunk c ^ (r & 7): the 8 row addresses that one

@@ -28,7 +28,7 @@ __device__ __forceinline__ void finish_rows(StateMode mode, int lane, const floa
     sum += __shfl_xor_sync(0xffffffffu, sum, 1);
     sum += __shfl_xor_sync(0xffffffffu, sum, 2);
     inv[half] = sum > 0.f ? 1.f / sum : 0.f;
-    lse_new[half] = sum > 0.f ? (m[half] + log2f(sum)) * kLn2 : neg_inf();
+    lse_new[half] = lse_from_stats_log2(m[half], sum);
     rp[half] = row_at((lane >> 2) + half * 8);
     if (mode == StateMode::Fold && rp[half].o != nullptr) lse_old[half] = *rp[half].lse;
   }

@@ -21,6 +21,7 @@
 #include "kernels/cuda/cuda_kernels.hpp"
 #include "kernels/cuda/device_common.cuh"
 #include "kernels/cuda/flash_epilogue.cuh"
+#include "kernels/cuda/online_softmax.cuh"
 
 namespace ringattn::cuda {
 namespace {
@@ -66,13 +67,10 @@ __global__ void __launch_bounds__(32 * kWarps) flash_fwd_mma_kernel(const FlashP
   const T* k_base = static_cast<const T*>(p.k.data) + b * p.k.stride_b + hk * p.k.stride_h;
   const T* v_base = static_cast<const T*>(p.v.data) + b * p.v.stride_b + hk * p.v.stride_h;
 
+  // The mask with its kind known at compile time (kCausal is p.mask.causal).
+  const MaskSpec mask{kCausal, p.mask.q_offset};
   // Keys that any row of this CTA can see: [0, k_end).
-  int64_t k_end = len_k;
-  if (kCausal) {
-    const int64_t last_row = (i0 + kBM < len_q ? i0 + kBM : len_q) - 1;
-    k_end = last_row + p.q_offset + 1;
-    k_end = k_end < 0 ? 0 : (k_end > len_k ? len_k : k_end);
-  }
+  const int64_t k_end = visible_range_of_rows(mask, i0, (i0 + kBM < len_q ? kBM : len_q - i0), len_k).end;
   const int n_tiles = int((k_end + kBN - 1) / kBN);
 
   load_tile_async<D, kBM, kThreads>(sQ, q_base, p.q.stride_t, i0, len_q, tid);
@@ -115,14 +113,9 @@ __global__ void __launch_bounds__(32 * kWarps) flash_fwd_mma_kernel(const FlashP
           ldmatrix_x4(qf[kQInRegs ? mt : 0][kQInRegs ? kk : 0], sQa + Tile::fragment_offset(q_off, warp * kRows + mt * 16, kk));
     }
     // Warp-level classification of this tile (warp-uniform branches).
-    const bool warp_sees_none = kCausal && j0 > w_row0 + kRows - 1 + p.q_offset;
-    const bool need_mask = j0 + kBN > len_k || (kCausal && j0 + kBN - 1 > w_row0 + p.q_offset);
-    // Masks in tile-local int coordinates: key k of the tile is past the end when k >= kv_lim,
-    // and (causal) invisible to warp row r when k + diag > r. In a masked causal tile of a warp
-    // that sees some of it, diag lies in (-kBN, kRows), so the clamps change nothing there.
-    const int kv_lim = int(len_k - j0 < kBN ? len_k - j0 : kBN);
-    int64_t diag64 = j0 - w_row0 - p.q_offset;
-    const int diag = int(diag64 < -kBN - 1 ? -kBN - 1 : (diag64 > kRows + 1 ? kRows + 1 : diag64));
+    const BlockVisibility vis = classify_block(mask, w_row0, kRows, j0, kBN);
+    const bool warp_sees_none = vis == BlockVisibility::Empty;
+    const bool need_mask = j0 + kBN > len_k || vis != BlockVisibility::Full;
 
     float s[kM][kNT][4];
     if (!warp_sees_none) {
@@ -165,43 +158,12 @@ __global__ void __launch_bounds__(32 * kWarps) flash_fwd_mma_kernel(const FlashP
         float alpha[2];
 #pragma unroll
         for (int half = 0; half < 2; ++half) {
-          const int row = mt * 16 + (lane >> 2) + half * 8;  // within the warp's rows
-          float mx = neg_inf();
-#pragma unroll
-          for (int n = 0; n < kNT; ++n) {
-#pragma unroll
-            for (int e = 0; e < 2; ++e) {
-              // kPosScale: scores stay raw here and the scale is folded into the exponent's
-              // FFMA below (max commutes with a positive scale); otherwise scale first.
-              float x = kPosScale ? s[mt][n][half * 2 + e] : s[mt][n][half * 2 + e] * scale_log2;
-              if (need_mask) {
-                const int key = n * 8 + (lane & 3) * 2 + e;  // within the tile
-                if (key >= kv_lim || (kCausal && key + diag > row)) x = neg_inf();
-              }
-              s[mt][n][half * 2 + e] = x;
-              mx = fmaxf(mx, x);
-            }
-          }
-          mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
-          mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
-          if (kPosScale) mx *= scale_log2;  // -inf stays -inf
-          const float m_new = fmaxf(m[mt][half], mx);
-          // A row that has seen only masked keys keeps m = -inf; subtract 0 then, not -inf.
-          const float m_use = m_new == neg_inf() ? 0.f : m_new;
-          alpha[half] = fast_exp2(m[mt][half] - m_use);
-          m[mt][half] = m_new;
-          float sum = 0.f;
-#pragma unroll
-          for (int n = 0; n < kNT; ++n) {
-#pragma unroll
-            for (int e = 0; e < 2; ++e) {
-              const float x = s[mt][n][half * 2 + e];
-              const float pe = kPosScale ? fast_exp2(fmaf(x, scale_log2, -m_use)) : fast_exp2(x - m_use);
-              s[mt][n][half * 2 + e] = pe;
-              sum += pe;
-            }
-          }
-          l[mt][half] = l[mt][half] * alpha[half] + sum;  // per-thread partial row sum; reduced at the end
+          // A masked tile: this row sees the tile's keys [0, key_end) (kv_len included).
+          const int key_end =
+              need_mask ? tile_key_end(visible_range(mask, w_row0 + mt * 16 + (lane >> 2) + half * 8, len_k).end, j0, kBN)
+                        : kBN;
+          alpha[half] = online_softmax_row<kNT, kPosScale>(s[mt], half, lane, need_mask, key_end, scale_log2,
+                                                           m[mt][half], l[mt][half]);
         }
         // Once the running max settles, alpha is exactly 1 for every row: skip the rescale then.
         if (__any_sync(0xffffffffu, alpha[0] != 1.f || alpha[1] != 1.f)) {
@@ -260,52 +222,48 @@ void launch_instance(const FlashParams& p, cudaStream_t stream) {
   using Shape = FlashShape<D, kWarps, kM, kBN>;
   const size_t smem = Shape::smem_bytes(sizeof(T));
   auto kernel = flash_fwd_mma_kernel<T, D, kWarps, kM, kBN, kCausal, kPosScale>;
-  // Above 48 KiB a kernel must opt in to its dynamic shared memory, on each device it runs on.
-  set_max_dynamic_smem(reinterpret_cast<const void*>(kernel), int(smem));
+  static std::atomic<uint64_t> configured{0};
+  set_dynamic_smem_once(kernel, int(smem), configured);
   const unsigned q_tiles = unsigned((p.q.len + Shape::kBM - 1) / Shape::kBM), heads = unsigned(p.q.batch * p.q.heads);
   const dim3 grid = kCausal ? dim3(heads, q_tiles) : dim3(q_tiles, heads);
   kernel<<<grid, Shape::kThreads, smem, stream>>>(p);
   RA_CUDA_CHECK_LAUNCH("flash_fwd_mma_kernel");
 }
 
-int g_flash_variant = 0;  // 0: the default; see set_flash_mma_variant
-
 template <typename T, int D, int kWarps, int kM, int kBN, bool kPosScale = true>
 void dispatch_causal(const FlashParams& p, cudaStream_t stream) {
-  if (p.causal) launch_instance<T, D, kWarps, kM, kBN, true, kPosScale>(p, stream);
+  if (p.mask.causal) launch_instance<T, D, kWarps, kM, kBN, true, kPosScale>(p, stream);
   else launch_instance<T, D, kWarps, kM, kBN, false, kPosScale>(p, stream);
 }
 
 template <typename T, int D>
-void dispatch_variant(const FlashParams& p, cudaStream_t stream) {
-  // Variant 1: 4 warps x 16 rows, 64-key tiles (Q in registers).
-  // Variant 2: 4 warps x 32 rows, 64-key tiles: each K/V fragment read from shared memory
-  //   feeds two m16 tiles, 37% less shared-memory traffic per FLOP.
-  // Variant 3: 4 warps x 32 rows, 32-key tiles (fewer live score registers).
-  // Short query blocks use variant 1 so that small problems still spread over many CTAs.
-  // A zero or negative softmax scale (legal, if unusual) takes the one configuration built to
-  // scale scores before their max.
-  if (!(p.scale > 0.f)) return dispatch_causal<T, D, 4, 1, 64, false>(p, stream);
-  int v = g_flash_variant;
-  if (v == 0) v = p.q.len >= 512 ? 2 : 1;
-  if (v == 2) dispatch_causal<T, D, 4, 2, 64>(p, stream);
-  else if (v == 3) dispatch_causal<T, D, 4, 2, 32>(p, stream);
-  else dispatch_causal<T, D, 4, 1, 64>(p, stream);
+void dispatch_variant(const FlashParams& p, MmaVariant v, cudaStream_t stream) {
+  switch (v) {
+    case MmaVariant::ScaleFirst: return dispatch_causal<T, D, 4, 1, 64, false>(p, stream);
+    case MmaVariant::Rows16Keys64: return dispatch_causal<T, D, 4, 1, 64>(p, stream);
+    case MmaVariant::Rows32Keys64: return dispatch_causal<T, D, 4, 2, 64>(p, stream);
+    case MmaVariant::Rows32Keys32: return dispatch_causal<T, D, 4, 2, 32>(p, stream);
+    default: fail_no_instance("launch_flash_mma", "variant", int(v), "0..3");
+  }
 }
 
 template <typename T>
-void dispatch_dim(const FlashParams& p, cudaStream_t stream) {
-  if (p.q.dim == 64) dispatch_variant<T, 64>(p, stream);
-  else dispatch_variant<T, 128>(p, stream);
+void dispatch_dim(const FlashParams& p, MmaVariant v, cudaStream_t stream) {
+  switch (p.q.dim) {
+    case 64: return dispatch_variant<T, 64>(p, v, stream);
+    case 128: return dispatch_variant<T, 128>(p, v, stream);
+    default: fail_no_instance("launch_flash_mma", "head_dim", p.q.dim, "64 and 128");
+  }
 }
 
 }  // namespace
 
-void set_flash_mma_variant(int variant) { g_flash_variant = variant; }
-
-void launch_flash_mma(const FlashParams& p, cudaStream_t stream) {
-  if (p.q.dtype == DType::BF16) dispatch_dim<__nv_bfloat16>(p, stream);
-  else dispatch_dim<__half>(p, stream);
+void launch_flash_mma(const FlashParams& p, MmaVariant v, cudaStream_t stream) {
+  switch (p.q.dtype) {
+    case DType::BF16: return dispatch_dim<__nv_bfloat16>(p, v, stream);
+    case DType::F16: return dispatch_dim<__half>(p, v, stream);
+    default: fail_no_instance("launch_flash_mma", "dtype", int(p.q.dtype), "bf16 and fp16");
+  }
 }
 
 }  // namespace ringattn::cuda

@@ -29,13 +29,9 @@ __global__ void __launch_bounds__(32 * kWarps) flash_simt_kernel(const FlashPara
     qr[e] = d < D ? q[d] : 0.f;
     acc[e] = 0.f;
   }
-  int64_t n = p.k.len;  // visible keys of row i
-  if (p.causal) {
-    const int64_t last = i + p.q_offset;
-    n = last < 0 ? 0 : (last + 1 < n ? last + 1 : n);
-  }
+  const KeyRange keys = visible_range(p.mask, i, p.k.len);
   float m = neg_inf(), l = 0.f;
-  for (int64_t j = 0; j < n; ++j) {
+  for (int64_t j = keys.begin; j < keys.end; ++j) {
     const float* kj = k + j * p.k.stride_t;
     const float* vj = v + j * p.v.stride_t;
     float dot = 0.f;
@@ -47,21 +43,19 @@ __global__ void __launch_bounds__(32 * kWarps) flash_simt_kernel(const FlashPara
 #pragma unroll
     for (int off = 16; off > 0; off >>= 1) dot += __shfl_xor_sync(0xffffffffu, dot, off);
     const float x = dot * p.scale;
-    const float m_new = fmaxf(m, x);
-    const float alpha = expf(m - m_new);  // m = -inf on the first key: alpha = 0
-    const float pj = expf(x - m_new);
+    const OnlineStep st = online_step(m, x, [](float y) { return expf(y); });
+    const float alpha = st.alpha, pj = expf(x - st.base);
     l = l * alpha + pj;
 #pragma unroll
     for (int e = 0; e < kPer; ++e) {
       const int64_t d = lane + 32 * e;
       acc[e] = acc[e] * alpha + (d < D ? pj * vj[d] : 0.f);
     }
-    m = m_new;
   }
 
   float* o = state_o_row(p.state, b, h, i);
   float* lse = state_lse_at(p.state, b, h, i);
-  const float lse_b = l > 0.f ? m + logf(l) : neg_inf();
+  const float lse_b = lse_from_stats(m, l);
   const float inv = l > 0.f ? 1.f / l : 0.f;
   if (p.mode == StateMode::Write) {
 #pragma unroll
@@ -99,7 +93,8 @@ void launch_flash_simt(const FlashParams& p, cudaStream_t stream) {
   if (per <= 1) launch_per<1>(p, stream);
   else if (per <= 2) launch_per<2>(p, stream);
   else if (per <= 4) launch_per<4>(p, stream);
-  else launch_per<8>(p, stream);
+  else if (per <= 8) launch_per<8>(p, stream);
+  else fail_no_instance("launch_flash_simt", "head_dim", p.q.dim, "1..256");
 }
 
 }  // namespace ringattn::cuda

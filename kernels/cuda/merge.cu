@@ -102,7 +102,7 @@ __global__ void __launch_bounds__(kSplitThreads) merge_splits_kernel(const Merge
     if (lane + 32 * i < dim) partial_sums[warp][lane + 32 * i] = x[i];
   __syncthreads();
 
-  const float lse_b = mx + logf(sum);
+  const float lse_b = lse_from_stats(mx, sum);  // sum >= 1: some partial has lse == mx
   float wa = 0.f, wb = 1.f, merged = lse_b;
   if (p.mode == StateMode::Fold) merge_weights(lse_old, lse_b, wa, wb, merged);  // lse_b finite: true
   const bool a_empty = p.mode == StateMode::Write || lse_old == neg_inf();
@@ -185,6 +185,7 @@ void launch_finalize(const FinalizeParams& p, cudaStream_t stream) {
     case DType::F32: finalize_kernel<float><<<blocks, kThreads, 0, stream>>>(p); break;
     case DType::F16: finalize_kernel<__half><<<blocks, kThreads, 0, stream>>>(p); break;
     case DType::BF16: finalize_kernel<__nv_bfloat16><<<blocks, kThreads, 0, stream>>>(p); break;
+    default: fail_no_instance("launch_finalize", "dtype", int(p.out.dtype), "f32, f16 and bf16");
   }
   RA_CUDA_CHECK_LAUNCH("finalize_kernel");
 }

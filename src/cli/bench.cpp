@@ -33,8 +33,7 @@ RankStats run_naive(const GlobalProblem& p, const LocalProblem& l) {
   fp.k = l.views.k;
   fp.v = l.views.v;
   fp.scale = p.resolved_scale();
-  fp.causal = p.causal;
-  fp.q_offset = p.resolved_q_offset();
+  fp.mask = MaskSpec{p.causal, p.resolved_q_offset()};
   const auto t0 = std::chrono::steady_clock::now();
   const cpu::Reference ref = cpu::naive_attention(fp);
   RankStats s;

@@ -54,8 +54,8 @@ CheckResult check_rows(const GlobalProblem& p, InputSource& src, const LocalProb
   CheckResult res;
   res.nan_count = count_nonfinite(p, r);
   const int64_t tq = l.q_layout.tokens(), D = p.head_dim, H = p.q_heads, S = p.kv_len;
-  // Clamped to what can change visibility (kernels/params.hpp): row + off + 1 cannot overflow.
-  const int64_t off = kernel_q_offset(p.resolved_q_offset(), p.q_len, S);
+  // Clamped to what can change visibility (core/mask.hpp clamp_offset): row + off + 1 cannot overflow.
+  const int64_t off = clamp_offset(MaskSpec{p.causal, p.resolved_q_offset()}, p.q_len, S).q_offset;
   // The local rows this rank answers for.
   std::vector<int64_t> mine;
   for (int64_t i = 0; i < tq; ++i)
@@ -104,7 +104,7 @@ CheckResult check_rows(const GlobalProblem& p, InputSource& src, const LocalProb
     const int64_t b = rows[g0].b, hk = rows[g0].h / group;
     int64_t keys = 0;  // the most keys any row of the group sees
     for (size_t i = g0; i < g1; ++i)
-      keys = std::max(keys, p.causal ? std::clamp<int64_t>(rows[i].global_row + off + 1, 0, S) : S);
+      keys = std::max(keys, visible_range(MaskSpec{p.causal, off}, rows[i].global_row, S).end);
     kslab.resize(size_t(std::max<int64_t>(keys, 1) * D * es));
     vslab.resize(kslab.size());
     if (keys > 0) {
@@ -126,8 +126,7 @@ CheckResult check_rows(const GlobalProblem& p, InputSource& src, const LocalProb
       fp.k = bhtd_view(kslab.data(), p.dtype, 1, 1, std::max<int64_t>(keys, 1), D);
       fp.v = bhtd_view(vslab.data(), p.dtype, 1, 1, std::max<int64_t>(keys, 1), D);
       fp.scale = scale;
-      fp.causal = p.causal;
-      fp.q_offset = row.global_row + off;  // row 0 of the one-row view is global row global_row
+      fp.mask = MaskSpec{p.causal, row.global_row + off};  // row 0 of the one-row view is global row global_row
       std::vector<double> ref(static_cast<size_t>(D));
       double ref_lse = 0;
       cpu::naive_row(fp, 0, 0, 0, ref.data(), &ref_lse);

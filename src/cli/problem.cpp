@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <limits>
 
+#include "core/mask.hpp"
 #include "ringattn/error.hpp"
 #include "ringattn/schedule.hpp"
 
@@ -167,10 +168,7 @@ LocalProblem load_local(const GlobalProblem& p, InputSource& src, Backend& b, in
 
 double visible_pairs(const GlobalProblem& p) {
   const int64_t T = p.q_len, S = p.kv_len;
-  if (!p.causal) return double(T) * double(S);
-  // Row i sees clamp(i + off + 1, 0, S) keys; the offset clamped first (kernels/params.hpp), so
-  // that off + 1 cannot overflow.
-  return to_double(sum_clamped(T, kernel_q_offset(p.resolved_q_offset(), T, S) + 1, S));
+  return count_visible<double>(MaskSpec{p.causal, p.resolved_q_offset()}, 0, T, S);
 }
 
 double attention_flops(const GlobalProblem& p) {

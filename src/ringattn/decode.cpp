@@ -5,6 +5,7 @@
 #include <chrono>
 #include <vector>
 
+#include "core/mask.hpp"
 #include "ringattn/agree.hpp"
 #include "ringattn/error.hpp"
 #include "ringattn/ring.hpp"
@@ -58,9 +59,10 @@ RankStats run_distributed_decode(const GlobalProblem& p, const LocalTensors& x, 
   const auto t_compute = Clock::now();
   const StateView mine = slot_state(r);
   // pos(q_0) - pos(first local key), from the offset clamped to what can change visibility
-  // (kernels/params.hpp): no overflow for any offset.
-  const int64_t local_offset = kernel_q_offset(p.resolved_q_offset(), T, p.kv_len) - kv.start;
-  const bool sees_nothing = kv.len == 0 || (p.causal && T - 1 + local_offset < 0);
+  // (core/mask.hpp clamp_offset): no overflow for any offset.
+  MaskSpec local_mask = clamp_offset(MaskSpec{p.causal, p.resolved_q_offset()}, T, p.kv_len);
+  local_mask.q_offset -= kv.start;
+  const bool sees_nothing = classify_block(local_mask, 0, T, 0, kv.len) == BlockVisibility::Empty;
   if (sees_nothing) {
     b.fill_empty(mine);
   } else {
@@ -70,15 +72,14 @@ RankStats run_distributed_decode(const GlobalProblem& p, const LocalTensors& x, 
     d.flash.v = x.v;
     d.flash.state = mine;
     d.flash.scale = p.resolved_scale();
-    d.flash.causal = p.causal;
-    d.flash.q_offset = local_offset;
+    d.flash.mask = local_mask;
     d.flash.mode = StateMode::Write;
     d.flash.tile_q = opt.tile_q;
     d.flash.tile_k = opt.tile_k;
     d.splits = opt.decode_splits;
     b.decode(d);
     st.kernel_calls = 1;
-    for (int64_t i = 0; i < T; ++i) st.visible_pairs += visible_keys(d.flash, i) * B * Hq;
+    st.visible_pairs += count_visible(local_mask, 0, T, kv.len) * B * Hq;
   }
   b.synchronize();
   st.compute_s = seconds_since(t_compute);

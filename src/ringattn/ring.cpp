@@ -128,8 +128,7 @@ void compute_hop(const HopPlan& plan, const std::vector<char>& final_call, const
     }
     f.k = kb.rows(c.k_row0, c.k_rows);
     f.v = vb.rows(c.k_row0, c.k_rows);
-    f.causal = c.causal;
-    f.q_offset = c.q_offset;
+    f.mask = MaskSpec{c.causal, c.q_offset};
     b.flash(f);
   }
   b.synchronize();

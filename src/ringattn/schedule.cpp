@@ -1,7 +1,6 @@
 #include "ringattn/schedule.hpp"
 
-#include <algorithm>
-
+#include "core/mask.hpp"
 #include "ringattn/error.hpp"
 
 namespace ringattn {
@@ -13,17 +12,6 @@ int64_t floor_div(int64_t a, int64_t b) {  // b > 0
 }
 
 }  // namespace
-
-PairCount sum_clamped(int64_t rows, int64_t a, int64_t cols) {
-  if (rows <= 0 || cols <= 0) return 0;
-  // Rows below `lo` see nothing, rows from `hi` on see all cols, rows between see i + a. In 128
-  // bits: -a and cols - a overflow int64 for extreme a, and the products reach rows x cols.
-  const PairCount A = a, R = rows, C = cols;
-  const PairCount lo = std::clamp<PairCount>(-A, 0, R);
-  const PairCount hi = std::clamp<PairCount>(C - A, lo, R);
-  const PairCount n = hi - lo;
-  return n * A + (lo + hi - 1) * n / 2 + (R - hi) * C;
-}
 
 PairClass classify_pair(const Segment& q, const Segment& k, bool causal) {
   PairClass c;
@@ -39,15 +27,13 @@ PairClass classify_pair(const Segment& q, const Segment& k, bool causal) {
     fail_arg("cannot express query run (start {}, stride {}) against key run (start {}, stride {}) as one kernel "
              "call: the strides must be equal and >= 1", q.start, q.stride, k.start, k.stride);
   const int64_t off = floor_div(checked_sub(q.start, k.start, "query position - key position"), S);
+  const MaskSpec mask{true, off};
   c.q_offset = off;
-  c.visible_pairs = sum_clamped(q.len, checked_add(off, 1, "causal offset + 1"), k.len);
-  if (k.len - 1 <= off) {
-    c.visibility = PairVisibility::Full;  // the first query already sees the last key
-  } else if (off < -(q.len - 1)) {
-    c.visibility = PairVisibility::Invisible;  // the last query sees no key
-    c.visible_pairs = 0;
-  } else {
-    c.visibility = PairVisibility::Diagonal;
+  c.visible_pairs = count_visible<PairCount>(mask, 0, q.len, k.len);
+  switch (classify_block(clamp_offset(mask, q.len, k.len), 0, q.len, 0, k.len)) {
+    case BlockVisibility::Full: c.visibility = PairVisibility::Full; break;  // no mask cost
+    case BlockVisibility::Partial: c.visibility = PairVisibility::Diagonal; break;
+    case BlockVisibility::Empty: c.visibility = PairVisibility::Invisible; break;
   }
   return c;
 }

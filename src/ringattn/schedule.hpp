@@ -19,7 +19,7 @@ enum class PairVisibility : uint8_t {
 
 struct PairClass {
   PairVisibility visibility = PairVisibility::Invisible;
-  int64_t q_offset = 0;       // Diagonal: key j visible to query i iff j <= i + q_offset
+  int64_t q_offset = 0;         // Diagonal: the causal MaskSpec offset (core/mask.hpp) of the call
   PairCount visible_pairs = 0;  // query-key pairs the call computes (128-bit: up to seq^2)
 };
 
@@ -28,10 +28,6 @@ struct PairClass {
 // k.start + S*j <= q.start + S*i, i.e. j <= i + floor((q.start - k.start) / S), one kernel call.
 // Non-causal pairs are always Full.
 PairClass classify_pair(const Segment& q, const Segment& k, bool causal);
-
-// Sum over i in [0, rows) of clamp(i + a, 0, cols): visible keys per query row, summed. Exact
-// for any int64 arguments (computed in 128 bits).
-PairCount sum_clamped(int64_t rows, int64_t a, int64_t cols);
 
 // One flash call: local query rows [q_row0, q_row0 + q_rows) against rows [k_row0, k_row0 + k_rows)
 // of the K/V block that this hop holds.

@@ -3,6 +3,7 @@
 #include <optional>
 #include <string>
 
+#include "core/mask.hpp"
 #include "ringattn/agree.hpp"
 #include "ringattn/checked.hpp"
 #include "ringattn/error.hpp"
@@ -151,7 +152,7 @@ void validate_problem_values(const GlobalProblem& p, int world) {
   if (!std::isfinite(p.scale)) fail_arg("softmax scale must be finite (got {})", p.scale);
   check_positions(p);
   const int64_t off = p.resolved_q_offset();
-  if (p.causal && off < 0)
+  if (visible_range(MaskSpec{p.causal, off}, 0, p.kv_len).empty())
     fail_arg("causal attention with q_offset={} leaves query 0 with no visible key; it needs q_offset >= 0 (the "
              "default is kv_len - q_len = {})", off, p.kv_len - p.q_len);
 }

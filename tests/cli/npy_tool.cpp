@@ -115,8 +115,7 @@ int cmd_reference(char** a) {
   p.k = bhtd_view(k.bytes.data(), k.header.dtype, ks[0], ks[1], ks[2], ks[3]);
   p.v = bhtd_view(v.bytes.data(), v.header.dtype, ks[0], ks[1], ks[2], ks[3]);
   p.scale = float(1.0 / std::sqrt(double(qs[3])));
-  p.causal = std::string(a[5]) == "causal";
-  p.q_offset = ks[2] - qs[2];
+  p.mask = MaskSpec{std::string(a[5]) == "causal", ks[2] - qs[2]};
   const cpu::Reference ref = cpu::naive_attention(p);
   if (out.header.shape != qs || lse.header.shape != std::vector<int64_t>{qs[0], qs[1], qs[2]}) {
     std::printf("out %s / lse %s do not match q %s\n", out.header.shape_string().c_str(),

@@ -22,7 +22,7 @@ int main() {
   fill_input(p.v, 7, InputTensor::V, 0, 1);
   p.state = contiguous_state(o.data(), lse.data(), B, H, T, D);
   p.scale = 1.f / std::sqrt(float(D));
-  p.causal = true;
+  p.mask.causal = true;
   auto backend = make_cpu_backend();
   backend->flash(p);
   const auto ref = cpu::naive_attention(p);

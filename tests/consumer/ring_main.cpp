@@ -51,7 +51,7 @@ int main() {
   whole.k = x.k;
   whole.v = x.v;
   whole.scale = p.resolved_scale();
-  whole.causal = true;
+  whole.mask.causal = true;
   const cpu::Reference ref = cpu::naive_attention(whole);
   double worst = 0;
   for (size_t i = 0; i < o.size(); ++i) worst = std::fmax(worst, std::fabs(o[i] - ref.o[i]));

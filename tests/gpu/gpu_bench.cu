@@ -16,6 +16,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <memory>
 #include <random>
 #include <stdexcept>
 #include <type_traits>
@@ -25,7 +26,7 @@
 #include "kernels/backend.hpp"
 #include "kernels/cpu/cpu_kernels.hpp"
 #include "kernels/cuda/cuda_check.hpp"
-#include "kernels/cuda/cuda_kernels.hpp"
+#include "kernels/cuda/flash_dispatch.hpp"
 
 using namespace ringattn;
 
@@ -105,7 +106,7 @@ bool check_rows(Backend& be, const Shape& sh, const FlashParams& p, const Device
     r.q = bhtd_view(qh.data(), p.q.dtype, 1, 1, 1, D);
     r.k = bhtd_view(kh.data(), p.q.dtype, 1, 1, sh.s, D);
     r.v = bhtd_view(vh.data(), p.q.dtype, 1, 1, sh.s, D);
-    r.q_offset = p.q_offset + i;
+    r.mask.q_offset = p.mask.q_offset + i;
     std::vector<double> ro(static_cast<size_t>(D));
     double rl;
     cpu::naive_row(r, 0, 0, 0, ro.data(), &rl);
@@ -148,8 +149,7 @@ Result bench_shape(Backend& be, const Shape& sh, DType dt, int reps, bool& ok, s
   DeviceBuffer o(be, size_t(q_elems) * 4), lse(be, size_t(sh.b * sh.hq * sh.t) * 4), out(be, size_t(q_elems) * 2);
   FlashParams p;
   p.scale = 1.f / std::sqrt(float(sh.d));
-  p.causal = sh.causal;
-  p.q_offset = sh.s - sh.t;
+  p.mask = MaskSpec{sh.causal, sh.s - sh.t};
   p.state = contiguous_state(o.as<float>(), lse.as<float>(), sh.b, sh.hq, sh.t, sh.d);
   const TensorView out_view = bhtd_view(out.get(), dt, sh.b, sh.hq, sh.t, sh.d);
   const bool decode = sh.t <= 16;
@@ -230,7 +230,9 @@ int main(int argc, char** argv) {
   }
   bool ok = true;
   try {
-    auto be = make_cuda_backend(0);
+    // The options from the environment, read once; the variant and portable rows change one field.
+    const cuda::FlashKernelOptions env_options = cuda::flash_options_from_env();
+    auto be = make_cuda_backend(0, env_options);
     std::mt19937_64 rng(uint64_t(std::chrono::high_resolution_clock::now().time_since_epoch().count()));
     std::FILE* js = json.empty() ? nullptr : std::fopen(json.c_str(), "w");
     if (js) std::fprintf(js, "{\"dtype\": \"%s\", \"rows\": [\n", dtype_name(dt));
@@ -249,12 +251,15 @@ int main(int argc, char** argv) {
                        first ? "" : ",\n", text.c_str(), impl, flops / ms / 1e9, ms, kv_bytes / ms / 1e6);
         first = false;
       };
-      // --variants: also each flash kernel configuration (cuda_kernels.hpp set_flash_mma_variant).
+      // --variants: also each portable kernel configuration (cuda::MmaVariant; the Hopper kernel
+      // still takes the calls it takes, as under the default options).
       std::vector<int> variants = {0};
       if (variants_flag && sh.t > 16) variants = {0, 1, 2, 3};
       for (int v : variants) {
-        cuda::set_flash_mma_variant(v);
-        const Result r = bench_shape(*be, sh, dt, reps, ok, rng);
+        cuda::FlashKernelOptions o = env_options;
+        o.mma_variant = v;
+        const std::unique_ptr<Backend> vb = v == 0 ? nullptr : make_cuda_backend(0, o);
+        const Result r = bench_shape(v == 0 ? *be : *vb, sh, dt, reps, ok, rng);
         if (v == 0) {
           emit("ours", r.ms_full);
           emit("ours_state", r.ms_state);
@@ -262,14 +267,13 @@ int main(int argc, char** argv) {
           emit(("ours_state_v" + std::to_string(v)).c_str(), r.ms_state);
         }
       }
-      cuda::set_flash_mma_variant(0);
       // The dispatch default above picks the Hopper kernel where it applies; the portable
       // mma.sync kernel beside it, same inputs and timing.
       if (sh.t > 16) {
-        cuda::set_flash_kernel(cuda::FlashKernel::Portable);
-        const Result r = bench_shape(*be, sh, dt, reps, ok, rng);
+        cuda::FlashKernelOptions o = env_options;
+        o.kernel = cuda::FlashKernel::Portable;
+        const Result r = bench_shape(*make_cuda_backend(0, o), sh, dt, reps, ok, rng);
         emit("ours_portable_state", r.ms_state);
-        cuda::set_flash_kernel(cuda::FlashKernel::Auto);
       }
     }
     if (js) {

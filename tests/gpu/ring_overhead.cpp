@@ -125,7 +125,7 @@ int main(int argc, char** argv) {
       // The plain kernel: one flash call (Write) that also writes the final output, no ring.
       DeviceBuffer so(*b, size_t(heads * T * dim) * sizeof(float));
       FlashParams f;
-      f.q = q, f.k = k, f.v = v, f.scale = p.resolved_scale(), f.causal = causal, f.q_offset = 0;
+      f.q = q, f.k = k, f.v = v, f.scale = p.resolved_scale(), f.mask = MaskSpec{causal, 0};
       f.state = contiguous_state(so.as<float>(), blse.as<float>(), 1, heads, T, dim);
       f.mode = StateMode::Write;
       f.out = out;

@@ -49,8 +49,7 @@ TEST_P(DecodeSplits, SplitEqualsUnsplitAndOracle) {
     p.k = dk.view;
     p.v = dv.view;
     p.scale = 1.f / std::sqrt(float(dim));
-    p.causal = c.causal;
-    p.q_offset = c.q_offset;
+    p.mask = MaskSpec{c.causal, c.q_offset};
     DeviceState whole(*be, c.batch, hq, c.q_len, dim);
     p.state = whole.view;
     be->flash(p);

@@ -10,7 +10,7 @@
 
 #include "gpu/gpu_test_util.hpp"
 #include "kernels/cpu/cpu_kernels.hpp"
-#include "kernels/cuda/cuda_kernels.hpp"
+#include "kernels/cuda/flash_dispatch.hpp"
 #include "ringattn/error.hpp"
 
 namespace ringattn {
@@ -40,26 +40,22 @@ const Case kCases[] = {
     {"long_gqa4_bthd", 1, 2, 4, 129, 1100, true, 971, true},
 };
 
-// Selects one tensor-core kernel configuration for the test's lifetime (0: the default).
-// Variant 0 is the backend's dispatch default (the Hopper kernel on sm_90 where it applies);
-// 1..3 force the portable mma.sync kernel in that configuration.
-struct VariantScope {
-  explicit VariantScope(int v) {
-    cuda::set_flash_kernel(v == 0 ? cuda::FlashKernel::Auto : cuda::FlashKernel::Portable);
-    cuda::set_flash_mma_variant(v);
-  }
-  ~VariantScope() {
-    cuda::set_flash_mma_variant(0);
-    cuda::set_flash_kernel(cuda::FlashKernel::Auto);
-  }
-};
+// The flash options of one tensor-core kernel configuration (0: the default). Variant 0 is the
+// backend's dispatch default (the Hopper kernel on sm_90 where it applies); 1..3 force the
+// portable mma.sync kernel in that configuration (cuda::MmaVariant).
+cuda::FlashKernelOptions variant_options(int v) {
+  cuda::FlashKernelOptions o = cuda::flash_options_from_env();
+  o.kernel = v == 0 ? cuda::FlashKernel::Auto : cuda::FlashKernel::Portable;
+  o.mma_variant = v;
+  return o;
+}
 
-// (dtype, head dim, kernel configuration: 0 default, 1..3 see set_flash_mma_variant)
+// (dtype, head dim, kernel configuration: 0 default, 1..3 see variant_options)
 class FlashVsOracle : public test::GpuTestP<std::tuple<DType, int, int>> {};
 
 TEST_P(FlashVsOracle, MatchesFp64Reference) {
   const auto [dtype, dim, variant] = GetParam();
-  const VariantScope scope(variant);
+  be = make_cuda_backend(0, variant_options(variant));
   const uint64_t seed = test::fresh_seed();
   std::mt19937_64 rng(seed);
   for (const Case& c : kCases) {
@@ -75,8 +71,7 @@ TEST_P(FlashVsOracle, MatchesFp64Reference) {
     p.v = dv.view;
     p.state = st.view;
     p.scale = 1.f / std::sqrt(float(dim));
-    p.causal = c.causal;
-    p.q_offset = c.q_offset;
+    p.mask = MaskSpec{c.causal, c.q_offset};
     be->flash(p);
     std::vector<float> o, lse;
     st.read(*be, o, lse);
@@ -144,7 +139,7 @@ TEST_P(FlashFold, MergesIntoIncomingState) {
   }
   DeviceTensor dq(*be, q), dk(*be, k), dv(*be, v);
   for (int variant : dtype == DType::F32 ? std::vector<int>{0} : std::vector<int>{0, 1, 2, 3}) {
-    const VariantScope scope(variant);
+    be = make_cuda_backend(0, variant_options(variant));
     DeviceState st(*be, B, HQ, T, D, &init);
     FlashParams p;
     p.q = dq.view;
@@ -152,8 +147,7 @@ TEST_P(FlashFold, MergesIntoIncomingState) {
     p.v = dv.view;
     p.state = st.view;
     p.scale = 0.09f;
-    p.causal = true;
-    p.q_offset = -20;  // rows 0..19 see no key
+    p.mask = MaskSpec{true, -20};  // rows 0..19 see no key
     p.mode = StateMode::Fold;
     be->flash(p);
     std::vector<float> o, lse;
@@ -212,8 +206,7 @@ TEST_F(CudaFlash, NonPositiveScale) {
     p.v = dv.view;
     p.state = st.view;
     p.scale = scale;
-    p.causal = true;
-    p.q_offset = 30;
+    p.mask = MaskSpec{true, 30};
     be->flash(p);
     std::vector<float> o, lse;
     st.read(*be, o, lse);

@@ -7,7 +7,7 @@
 
 #include "gpu_test_util.hpp"
 #include "kernels/cpu/cpu_kernels.hpp"
-#include "kernels/cuda/cuda_kernels.hpp"
+#include "kernels/cuda/flash_dispatch.hpp"
 
 namespace ringattn {
 namespace {
@@ -31,7 +31,9 @@ std::vector<float> read_out(Backend& be, const DeviceBuffer& buf, DType dt, int6
 
 TEST_P(FusedOut, EqualsStateThenCast) {
   const auto [dtype, dim, kernel] = GetParam();
-  cuda::set_flash_kernel(kernel == 0 ? cuda::FlashKernel::Auto : cuda::FlashKernel::Portable);
+  cuda::FlashKernelOptions options = cuda::flash_options_from_env();
+  options.kernel = kernel == 0 ? cuda::FlashKernel::Auto : cuda::FlashKernel::Portable;
+  be = make_cuda_backend(0, options);
   const uint64_t seed = test::fresh_seed();
   std::mt19937_64 rng(seed);
   const int64_t B = 2, HKV = 2, HQ = 8, T = 300, S = 170, D = dim;
@@ -56,8 +58,7 @@ TEST_P(FusedOut, EqualsStateThenCast) {
       FlashParams p;
       p.q = dq.view, p.k = dk.view, p.v = dv.view;
       p.scale = 1.f / std::sqrt(float(D));
-      p.causal = true;
-      p.q_offset = q_offset;
+      p.mask = MaskSpec{true, q_offset};
       p.mode = mode;
       // The reference path: the state, then the cast.
       DeviceState ref_state(*be, B, HQ, T, D, mode == StateMode::Fold ? &init : nullptr);
@@ -91,7 +92,6 @@ TEST_P(FusedOut, EqualsStateThenCast) {
       }
     }
   }
-  cuda::set_flash_kernel(cuda::FlashKernel::Auto);
 }
 
 INSTANTIATE_TEST_SUITE_P(Kernels, FusedOut,

@@ -79,8 +79,7 @@ struct GlobalInputs {
     f.k = k.view;
     f.v = v.view;
     f.scale = p.resolved_scale();
-    f.causal = p.causal;
-    f.q_offset = p.resolved_q_offset();
+    f.mask = MaskSpec{p.causal, p.resolved_q_offset()};
     return f;
   }
 };

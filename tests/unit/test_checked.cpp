@@ -49,40 +49,38 @@ TEST(Checked, ThrowsNamingWhatAndTheOperands) {
             std::string::npos);
 }
 
-// sum_clamped against a direct 128-bit sum on small random arguments, then at the extremes where
-// the old int64 formula wrapped (seq 3.1e9 squared is past 2^63).
+// The mask's closed-form pair count (core/mask.hpp count_visible) against a direct 128-bit sum on
+// small random arguments, then at the extremes where an int64 formula wraps (seq 3.1e9 squared is
+// past 2^63) and at offsets whose sums would overflow without the clamp.
 TEST(Checked, PairCountsAreExact) {
   const uint64_t seed = test::fresh_seed();
   std::mt19937_64 rng(seed);
   for (int trial = 0; trial < 500; ++trial) {
-    const int64_t rows = int64_t(rng() % 40), cols = int64_t(rng() % 40), a = int64_t(rng() % 120) - 60;
+    const int64_t rows = int64_t(rng() % 40), cols = int64_t(rng() % 40), off = int64_t(rng() % 120) - 61;
     PairCount want = 0;
-    for (int64_t i = 0; i < rows; ++i) want += std::clamp<int64_t>(i + a, 0, cols);
-    ASSERT_TRUE(sum_clamped(rows, a, cols) == want) << "seed " << seed << ": " << rows << " " << a << " " << cols;
+    for (int64_t i = 0; i < rows; ++i) want += std::clamp<int64_t>(i + off + 1, 0, cols);
+    ASSERT_TRUE(count_visible<PairCount>(MaskSpec{true, off}, 0, rows, cols) == want)
+        << "seed " << seed << ": " << rows << " " << off << " " << cols;
   }
-  const int64_t n = 3100000000;
-  EXPECT_TRUE(sum_clamped(n, 1, n) == PairCount(n) * (n + 1) / 2);
-  EXPECT_TRUE(sum_clamped(n, kInt64Max, n) == PairCount(n) * n);  // every key visible
-  EXPECT_TRUE(sum_clamped(n, kInt64Min, n) == 0);                 // none
-  EXPECT_TRUE(sum_clamped(kInt64Max, kInt64Max, kInt64Max) == PairCount(kInt64Max) * kInt64Max);
+  const int64_t n = 3100000000, m = 4000000000;
+  EXPECT_TRUE(count_visible<PairCount>(MaskSpec{true, 0}, 0, n, n) == PairCount(n) * (n + 1) / 2);
+  EXPECT_TRUE(count_visible<PairCount>(MaskSpec{true, kInt64Max}, 0, n, n) == PairCount(n) * n);  // every key
+  EXPECT_TRUE(count_visible<PairCount>(MaskSpec{true, kInt64Min}, 0, n, n) == 0);                 // none
+  EXPECT_TRUE(count_visible<PairCount>(MaskSpec{true, kInt64Max}, 0, m, m) == PairCount(m) * m);  // past 2^63
   EXPECT_GT(to_double(RingSchedule(Sharding::Contiguous, n, true, 0, 1).visible_pairs()), 4.8e18);
 }
 
 TEST(Checked, VisibleKeysAtTheOffsetLimits) {
-  FlashParams f;
-  f.causal = true;
-  f.k.len = 100;
   for (int64_t i : {int64_t(0), int64_t(5), int64_t(1) << 40}) {
-    f.q_offset = kInt64Max;
-    EXPECT_EQ(visible_keys(f, i), 100);
-    f.q_offset = kInt64Min;
-    EXPECT_EQ(visible_keys(f, i), 0);
-    f.q_offset = -i;  // the row's own position is key 0
-    EXPECT_EQ(visible_keys(f, i), 1);
+    const int64_t q_len = i + 1, kv_len = 100;  // row i is the last row
+    EXPECT_EQ(visible_range(clamp_offset(MaskSpec{true, kInt64Max}, q_len, kv_len), i, kv_len).size(), 100);
+    EXPECT_EQ(visible_range(clamp_offset(MaskSpec{true, kInt64Min}, q_len, kv_len), i, kv_len).size(), 0);
+    // the row's own position is key 0
+    EXPECT_EQ(visible_range(clamp_offset(MaskSpec{true, -i}, q_len, kv_len), i, kv_len).size(), 1);
   }
-  EXPECT_EQ(kernel_q_offset(kInt64Max, 64, 100), 100);
-  EXPECT_EQ(kernel_q_offset(kInt64Min, 64, 100), -64);
-  EXPECT_EQ(kernel_q_offset(-7, 64, 100), -7);
+  EXPECT_EQ(clamp_offset(MaskSpec{true, kInt64Max}, 64, 100).q_offset, 100);
+  EXPECT_EQ(clamp_offset(MaskSpec{true, kInt64Min}, 64, 100).q_offset, -64);
+  EXPECT_EQ(clamp_offset(MaskSpec{true, -7}, 64, 100).q_offset, -7);
 }
 
 // The CPU engine with the largest and smallest offsets: every key visible (the unmasked result)
@@ -99,7 +97,7 @@ TEST(Checked, FlashAtTheOffsetLimits) {
   cpu::flash_forward(p);
   for (int64_t off : {kInt64Max, kInt64Max - (T - 1), int64_t(S - 1)}) {
     test::HostState st(1, 2, T, D);
-    p.state = st.view, p.causal = true, p.q_offset = off;
+    p.state = st.view, p.mask = MaskSpec{true, off};
     cpu::flash_forward(p);
     EXPECT_EQ(st.o, full.o) << "seed " << seed << " q_offset " << off;
     EXPECT_EQ(st.lse, full.lse) << "seed " << seed << " q_offset " << off;
@@ -108,7 +106,7 @@ TEST(Checked, FlashAtTheOffsetLimits) {
   }
   for (int64_t off : {kInt64Min, -T}) {
     test::HostState st(1, 2, T, D);
-    p.state = st.view, p.causal = true, p.q_offset = off;
+    p.state = st.view, p.mask = MaskSpec{true, off};
     cpu::flash_forward(p);
     for (float x : st.o) EXPECT_EQ(x, 0.f) << "q_offset " << off;
     for (float x : st.lse) EXPECT_EQ(x, -INFINITY) << "q_offset " << off;

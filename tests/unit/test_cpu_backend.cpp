@@ -25,7 +25,7 @@ TEST(CpuBackend, FlashWithOutputEqualsStateThenCast) {
     }
     FlashParams p;
     p.q = q.view, p.k = k.view, p.v = v.view;
-    p.scale = 0.2f, p.causal = true, p.q_offset = -4, p.mode = mode;
+    p.scale = 0.2f, p.mask = MaskSpec{true, -4}, p.mode = mode;
     p.state = a.view;
     be->flash(p);
     std::vector<uint16_t> want(size_t(4 * 37 * 32)), got(want.size(), 0x7e00);  // fp16 NaN poison

@@ -65,8 +65,7 @@ Errors run_case(const Shape& sh, DType dtype, int tq, int tk, uint64_t seed, boo
   p.v = v.view;
   p.state = st.view;
   p.scale = 1.f / std::sqrt(float(sh.d));
-  p.causal = sh.causal;
-  p.q_offset = sh.q_offset;
+  p.mask = MaskSpec{sh.causal, sh.q_offset};
   p.tile_q = tq;
   p.tile_k = tk;
   cpu::flash_forward(p);
@@ -138,7 +137,7 @@ TEST(CpuFlash, InvariantToTileSizes) {
     p.v = v.view;
     p.state = st.view;
     p.scale = 0.125f;
-    p.causal = true;
+    p.mask.causal = true;
     p.tile_q = tq;
     p.tile_k = tk;
     cpu::flash_forward(p);
@@ -162,8 +161,7 @@ TEST(CpuFlash, PartialRowsWithoutKeysGetEmptyState) {
   p.v = v.view;
   p.state = st.view;
   p.scale = 0.25f;
-  p.causal = true;
-  p.q_offset = -3;  // rows 0..2 see nothing
+  p.mask = MaskSpec{true, -3};  // rows 0..2 see nothing
   cpu::flash_forward(p);
   for (int h = 0; h < 2; ++h)
     for (int i = 0; i < 8; ++i) {

@@ -43,8 +43,7 @@ Partials make_partials(int n, int64_t d, std::mt19937_64& rng, int empty_every =
     p.state = contiguous_state(o.data(), &lse, 1, 1, 1, d);
     p.scale = 0.3f;
     // Every `empty_every`-th chunk is made invisible through a causal offset.
-    p.causal = empty_every > 0 && c % empty_every == 0;
-    p.q_offset = -1;
+    p.mask = MaskSpec{empty_every > 0 && c % empty_every == 0, -1};
     cpu::flash_forward(p);
     out.o.push_back(o);
     out.lse.push_back(lse);
@@ -178,8 +177,7 @@ TEST(SplitDecode, EqualsUnsplit) {
     p.v = v.view;
     p.state = whole.view;
     p.scale = 0.125f;
-    p.causal = causal;
-    p.q_offset = causal ? 20 : 0;  // chunked prefill: keys past 22 are invisible to every row
+    p.mask = MaskSpec{causal, causal ? 20 : 0};  // chunked prefill: keys past 22 are invisible to every row
     cpu::flash_forward(p);
     for (int splits = 1; splits <= 32; ++splits) {
       HostState split(B, HQ, T, D);
@@ -249,8 +247,7 @@ TEST(Validation, RejectsBadInputWithClearMessages) {
   p.scale = std::numeric_limits<float>::quiet_NaN();
   expect_rejected(p, true, "scale must be finite");
   p = ok.p();
-  p.causal = true;
-  p.q_offset = -1;
+  p.mask = MaskSpec{true, -1};
   expect_rejected(p, true, "q_offset=-1 leaves query row 0 with no visible key");
   EXPECT_NO_THROW(validate_flash(p, false));  // a partial attention may have empty rows
   p = ok.p();

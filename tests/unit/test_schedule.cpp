@@ -14,16 +14,6 @@
 namespace ringattn {
 namespace {
 
-TEST(RingSchedule, SumClampedMatchesLoop) {
-  for (int64_t rows = 0; rows < 9; ++rows)
-    for (int64_t a = -12; a < 12; ++a)
-      for (int64_t cols = 0; cols < 9; ++cols) {
-        int64_t want = 0;
-        for (int64_t i = 0; i < rows; ++i) want += std::clamp<int64_t>(i + a, 0, cols);
-        EXPECT_EQ(sum_clamped(rows, a, cols), want) << rows << " " << a << " " << cols;
-      }
-}
-
 // For random runs of a shared stride, the class, the q_offset and the pair count reproduce the
 // causal mask on absolute positions exactly.
 TEST(RingSchedule, ClassifyPairMatchesPositions) {

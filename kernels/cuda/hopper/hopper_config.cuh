@@ -2,12 +2,11 @@
 // Shared by the producer and consumer code, which must agree on every one of these.
 #pragma once
 
-#include <cuda.h>  // CUtensorMap (the type only; the encoder is fetched at run time)
 #include <cuda_runtime.h>
 
 #include <cstdint>
 
-#include "kernels/params.hpp"
+#include "kernels/cuda/hopper/hopper_params.hpp"
 
 namespace ringattn::cuda::hopper {
 
@@ -67,22 +66,6 @@ struct SmemPlan {
   __device__ __forceinline__ uint32_t q_empty(int s) const { return bar(4 * C::kStages + C::kQStages + s); }
 };
 
-struct HopperParams {
-  CUtensorMap tm_q, tm_k, tm_v;  // 4-d maps over (dim, len, heads, batch), boxes of 64 x block rows
-  StateView state;
-  void* out;  // when set: the final output in the input dtype (then state.o is not written)
-  long long out_stride_b, out_stride_h, out_stride_t;
-  int batch, q_heads, kv_heads, group;  // group = q_heads / kv_heads
-  int q_len, kv_len;
-  long long q_offset;
-  float scale;       // natural-log units, for the LSE
-  float scale_log2;  // scale * log2(e): scores go through exp2
-  int causal, fold;
-  int lazy_rescale;  // softmax_step(lazy): move the running max only when it grew by > 2^8
-  int block_m, block_n;  // the Config's tile shape
-  int m_blocks, num_tiles;
-};
-
 // The work of one CTA iteration: a block_m-row query tile of one (batch, head).
 struct Tile {
   int b, h, m0;
@@ -96,7 +79,7 @@ __host__ __device__ inline Tile decode_tile(const HopperParams& p, int t) {
   Tile tile;
   const int bh_count = p.batch * p.q_heads;
   int bh, mb;
-  if (p.causal) {
+  if (p.mask.causal) {
     mb = p.m_blocks - 1 - t / bh_count;
     bh = t % bh_count;
   } else {
@@ -106,22 +89,19 @@ __host__ __device__ inline Tile decode_tile(const HopperParams& p, int t) {
   tile.b = bh / p.q_heads;
   tile.h = bh % p.q_heads;
   tile.m0 = mb * p.block_m;
-  long long n_end = p.kv_len;
-  if (p.causal) {
-    const long long last_row = (tile.m0 + p.block_m < p.q_len ? tile.m0 + p.block_m : p.q_len) - 1;
-    const long long e = last_row + p.q_offset + 1;  // one past the last key any row sees
-    n_end = e < n_end ? e : n_end;
-  }
+  const int rows = tile.m0 + p.block_m < p.q_len ? p.block_m : p.q_len - tile.m0;
+  const long long n_end = visible_range_of_rows(p.mask, tile.m0, rows, p.kv_len).end;  // in [0, kv_len]
   tile.n_blocks = n_end <= 0 ? 0 : int((n_end + p.block_n - 1) / p.block_n);
   return tile;
 }
 
-// True when key block nb needs the element mask: it reaches past kv_len, or (causal) past the
-// last key that the tile's first row may see. Every other block is fully visible.
+// True when key block nb needs the element mask: it reaches past kv_len, or the mask hides some
+// of its keys from some row of the tile. Every other block is fully visible.
+template <typename C>
 __device__ __forceinline__ bool block_needs_mask(const HopperParams& p, const Tile& t, int nb) {
-  const long long end = (long long)(nb + 1) * p.block_n;
+  const long long end = (long long)(nb + 1) * C::kBlockN;
   if (end > p.kv_len) return true;
-  return p.causal && end - 1 > (long long)t.m0 + p.q_offset;
+  return classify_block(p.mask, t.m0, C::kBlockM, end - C::kBlockN, C::kBlockN) != BlockVisibility::Full;
 }
 
 }  // namespace ringattn::cuda::hopper

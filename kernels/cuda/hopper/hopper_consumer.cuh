@@ -124,7 +124,7 @@ __device__ __forceinline__ void consume_per_tile(const HopperParams& p, const Sm
     if (ln.lane == 0) mbar_arrive(sm.empty_k(s_cur));
     {
       const int nb = t.n_blocks - 1;
-      if (block_needs_mask(p, t, nb)) mask_scores(s, row0, nb * C::kBlockN + 2 * ln.tq, p.kv_len, p.causal, p.q_offset);
+      if (block_needs_mask<C>(p, t, nb)) mask_scores(s, row0, nb * C::kBlockN + 2 * ln.tq, p.kv_len, p.mask);
       softmax_step(s, st, corr, p.scale_log2, lazy);
       scores_to_p<T>(s, pf);
     }
@@ -145,7 +145,7 @@ __device__ __forceinline__ void consume_per_tile(const HopperParams& p, const Sm
       wgmma_wait<1>();
       fence_regs(s);
       if (ln.lane == 0) mbar_arrive(sm.empty_k(s_cur));
-      if (block_needs_mask(p, t, nb)) mask_scores(s, row0, nb * C::kBlockN + 2 * ln.tq, p.kv_len, p.causal, p.q_offset);
+      if (block_needs_mask<C>(p, t, nb)) mask_scores(s, row0, nb * C::kBlockN + 2 * ln.tq, p.kv_len, p.mask);
       const bool moved = softmax_step(s, st, corr, p.scale_log2, lazy);
       wgmma_wait<0>();
       fence_regs(o);
@@ -220,8 +220,8 @@ __device__ __forceinline__ void consume_streamed(const HopperParams& p, const Sm
     mbar_arrive(sm.empty_k(0));
     if (cur.t.n_blocks == 1) mbar_arrive(sm.q_empty(0));
   }
-  if (block_needs_mask(p, cur.t, cur.nb()))
-    mask_scores(s, ln.row0(cur.t.m0), cur.nb() * C::kBlockN + 2 * ln.tq, p.kv_len, p.causal, p.q_offset);
+  if (block_needs_mask<C>(p, cur.t, cur.nb()))
+    mask_scores(s, ln.row0(cur.t.m0), cur.nb() * C::kBlockN + 2 * ln.tq, p.kv_len, p.mask);
   softmax_step(s, st, corr, p.scale_log2, lazy);
   scores_to_p<T>(s, pf);
   Tile prev = cur.t;       // the query tile of the pending P V
@@ -251,8 +251,8 @@ __device__ __forceinline__ void consume_streamed(const HopperParams& p, const Sm
       mbar_arrive(sm.empty_k(s_cur));
       if (cur.i == cur.t.n_blocks - 1) mbar_arrive(sm.q_empty(q_it % QS));  // every S of this tile is done
     }
-    if (block_needs_mask(p, cur.t, cur.nb()))
-      mask_scores(s, ln.row0(cur.t.m0), cur.nb() * C::kBlockN + 2 * ln.tq, p.kv_len, p.causal, p.q_offset);
+    if (block_needs_mask<C>(p, cur.t, cur.nb()))
+      mask_scores(s, ln.row0(cur.t.m0), cur.nb() * C::kBlockN + 2 * ln.tq, p.kv_len, p.mask);
     // A new query tile starts fresh statistics; the previous tile's are kept for its epilogue,
     // which runs once its last P V has landed.
     RowStats done = st;

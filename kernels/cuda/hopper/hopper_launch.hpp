@@ -1,29 +1,25 @@
-// Between hopper_flash.cpp (public API, errors) and hopper_flash.cu (tensor maps, launch).
+// Between the dispatch (flash_dispatch.cpp, hopper_plan.cpp: host compiler) and hopper_flash.cu
+// (nvcc: the kernel instantiations and their launch).
 #pragma once
 
 #include <cuda_runtime.h>
 
-#include "kernels/params.hpp"
+#include "kernels/cuda/flash_dispatch.hpp"
 
 namespace ringattn::cuda::hopper_detail {
 
-// Throws RuntimeError naming the CUDA error, the call, file and line (hopper_flash.cpp: fmt is
-// kept out of nvcc).
-[[noreturn]] void throw_cuda(cudaError_t err, const char* call, const char* file, int line);
+// True when the sm_90a kernel image is what runs on `device` (the current device).
+bool image_loaded(int device);
+// Dynamic shared memory that configuration `tile` takes at head dim d (0 when not instantiated).
+int smem_bytes(HopperTile tile, int d);
+// Queues l on `stream` (a grid of min(num_tiles, sms) persistent CTAs). l must come from plan.
+void launch(const HopperLaunch& l, int sms, cudaStream_t stream);
 
-// True when `device` is sm_90 and the sm_90a kernel image is loaded; *sms gets its SM count.
-bool device_ready(int device, int* sms);
-// Shapes, dtypes, alignment and the tensor maps (device independent).
-bool fits(const FlashParams& p);
-// The tile configuration a call would run with (for logs and benchmarks).
-const char* config_name(const FlashParams& p);
-// Launches on `stream` and returns true, or returns false without launching when !fits(p).
-bool try_launch(const FlashParams& p, int sms, cudaStream_t stream);
+// The tile configuration a call would run with: the measured default per head dim and row
+// length, or opt.hopper_tile where that configuration exists for the head dim.
+HopperTile pick_tile(const FlashParams& p, const FlashKernelOptions& opt);
+// Fills *out for p (tensor maps encoded) and returns nullptr, or returns why the kernel cannot
+// take p (a phrase: "it needs ..."). Device independent except for smem_optin.
+const char* plan(const FlashParams& p, const FlashKernelOptions& opt, int smem_optin, HopperLaunch* out);
 
 }  // namespace ringattn::cuda::hopper_detail
-
-#define RA_HOPPER_CHECK(call)                                                                      \
-  do {                                                                                             \
-    const cudaError_t ra_err_ = (call);                                                            \
-    if (ra_err_ != cudaSuccess) ::ringattn::cuda::hopper_detail::throw_cuda(ra_err_, #call, __FILE__, __LINE__); \
-  } while (0)

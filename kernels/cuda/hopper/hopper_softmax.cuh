@@ -49,17 +49,17 @@ struct RowStats {
   float l[2];
 };
 
-// Sets invisible scores to -inf: keys at or past kv_len and (causal) keys past row + q_offset.
-// row0 is this thread's first row (absolute), key0 its first key column (absolute).
+// Sets invisible scores to -inf: keys at or past kv_len and keys the mask hides. row0 is this
+// thread's first row (absolute; its second is row0 + 8), key0 its first key column (absolute).
+// Each row's visible keys end at one column, found once; every score then costs one compare.
 template <int NS>
-__device__ __forceinline__ void mask_scores(float (&s)[NS], long long row0, int key0, int kv_len, bool causal,
-                                            long long q_offset) {
+__device__ __forceinline__ void mask_scores(float (&s)[NS], long long row0, int key0, int kv_len,
+                                            const MaskSpec& mask) {
+  const int end[2] = {int(visible_range(mask, row0, kv_len).end), int(visible_range(mask, row0 + 8, kv_len).end)};
 #pragma unroll
   for (int i = 0; i < NS; ++i) {
     const int key = key0 + 8 * (i >> 2) + (i & 1);
-    const long long row = row0 + 8 * ((i >> 1) & 1);
-    const bool visible = key < kv_len && (!causal || key <= row + q_offset);
-    if (!visible) s[i] = neg_inf_f();
+    if (key >= end[(i >> 1) & 1]) s[i] = neg_inf_f();
   }
 }
 
@@ -90,11 +90,11 @@ __device__ __forceinline__ bool softmax_step(float (&s)[NS], RowStats& st, float
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
     if (update) {
-      base[r] = mx[r] == neg_inf_f() ? 0.f : mx[r] * scale_log2;
+      base[r] = exp_base(mx[r], scale_log2);
       corr[r] = ex2(st.m[r] * scale_log2 - base[r]);
       st.m[r] = mx[r];
     } else {
-      base[r] = st.m[r] == neg_inf_f() ? 0.f : st.m[r] * scale_log2;
+      base[r] = exp_base(st.m[r], scale_log2);
       corr[r] = 1.f;
     }
   }
@@ -148,7 +148,7 @@ __device__ __forceinline__ void store_state(const HopperParams& p, const float (
   for (int r = 0; r < 2; ++r) {
     const float l = quad_sum(st.l[r]);
     in_range[r] = row0 + 8 * r < p.q_len;
-    lse_new[r] = l > 0.f ? st.m[r] * p.scale + logf(l) : neg_inf_f();
+    lse_new[r] = lse_from_stats(st.m[r] * p.scale, l);  // m is in raw score units
     inv[r] = l > 0.f ? 1.f / l : 0.f;
     lse_old[r] = 0.f;
     if (p.fold && in_range[r]) lse_old[r] = sv.lse[b * sv.lse_stride_b + h * sv.lse_stride_h + row0 + 8 * r];
@@ -163,16 +163,11 @@ __device__ __forceinline__ void store_state(const HopperParams& p, const float (
     float* lse = sv.lse + b * sv.lse_stride_b + h * sv.lse_stride_h + row;
     float wa = 0.f, wb = inv[r], lse_out = lse_new[r];
     if (p.fold) {
-      if (lse_new[r] == neg_inf_f()) {  // nothing seen: the state is unchanged
+      if (merge_weights(lse_old[r], lse_new[r], wa, wb, lse_out)) {
+        wb *= inv[r];  // o is unnormalized
+      } else {  // nothing seen: the state is unchanged
         if (p.out == nullptr) continue;
         wa = 1.f, wb = 0.f, lse_out = lse_old[r];  // the final output is the old state's, cast
-      } else if (lse_old[r] != neg_inf_f()) {
-        const float mx = fmaxf(lse_old[r], lse_new[r]);
-        const float ea = expf(lse_old[r] - mx), eb = expf(lse_new[r] - mx);
-        const float sum = ea + eb;
-        wa = ea / sum;
-        wb = inv[r] * (eb / sum);
-        lse_out = mx + logf(sum);
       }
     }
 #pragma unroll

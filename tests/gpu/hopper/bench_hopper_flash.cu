@@ -15,7 +15,7 @@
 #include <string>
 #include <vector>
 
-#include "kernels/cuda/hopper/hopper_flash.hpp"
+#include "kernels/cuda/flash_dispatch.hpp"
 
 namespace {
 
@@ -44,6 +44,20 @@ __global__ void fill_random(__nv_bfloat16* x, size_t n, uint32_t seed) {
     x[i] = __float2bfloat16((acc - 2.f) * 1.7320508f);
   }
 }
+
+// The dispatch with the Hopper kernel required; tile and lazy rescaling from the environment.
+const ringattn::cuda::DeviceCaps& device0() {
+  static const ringattn::cuda::DeviceCaps dev = ringattn::cuda::query_device(0);
+  return dev;
+}
+ringattn::cuda::FlashChoice hopper_choice(const ringattn::FlashParams& p) {
+  using namespace ringattn::cuda;
+  FlashKernelOptions o = flash_options_from_env();
+  o.kernel = FlashKernel::Hopper;
+  return choose_flash_kernel(device0(), p, o);
+}
+// One call as the backend makes it: the decision (tensor maps encoded) and the launch.
+void hopper_run(const ringattn::FlashParams& p) { ringattn::cuda::launch_flash(hopper_choice(p), p, device0(), nullptr); }
 
 struct Shape {
   int64_t b, hq, hkv, t, s, d;
@@ -80,29 +94,30 @@ void bench(const Shape& sh) {
   p.v = bhtd_view(v, DType::BF16, sh.b, sh.hkv, sh.s, sh.d);
   p.state = contiguous_state(o, lse, sh.b, sh.hq, sh.t, sh.d);
   p.scale = 1.f / std::sqrt(float(sh.d));
-  p.causal = sh.causal && sh.t > 1;
-  p.q_offset = sh.s - sh.t;
+  p.mask = MaskSpec{sh.causal && sh.t > 1, sh.s - sh.t};
   // Under RINGATTN_HOPPER_TILE, shapes whose head dim lacks that configuration are skipped
   // (they would run the default one).
   const char* want = std::getenv("RINGATTN_HOPPER_TILE");
   const char* lazy = std::getenv("RINGATTN_HOPPER_LAZY");
   // The default configuration is "ours_hopper"; forced ones are named after the configuration.
+  const cuda::FlashChoice choice = hopper_choice(p);
+  const char* tile = choice.hopper_tile != nullptr ? choice.hopper_tile : "none";
   const std::string label = want == nullptr && lazy == nullptr
                                 ? std::string("ours_hopper")
-                                : std::string("ours_") + cuda::hopper_flash_config(p) +
+                                : std::string("ours_") + tile +
                                       (lazy != nullptr && lazy[0] == '1' ? "_lazy" : "");
-  if (want != nullptr && std::strcmp(want, cuda::hopper_flash_config(p)) != 0) {
+  if (want != nullptr && std::strcmp(want, tile) != 0) {
     // not this configuration's shape
-  } else if (!cuda::hopper_flash_supported(p, 0)) {
+  } else if (choice.path != cuda::FlashPath::Hopper) {
     std::printf("%s,%s,unsupported,\n", sh.text.c_str(), label.c_str());
   } else {
     cudaEvent_t e0, e1;
     BENCH_CHECK(cudaEventCreate(&e0));
     BENCH_CHECK(cudaEventCreate(&e1));
-    for (int i = 0; i < 3; ++i) cuda::hopper_flash_forward(p, nullptr);
+    for (int i = 0; i < 3; ++i) hopper_run(p);
     BENCH_CHECK(cudaDeviceSynchronize());
     BENCH_CHECK(cudaEventRecord(e0));
-    cuda::hopper_flash_forward(p, nullptr);
+    hopper_run(p);
     BENCH_CHECK(cudaEventRecord(e1));
     BENCH_CHECK(cudaEventSynchronize(e1));
     float first = 0.f;
@@ -111,7 +126,7 @@ void bench(const Shape& sh) {
     std::vector<float> ms(static_cast<size_t>(reps), 0.f);
     for (int r = 0; r < reps; ++r) {
       BENCH_CHECK(cudaEventRecord(e0));
-      cuda::hopper_flash_forward(p, nullptr);
+      hopper_run(p);
       BENCH_CHECK(cudaEventRecord(e1));
       BENCH_CHECK(cudaEventSynchronize(e1));
       BENCH_CHECK(cudaEventElapsedTime(&ms[size_t(r)], e0, e1));
@@ -120,7 +135,7 @@ void bench(const Shape& sh) {
     std::sort(ms.begin(), ms.end());
     const double med = ms[ms.size() / 2];
     double flops = 4.0 * double(sh.b * sh.hq) * double(sh.t) * double(sh.s) * double(sh.d);
-    if (p.causal && sh.t == sh.s) flops /= 2;
+    if (p.mask.causal && sh.t == sh.s) flops /= 2;
     std::vector<float> l(nrows);
     BENCH_CHECK(cudaMemcpy(l.data(), lse, nrows * 4, cudaMemcpyDeviceToHost));
     size_t bad = 0;

@@ -15,7 +15,7 @@
 
 #include "common/test_util.hpp"
 #include "kernels/cpu/cpu_kernels.hpp"
-#include "kernels/cuda/hopper/hopper_flash.hpp"
+#include "kernels/cuda/flash_dispatch.hpp"
 #include "ringattn/error.hpp"
 
 namespace ringattn::test {
@@ -25,6 +25,25 @@ namespace {
 
 constexpr float kNaN = std::numeric_limits<float>::quiet_NaN();
 constexpr float kNegInf = -std::numeric_limits<float>::infinity();
+
+// Device 0 as the dispatch sees it, read once.
+const cuda::DeviceCaps& device0() {
+  static const cuda::DeviceCaps caps = cuda::query_device(0);
+  return caps;
+}
+// The dispatch with the Hopper kernel required; tile and lazy rescaling from the environment
+// (gpu_host.sh runs the binary once per configuration).
+cuda::FlashChoice hopper_choice(const FlashParams& p) {
+  cuda::FlashKernelOptions o = cuda::flash_options_from_env();
+  o.kernel = cuda::FlashKernel::Hopper;
+  return cuda::choose_flash_kernel(device0(), p, o);
+}
+bool hopper_takes(const FlashParams& p) { return hopper_choice(p).path == cuda::FlashPath::Hopper; }
+// Queues the Hopper kernel on the default stream; throws InvalidArgument when it does not take p.
+void hopper_run(const FlashParams& p) {
+  validate_flash(p, /*complete=*/false);
+  cuda::launch_flash(hopper_choice(p), p, device0(), nullptr);
+}
 
 struct Case {
   DType dtype = DType::BF16;
@@ -56,7 +75,7 @@ class HopperFlash : public ::testing::Test {
     if (prop.major != 9 || prop.minor != 0)
       GTEST_SKIP() << "device 0 is sm_" << prop.major << prop.minor << ", not sm_90: Hopper flash test skipped";
     ASSERT_EQ(cudaMalloc(&probe_buf_, 4096), cudaSuccess);
-    if (!cuda::hopper_flash_supported(make_probe(), 0))
+    if (!hopper_takes(make_probe()))
       GTEST_SKIP() << "sm_90 GPU present but this build has no sm_90a code: Hopper flash test skipped";
   }
   void TearDown() override {
@@ -109,8 +128,7 @@ void run_case(const Case& c) {
   hp.v = v.view;
   hp.state = init.view;
   hp.scale = 1.f / std::sqrt(float(c.d));
-  hp.causal = c.causal;
-  hp.q_offset = c.q_offset;
+  hp.mask = MaskSpec{c.causal, c.q_offset};
   hp.mode = c.mode;
   const cpu::Reference ref = cpu::naive_attention(hp);
 
@@ -134,8 +152,8 @@ void run_case(const Case& c) {
   float* d_lse = static_cast<float*>(to_device(init.lse.data(), init.lse.size() * 4));
   ASSERT_TRUE(dp.q.data && dp.k.data && dp.v.data && d_o && d_lse);
   dp.state = contiguous_state(d_o, d_lse, c.b, c.hq, c.t, c.d);
-  ASSERT_TRUE(cuda::hopper_flash_supported(dp, 0));
-  cuda::hopper_flash_forward(dp, nullptr);
+  ASSERT_TRUE(hopper_takes(dp));
+  hopper_run(dp);
   CK(cudaGetLastError());
   CK(cudaDeviceSynchronize());
   std::vector<float> got_o(init.o.size(), kNaN), got_lse(init.lse.size(), kNaN);
@@ -183,22 +201,39 @@ TEST_F(HopperFlash, PersistentTilesWithEmptyOnesWriteDim128) {
 
 TEST_F(HopperFlash, UnsupportedCallsAreRefused) {
   FlashParams p = make_probe();
-  EXPECT_TRUE(cuda::hopper_flash_supported(p, 0));
+  EXPECT_TRUE(hopper_takes(p));
   FlashParams f32 = p;
   f32.q.dtype = f32.k.dtype = f32.v.dtype = DType::F32;
-  EXPECT_FALSE(cuda::hopper_flash_supported(f32, 0));
+  EXPECT_FALSE(hopper_takes(f32));
   FlashParams d96 = p;
   d96.q.dim = d96.k.dim = d96.v.dim = d96.state.dim = 96;
-  EXPECT_FALSE(cuda::hopper_flash_supported(d96, 0));
+  EXPECT_FALSE(hopper_takes(d96));
   FlashParams odd_stride = p;  // rows of 68 bf16 values: 136 bytes, not a multiple of 16
   odd_stride.k = bhtd_view(odd_stride.k.data, DType::BF16, 1, 1, 4, 128);
   odd_stride.k.stride_t = 68 * 2 + 4;
   odd_stride.v = odd_stride.k;
-  EXPECT_FALSE(cuda::hopper_flash_supported(odd_stride, 0));
+  EXPECT_FALSE(hopper_takes(odd_stride));
   FlashParams misaligned = p;
   misaligned.q.data = static_cast<uint8_t*>(misaligned.q.data) + 8;
-  EXPECT_FALSE(cuda::hopper_flash_supported(misaligned, 0));
-  EXPECT_THROW(cuda::hopper_flash_forward(misaligned, nullptr), InvalidArgument);
+  EXPECT_FALSE(hopper_takes(misaligned));
+  try {
+    hopper_run(misaligned);
+    ADD_FAILURE() << "a misaligned q was launched";
+  } catch (const InvalidArgument& e) {
+    EXPECT_NE(std::string(e.what()).find("q data at"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("is not 16-byte aligned"), std::string::npos) << e.what();
+  }
+  // Required but refused for a reason of its own: the message names the call and the reason.
+  FlashParams no_scale = p;
+  no_scale.scale = 0.f;
+  try {
+    hopper_run(no_scale);
+    ADD_FAILURE() << "a call with scale 0 was launched on the Hopper kernel";
+  } catch (const InvalidArgument& e) {
+    EXPECT_NE(std::string(e.what()).find("RINGATTN_FLASH_KERNEL=hopper, but the Hopper kernel does not take this call"),
+              std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("it needs a positive softmax scale"), std::string::npos) << e.what();
+  }
 }
 
 }  // namespace

@@ -1,0 +1,150 @@
+// The CUDA flash dispatch (flash_dispatch.hpp): device properties and options read once, then
+// one decision per call.
+#include "kernels/cuda/flash_dispatch.hpp"
+
+#include <cstdint>
+#include <cstdlib>
+#include <string>
+#include <utility>
+
+#include "kernels/cuda/cuda_check.hpp"
+#include "kernels/cuda/hopper/hopper_launch.hpp"
+#include "ringattn/error.hpp"
+
+namespace ringattn::cuda {
+namespace {
+
+// The grid's y and z dimensions hold at most 65535 blocks.
+std::string grid_problem(const char* what, int64_t n) {
+  if (n <= 65535) return {};
+  return fmt::format("{} = {} exceeds the CUDA grid limit of 65535 for one launch", what, n);
+}
+
+std::string mma_layout_problem(const FlashParams& p) {
+  const int64_t d = p.q.dim;
+  if (!mma_head_dim_supported(d))
+    return fmt::format("head_dim={} is not supported by the CUDA {} kernels: allowed are 64 and 128", d,
+                       dtype_name(p.q.dtype));
+  // cp.async moves 16 bytes at a time.
+  const std::pair<const char*, const TensorView*> views[] = {{"q", &p.q}, {"k", &p.k}, {"v", &p.v}};
+  for (const auto& [name, t] : views) {
+    if (reinterpret_cast<uintptr_t>(t->data) % 16 != 0)
+      return fmt::format("{} data at {} is not 16-byte aligned, as the CUDA {} kernels require", name, t->data,
+                         dtype_name(t->dtype));
+    if (t->stride_b % 8 != 0 || t->stride_h % 8 != 0 || t->stride_t % 8 != 0)
+      return fmt::format("{} strides (b={}, h={}, t={}) must be multiples of 8 elements (16 bytes) for the CUDA {} "
+                         "kernels",
+                         name, t->stride_b, t->stride_h, t->stride_t, dtype_name(t->dtype));
+  }
+  return {};
+}
+
+// The portable kernel's configuration: the one built to scale scores before their max for a
+// zero or negative scale (legal, if unusual); else the requested one; else 32 rows per warp for
+// long query blocks and 16 for short ones, so that small problems still spread over many CTAs.
+MmaVariant pick_mma_variant(const FlashParams& p, const FlashKernelOptions& opt) {
+  if (!(p.scale > 0.f)) return MmaVariant::ScaleFirst;
+  switch (opt.mma_variant) {
+    case 2: return MmaVariant::Rows32Keys64;
+    case 3: return MmaVariant::Rows32Keys32;
+    case 0: return p.q.len >= 512 ? MmaVariant::Rows32Keys64 : MmaVariant::Rows16Keys64;
+    default: return MmaVariant::Rows16Keys64;
+  }
+}
+
+// bf16/fp16 once the shared layout rules hold: the Hopper kernel where it may and does take the
+// call, else the portable one, unless the Hopper kernel was required.
+void choose_tensor_core(const DeviceCaps& dev, const FlashParams& p, const FlashKernelOptions& opt, FlashChoice& c) {
+  c.hopper_tile = hopper_tile_name(hopper_detail::pick_tile(p, opt));
+  const char* why = "it needs an sm_90 GPU and a build with sm_90a code";
+  const bool hopper_device = dev.cc_major == 9 && dev.cc_minor == 0 && dev.hopper_image;
+  if (opt.kernel != FlashKernel::Portable && hopper_device) {
+    why = hopper_detail::plan(p, opt, dev.smem_optin, &c.hopper);
+    if (why == nullptr) {
+      c.path = FlashPath::Hopper;
+      return;
+    }
+  }
+  if (opt.kernel == FlashKernel::Hopper) {
+    c.reason = fmt::format("RINGATTN_FLASH_KERNEL=hopper, but the Hopper kernel does not take this call on GPU {} "
+                           "(dtype {}, head_dim {}, scale {}): {}",
+                           dev.device, dtype_name(p.q.dtype), p.q.dim, p.scale, why);
+    return;
+  }
+  c.path = FlashPath::Portable;
+  c.mma = pick_mma_variant(p, opt);
+}
+
+}  // namespace
+
+const char* flash_kernel_name(FlashKernel k) {
+  switch (k) {
+    case FlashKernel::Auto: return "auto";
+    case FlashKernel::Hopper: return "hopper";
+    case FlashKernel::Portable: return "portable";
+  }
+  return "?";
+}
+
+FlashKernelOptions flash_options_from_env() {
+  FlashKernelOptions o;
+  const char* kernel = std::getenv("RINGATTN_FLASH_KERNEL");
+  const std::string v = kernel ? kernel : "";
+  if (v == "hopper") o.kernel = FlashKernel::Hopper;
+  else if (v == "portable") o.kernel = FlashKernel::Portable;
+  else if (!v.empty() && v != "auto")
+    fail_arg("RINGATTN_FLASH_KERNEL='{}' is not understood: allowed are auto, hopper, portable", v);
+  if (const char* tile = std::getenv("RINGATTN_HOPPER_TILE")) o.hopper_tile = tile;
+  // Lazy rescaling is on by default (1-3% on the H200, hopper/PERF.md); 0/1 overrides it.
+  const char* lazy = std::getenv("RINGATTN_HOPPER_LAZY");
+  if (lazy != nullptr && (lazy[0] == '0' || lazy[0] == '1')) o.hopper_lazy = lazy[0] == '1';
+  return o;
+}
+
+DeviceCaps query_device(int device) {
+  DeviceCaps d;
+  d.device = device;
+  RA_CUDA_CHECK(cudaSetDevice(device));
+  RA_CUDA_CHECK(cudaDeviceGetAttribute(&d.cc_major, cudaDevAttrComputeCapabilityMajor, device));
+  RA_CUDA_CHECK(cudaDeviceGetAttribute(&d.cc_minor, cudaDevAttrComputeCapabilityMinor, device));
+  RA_CUDA_CHECK(cudaDeviceGetAttribute(&d.sms, cudaDevAttrMultiProcessorCount, device));
+  RA_CUDA_CHECK(cudaDeviceGetAttribute(&d.smem_optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
+  d.hopper_image = d.cc_major == 9 && d.cc_minor == 0 && hopper_detail::image_loaded(device);
+  return d;
+}
+
+std::string cuda_layout_problem(const FlashParams& p) {
+  std::string why;
+  if (p.q.dtype == DType::F32) {
+    if (p.q.dim > kSimtMaxHeadDim)
+      return fmt::format("head_dim={} is not supported by the CUDA fp32 path: allowed are 1..{}", p.q.dim,
+                         kSimtMaxHeadDim);
+  } else if (why = mma_layout_problem(p); !why.empty()) {
+    return why;
+  }
+  if (why = grid_problem("batch * q_heads", p.q.batch * p.q.heads); !why.empty()) return why;
+  // Causal launches put the query tiles (of at least 64 rows) in the grid's y dimension.
+  if (p.mask.causal && p.q.dtype != DType::F32) return grid_problem("causal query tiles ceil(q_len / 64)", (p.q.len + 63) / 64);
+  return {};
+}
+
+FlashChoice choose_flash_kernel(const DeviceCaps& dev, const FlashParams& p, const FlashKernelOptions& opt) {
+  FlashChoice c;
+  c.reason = cuda_layout_problem(p);
+  if (!c.reason.empty()) return c;
+  if (p.q.dtype == DType::F32) c.path = FlashPath::Simt;
+  else choose_tensor_core(dev, p, opt, c);
+  return c;
+}
+
+void launch_flash(const FlashChoice& c, const FlashParams& p, const DeviceCaps& dev, cudaStream_t stream) {
+  switch (c.path) {
+    case FlashPath::Hopper: return hopper_detail::launch(c.hopper, dev.sms, stream);  // writes p.out itself
+    case FlashPath::Portable: launch_flash_mma(p, c.mma, stream); break;
+    case FlashPath::Simt: launch_flash_simt(p, stream); break;
+    case FlashPath::None: fail_arg("{}", c.reason);
+  }
+  if (p.out.data != nullptr) launch_finalize(FinalizeParams{p.state, p.out}, stream);
+}
+
+}  // namespace ringattn::cuda

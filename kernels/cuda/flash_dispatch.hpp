@@ -1,0 +1,87 @@
+// The one place where the CUDA backend picks a flash kernel for a call: the Hopper kernel (in
+// one of its tile configurations), the portable mma.sync kernel (in one of its
+// configurations), the fp32 SIMT kernel, or none, with the reason. It decides from the device
+// (DeviceCaps, read once when the backend is made), the call's FlashParams and the options
+// (FlashKernelOptions, read once from the environment when the backend is made; tests and
+// benchmarks pass their own). The backend's flash(), the tests' and benchmarks' "would this
+// kernel take the call" questions, and every "cannot run this call" message go through
+// choose_flash_kernel.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "kernels/backend.hpp"
+#include "kernels/cuda/cuda_kernels.hpp"
+#include "kernels/cuda/hopper/hopper_params.hpp"
+
+namespace ringattn::cuda {
+
+// Which bf16/fp16 flash kernel the caller asks for. Auto: the Hopper kernel wherever it takes
+// the call, the portable kernel elsewhere. Hopper: the Hopper kernel or an error. Portable: the
+// portable kernel even on an sm_90 GPU.
+enum class FlashKernel : uint8_t { Auto = 0, Hopper = 1, Portable = 2 };
+const char* flash_kernel_name(FlashKernel k);
+
+struct FlashKernelOptions {
+  FlashKernel kernel = FlashKernel::Auto;  // RINGATTN_FLASH_KERNEL=auto|hopper|portable
+  // The portable kernel's configuration (MmaVariant 1..3); 0 picks it by q_len. For tests and
+  // benchmarks; no environment variable.
+  int mma_variant = 0;
+  // RINGATTN_HOPPER_TILE=<name> (hopper_tile_name): that tile configuration wherever it exists
+  // for the head dim, the measured default elsewhere. Empty: the default everywhere.
+  std::string hopper_tile;
+  bool hopper_lazy = true;  // RINGATTN_HOPPER_LAZY=0|1: lazy rescaling of the running max
+};
+
+// The options from RINGATTN_FLASH_KERNEL, RINGATTN_HOPPER_TILE and RINGATTN_HOPPER_LAZY.
+// Throws InvalidArgument for a RINGATTN_FLASH_KERNEL value it does not know.
+FlashKernelOptions flash_options_from_env();
+
+// What the dispatch needs to know about a device, read once.
+struct DeviceCaps {
+  int device = -1;
+  int cc_major = 0, cc_minor = 0;
+  int sms = 0;
+  int smem_optin = 0;         // dynamic shared memory a block may opt in to, in bytes
+  bool hopper_image = false;  // this build's sm_90a code is what runs on the device
+};
+// Makes `device` current and reads its properties (a synchronous copy from the device: call it
+// before capturing a CUDA graph).
+DeviceCaps query_device(int device);
+
+enum class FlashPath : uint8_t { None, Hopper, Portable, Simt };
+
+// The decision for one call. Hopper carries the launch with its tensor maps already encoded;
+// Portable its configuration; None the reason, a complete sentence for an InvalidArgument.
+struct FlashChoice {
+  FlashPath path = FlashPath::None;
+  MmaVariant mma = MmaVariant::Rows32Keys64;
+  HopperLaunch hopper;
+  const char* hopper_tile = nullptr;  // bf16/fp16: the tile configuration the Hopper kernel would use
+  std::string reason;
+};
+
+// p must have passed validate_flash (complete = false).
+FlashChoice choose_flash_kernel(const DeviceCaps& dev, const FlashParams& p, const FlashKernelOptions& opt);
+
+// Queues the chosen kernel on `stream` (and, on the portable and SIMT paths, the cast into p.out
+// when p.out is set). Throws InvalidArgument with c.reason when c.path is None.
+void launch_flash(const FlashChoice& c, const FlashParams& p, const DeviceCaps& dev, cudaStream_t stream);
+
+// The layout rules that every CUDA kernel of a dtype has (head dims, 16-byte rows, grid limits):
+// the reason p breaks one, or "" when it breaks none. choose_flash_kernel and the decode path
+// share it.
+std::string cuda_layout_problem(const FlashParams& p);
+
+const char* hopper_tile_name(HopperTile t);
+
+}  // namespace ringattn::cuda
+
+namespace ringattn {
+// The CUDA backend with explicit flash options instead of the environment's.
+std::unique_ptr<Backend> make_cuda_backend(int device, const cuda::FlashKernelOptions& options);
+}  // namespace ringattn

@@ -1,0 +1,46 @@
+// The Hopper flash kernel's launch description, visible to host code compiled by either
+// compiler: the dispatch (kernels/cuda/flash_dispatch.cpp) builds it once per call, tensor maps
+// included, and hopper_flash.cu launches it.
+#pragma once
+
+#include <cuda.h>  // CUtensorMap (the type only; the encoder is fetched at run time)
+
+#include <cstdint>
+
+#include "kernels/params.hpp"
+
+namespace ringattn::cuda {
+
+// The kernel's tile configurations: query rows x keys per tile (64 query rows per consumer
+// warpgroup), q2 = two Q buffers (the streamed consumer loop). hopper/PERF.md measures them.
+enum class HopperTile : uint8_t { M128N128, M128N176, M192N128, M128N128Q2 };
+
+namespace hopper {
+
+struct HopperParams {
+  CUtensorMap tm_q, tm_k, tm_v;  // 4-d maps over (dim, len, heads, batch), boxes of 64 x block rows
+  StateView state;
+  void* out;  // when set: the final output in the input dtype (then state.o is not written)
+  long long out_stride_b, out_stride_h, out_stride_t;
+  int batch, q_heads, kv_heads, group;  // group = q_heads / kv_heads
+  int q_len, kv_len;
+  MaskSpec mask;
+  float scale;       // natural-log units, for the LSE
+  float scale_log2;  // scale * log2(e): scores go through exp2
+  int fold;
+  int lazy_rescale;  // softmax_step(lazy): move the running max only when it grew past Config::kLazyThreshold
+  int block_m, block_n;  // the Config's tile shape
+  int m_blocks, num_tiles;
+};
+
+}  // namespace hopper
+
+// One call of the Hopper kernel, ready to launch: the tile configuration and its params.
+struct HopperLaunch {
+  HopperTile tile = HopperTile::M128N128;
+  int head_dim = 0;
+  DType dtype = DType::BF16;
+  hopper::HopperParams params{};
+};
+
+}  // namespace ringattn::cuda

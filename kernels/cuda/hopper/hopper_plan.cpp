@@ -1,0 +1,177 @@
+// Host side of the Hopper flash forward that needs no device code: the tile configuration, the
+// checks of a call against what the kernel needs, and the tensor maps. The dispatch calls plan
+// once per call; hopper_flash.cu launches what it built.
+#include <cuda.h>
+#include <cuda_runtime.h>
+
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+
+#include "kernels/cuda/cuda_check.hpp"
+#include "kernels/cuda/hopper/hopper_launch.hpp"
+#include "ringattn/error.hpp"
+
+namespace ringattn::cuda::hopper_detail {
+namespace {
+
+using hopper::HopperParams;
+
+using EncodeTiledFn = CUresult (*)(CUtensorMap*, CUtensorMapDataType, cuuint32_t, void*, const cuuint64_t*,
+                                   const cuuint64_t*, const cuuint32_t*, const cuuint32_t*, CUtensorMapInterleave,
+                                   CUtensorMapSwizzle, CUtensorMapL2promotion, CUtensorMapFloatOOBfill);
+
+// cuTensorMapEncodeTiled from the driver through the runtime, so nothing links libcuda.
+EncodeTiledFn encode_fn() {
+  static EncodeTiledFn fn = [] {
+    void* ptr = nullptr;
+    cudaDriverEntryPointQueryResult q{};
+    const cudaError_t err = cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &ptr, 12000, cudaEnableDefault, &q);
+    return (err == cudaSuccess && q == cudaDriverEntryPointSuccess) ? reinterpret_cast<EncodeTiledFn>(ptr) : nullptr;
+  }();
+  return fn;
+}
+
+bool aligned(const void* p, uintptr_t a) { return (reinterpret_cast<uintptr_t>(p) % a) == 0; }
+
+// A 4-d map over (dim, len, heads, batch) with 64 x box_rows boxes and the 128-byte swizzle. A
+// dimension of extent 1 is never stepped, so its stride is replaced by a legal one.
+bool encode_view(CUtensorMap* map, const TensorView& v, int box_rows) {
+  EncodeTiledFn fn = encode_fn();
+  if (fn == nullptr) return false;
+  const cuuint64_t es = 2;
+  const cuuint64_t dims[4] = {cuuint64_t(v.dim), cuuint64_t(v.len), cuuint64_t(v.heads), cuuint64_t(v.batch)};
+  const int64_t raw[3] = {v.stride_t, v.stride_h, v.stride_b};
+  const int64_t ext[3] = {v.len, v.heads, v.batch};
+  cuuint64_t strides[3];
+  for (int i = 0; i < 3; ++i) {
+    if (ext[i] == 1) {
+      strides[i] = cuuint64_t(v.dim) * es;
+    } else {
+      if (raw[i] <= 0) return false;
+      strides[i] = cuuint64_t(raw[i]) * es;
+    }
+    if (strides[i] % 16 != 0 || strides[i] >= (cuuint64_t(1) << 40)) return false;
+  }
+  const cuuint32_t box[4] = {64, cuuint32_t(box_rows), 1, 1};
+  const cuuint32_t estr[4] = {1, 1, 1, 1};
+  const CUtensorMapDataType ty =
+      v.dtype == DType::BF16 ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16 : CU_TENSOR_MAP_DATA_TYPE_FLOAT16;
+  return fn(map, ty, 4, v.data, dims, strides, box, estr, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
+            CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
+}
+
+struct TileInfo {
+  HopperTile tile;
+  int block_m, block_n;
+  bool dim64, dim128;  // head dims it is instantiated for (shared memory / registers decide)
+};
+constexpr TileInfo kTiles[] = {
+    {HopperTile::M128N128, 128, 128, true, true},
+    {HopperTile::M128N176, 128, 176, false, true},
+    {HopperTile::M192N128, 192, 128, true, false},
+    {HopperTile::M128N128Q2, 128, 128, false, true},
+};
+
+const TileInfo& tile_info(HopperTile t) {
+  for (const TileInfo& ti : kTiles)
+    if (ti.tile == t) return ti;
+  fail_no_instance("hopper_flash", "tile", int(t), "128x128, 128x176, 192x128 and 128x128q2");
+}
+
+// Shapes, dtypes and alignment: what the kernel and the bulk copy engine need of the views.
+const char* layout_problem(const FlashParams& p, int block_m) {
+  const TensorView &q = p.q, &k = p.k, &v = p.v;
+  if (q.dtype != DType::BF16 && q.dtype != DType::F16) return "it needs bf16 or fp16";
+  if (k.dtype != q.dtype || v.dtype != q.dtype) return "it needs q, k and v in one dtype";
+  if (q.dim != 64 && q.dim != 128) return "it needs head_dim 64 or 128";
+  if (k.dim != q.dim || v.dim != q.dim) return "it needs one head_dim for q, k and v";
+  if (!(p.scale > 0.f) || !std::isfinite(p.scale)) return "it needs a positive softmax scale";
+  if (k.heads < 1 || q.heads % k.heads != 0) return "it needs q_heads a multiple of kv_heads";
+  // Tile indices and TMA coordinates are 32-bit.
+  if (q.len > INT32_MAX || k.len > INT32_MAX) return "it needs q_len and kv_len below 2^31";
+  if ((q.len + block_m - 1) / block_m * q.heads * q.batch > INT32_MAX / 2) return "it needs fewer than 2^30 query tiles";
+  if (!aligned(q.data, 16) || !aligned(k.data, 16) || !aligned(v.data, 16))
+    return "it needs q, k and v base addresses 16-byte aligned";
+  const StateView& s = p.state;
+  if (!aligned(s.o, 8) || (s.o_stride_t % 2) || (s.o_stride_h % 2) || (s.o_stride_b % 2))
+    return "it needs the state's o 8-byte aligned with even strides";
+  // The final output straight from the epilogue: the input dtype, 4-byte aligned column pairs.
+  const TensorView& o = p.out;
+  if (o.data != nullptr && o.dtype != q.dtype) return "it needs the output in the input dtype";
+  if (o.data != nullptr && (!aligned(o.data, 4) || (o.stride_t % 2) || (o.stride_h % 2) || (o.stride_b % 2)))
+    return "it needs the output 4-byte aligned with even strides";
+  return nullptr;
+}
+
+HopperParams kernel_params(const FlashParams& p, const TileInfo& ti, bool lazy) {
+  const TensorView &q = p.q, &o = p.out;
+  HopperParams hp{};
+  hp.state = p.state;
+  hp.out = o.data;
+  hp.out_stride_b = o.stride_b;
+  hp.out_stride_h = o.stride_h;
+  hp.out_stride_t = o.stride_t;
+  hp.batch = int(q.batch);
+  hp.q_heads = int(q.heads);
+  hp.kv_heads = int(p.k.heads);
+  hp.group = int(q.heads / p.k.heads);
+  hp.q_len = int(q.len);
+  hp.kv_len = int(p.k.len);
+  hp.mask = p.mask;
+  hp.scale = p.scale;
+  hp.scale_log2 = p.scale * kLog2e;
+  hp.fold = p.mode == StateMode::Fold ? 1 : 0;
+  hp.lazy_rescale = lazy ? 1 : 0;
+  hp.block_m = ti.block_m;
+  hp.block_n = ti.block_n;
+  hp.m_blocks = int((q.len + ti.block_m - 1) / ti.block_m);
+  hp.num_tiles = hp.m_blocks * hp.batch * hp.q_heads;
+  return hp;
+}
+
+}  // namespace
+
+// The default per head dim and mask, from the H200 measurements in PERF.md: hd64 gains from a
+// third consumer warpgroup (its softmax is twice as heavy relative to the matrix work); hd128
+// from the 176-key tile on long rows (8k full, 32k causal), while shorter rows prefer 128 keys
+// (fewer partial and masked key tiles).
+HopperTile pick_tile(const FlashParams& p, const FlashKernelOptions& opt) {
+  const bool d64 = p.q.dim == 64;
+  const bool long_rows = p.k.len >= (p.mask.causal ? 16384 : 8192);
+  HopperTile pick = d64 ? HopperTile::M192N128 : (long_rows ? HopperTile::M128N176 : HopperTile::M128N128);
+  for (const TileInfo& ti : kTiles)
+    if (opt.hopper_tile == hopper_tile_name(ti.tile) && (d64 ? ti.dim64 : ti.dim128)) pick = ti.tile;
+  return pick;
+}
+
+const char* plan(const FlashParams& p, const FlashKernelOptions& opt, int smem_optin, HopperLaunch* out) {
+  const TileInfo& ti = tile_info(pick_tile(p, opt));
+  if (const char* why = layout_problem(p, ti.block_m)) return why;
+  if (smem_bytes(ti.tile, int(p.q.dim)) > smem_optin) return "it needs more shared memory per block than the device offers";
+  HopperLaunch l;
+  l.tile = ti.tile;
+  l.head_dim = int(p.q.dim);
+  l.dtype = p.q.dtype;
+  l.params = kernel_params(p, ti, opt.hopper_lazy);
+  if (!encode_view(&l.params.tm_q, p.q, ti.block_m) || !encode_view(&l.params.tm_k, p.k, ti.block_n) ||
+      !encode_view(&l.params.tm_v, p.v, ti.block_n))
+    return "it needs q, k and v strides that are multiples of 8 elements (16 bytes) that the bulk copy engine can "
+           "encode";
+  *out = l;
+  return nullptr;
+}
+
+}  // namespace ringattn::cuda::hopper_detail
+
+namespace ringattn::cuda {
+const char* hopper_tile_name(HopperTile t) {
+  switch (t) {
+    case HopperTile::M128N128: return "128x128";
+    case HopperTile::M128N176: return "128x176";
+    case HopperTile::M192N128: return "192x128";
+    case HopperTile::M128N128Q2: return "128x128q2";
+  }
+  return "?";
+}
+}  // namespace ringattn::cuda

@@ -1,0 +1,113 @@
+// The mask primitive (src/core/mask.hpp) against a brute-force definition on absolute positions,
+// exhaustively over small specs: full and causal, offsets negative, zero, positive and beyond
+// both lengths, empty and partial blocks anywhere.
+#include <gtest/gtest.h>
+
+#include <cstdint>
+
+#include "core/mask.hpp"
+
+namespace ringattn {
+namespace {
+
+// The definition: row i sits at position q_offset + i, key j at position j; causal shows key j
+// to row i when pos(k_j) <= pos(q_i).
+bool brute_visible(const MaskSpec& m, int64_t i, int64_t j) { return !m.causal || j <= m.q_offset + i; }
+
+constexpr int64_t kMaxLen = 9, kMaxOffset = 14;
+
+template <typename F>
+void for_each_spec(F f) {
+  for (bool causal : {false, true})
+    for (int64_t off = -kMaxOffset; off <= kMaxOffset; ++off) f(MaskSpec{causal, off});
+}
+
+std::string name(const MaskSpec& m) {
+  return std::string(m.causal ? "causal" : "full") + " q_offset=" + std::to_string(m.q_offset);
+}
+
+TEST(Mask, ElementPredicateMatchesPositions) {
+  for_each_spec([](const MaskSpec& m) {
+    for (int64_t i = 0; i < kMaxLen; ++i)
+      for (int64_t j = 0; j < kMaxLen; ++j) ASSERT_EQ(is_visible(m, i, j), brute_visible(m, i, j)) << name(m);
+  });
+}
+
+TEST(Mask, VisibleRangeIsExactlyTheVisibleKeys) {
+  int empty = 0, partial = 0, all = 0;
+  for_each_spec([&](const MaskSpec& m) {
+    for (int64_t kv = 0; kv <= kMaxLen; ++kv)
+      for (int64_t i = 0; i < kMaxLen; ++i) {
+        const KeyRange r = visible_range(m, i, kv);
+        int64_t n = 0;
+        for (int64_t j = 0; j < kv; ++j) {
+          const bool in = j >= r.begin && j < r.end;
+          ASSERT_EQ(in, brute_visible(m, i, j)) << name(m) << " row " << i << " kv_len " << kv << " key " << j;
+          n += in;
+        }
+        ASSERT_EQ(r.size(), n) << name(m) << " row " << i << " kv_len " << kv;
+        ASSERT_EQ(r.empty(), n == 0);
+        ASSERT_GE(r.begin, 0);
+        ASSERT_LE(r.end, kv);
+        (n == 0 ? empty : n == kv ? all : partial)++;
+      }
+  });
+  EXPECT_GT(empty, 0);
+  EXPECT_GT(partial, 0);
+  EXPECT_GT(all, 0);
+}
+
+TEST(Mask, RangeOfRowsIsTheUnion) {
+  for_each_spec([](const MaskSpec& m) {
+    for (int64_t kv = 0; kv <= kMaxLen; ++kv)
+      for (int64_t r0 = 0; r0 < kMaxLen; ++r0)
+        for (int64_t rows = 1; r0 + rows <= kMaxLen; ++rows) {
+          const KeyRange u = visible_range_of_rows(m, r0, rows, kv);
+          for (int64_t j = 0; j < kv; ++j) {
+            bool any = false;
+            for (int64_t i = r0; i < r0 + rows; ++i) any = any || brute_visible(m, i, j);
+            ASSERT_EQ(j >= u.begin && j < u.end, any) << name(m) << " rows " << r0 << "+" << rows << " key " << j;
+          }
+        }
+  });
+}
+
+TEST(Mask, ClassifyBlockMatchesElements) {
+  int seen[3] = {0, 0, 0};
+  for_each_spec([&](const MaskSpec& m) {
+    for (int64_t r0 = 0; r0 < 6; ++r0)
+      for (int64_t rows = 0; rows < 5; ++rows)
+        for (int64_t c0 = 0; c0 < 8; ++c0)
+          for (int64_t cols = 0; cols < 5; ++cols) {
+            int64_t visible = 0;
+            for (int64_t i = r0; i < r0 + rows; ++i)
+              for (int64_t j = c0; j < c0 + cols; ++j) visible += brute_visible(m, i, j);
+            const BlockVisibility want = visible == 0             ? BlockVisibility::Empty
+                                         : visible == rows * cols ? BlockVisibility::Full
+                                                                  : BlockVisibility::Partial;
+            const BlockVisibility got = classify_block(m, r0, rows, c0, cols);
+            ASSERT_EQ(int(got), int(want)) << name(m) << " rows " << r0 << "+" << rows << " cols " << c0 << "+" << cols;
+            ++seen[int(got)];
+          }
+  });
+  EXPECT_GT(seen[0], 0);
+  EXPECT_GT(seen[1], 0);
+  EXPECT_GT(seen[2], 0);
+}
+
+TEST(Mask, CountVisibleSumsTheRows) {
+  for_each_spec([](const MaskSpec& m) {
+    for (int64_t kv = 0; kv <= kMaxLen; ++kv)
+      for (int64_t r0 = 0; r0 < kMaxLen; ++r0)
+        for (int64_t rows = 0; r0 + rows <= kMaxLen; ++rows) {
+          int64_t want = 0;
+          for (int64_t i = r0; i < r0 + rows; ++i)
+            for (int64_t j = 0; j < kv; ++j) want += brute_visible(m, i, j);
+          ASSERT_EQ(count_visible(m, r0, rows, kv), want) << name(m) << " rows " << r0 << "+" << rows << " kv " << kv;
+          ASSERT_EQ(count_visible<double>(m, r0, rows, kv), double(want)) << name(m);
+        }
+  });
+}
+
+}  // namespace
+}  // namespace ringattn
