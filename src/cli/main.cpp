@@ -10,9 +10,11 @@
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
+#include "cli/command_agreement.hpp"
 #include "cli/options.hpp"
 #include "cli/run.hpp"
 #include "cli/world.hpp"
+#include "ringattn/fault.hpp"
 #include "ringattn/log.hpp"
 
 namespace {
@@ -46,12 +48,12 @@ int main(int argc, char** argv) {
       if (rank == 0) fmt::print("ringattn (cuda {}, nccl {})\n", kHaveCuda ? "yes" : "no", kHaveNccl ? "yes" : "no");
       return 0;
     }
-    if (cl.command == "plan") {
-      if (rank != 0) return 0;
-      return plan_command(cl.plan);
-    }
+    if (cl.command == "plan" && launcher_world_size() <= 1) return plan_command(cl.plan);
     const ProblemOptions& po = cl.command == "run" ? cl.run.problem : cl.bench.problem;
-    init_logging(rank, launcher_world_size(), resolve_log_level(po.log_level));
+    if (cl.command != "plan") {
+      init_logging(rank, launcher_world_size(), resolve_log_level(po.log_level));
+      fault_plan();  // a malformed RINGATTN_FAULT stops every rank here, alike, with or without mpirun
+    }
     resolve_timeout(po);  // a malformed RINGATTN_MPI_TIMEOUT_S stops every rank here, alike
   } catch (const CLI::ParseError& e) {
     if (e.get_exit_code() == 0 || dynamic_cast<const CLI::CallForHelp*>(&e) != nullptr) {
@@ -69,7 +71,16 @@ int main(int argc, char** argv) {
   std::unique_ptr<MpiSession> mpi;
   try {
     mpi = std::make_unique<MpiSession>();
-    const int code = cl.command == "run" ? run_command(cl.run, *mpi) : bench_command(cl.bench, *mpi);
+    // The first collective: ranks started with different subcommands or flags stop here. `plan`
+    // under a launcher joins it too (so that `run : plan` is a clear error, not a hang), then
+    // prints on rank 0.
+    const ProblemOptions& po = cl.command == "bench" ? cl.bench.problem : cl.run.problem;
+    agree_on_command(cl, *mpi, cl.command == "plan" ? resolve_timeout(ProblemOptions{}) : resolve_timeout(po));
+    int code = 0;
+    if (cl.command == "plan")
+      code = rank == 0 ? plan_command(cl.plan) : 0;
+    else
+      code = cl.command == "run" ? run_command(cl.run, *mpi) : bench_command(cl.bench, *mpi);
     mpi->finish();
     return code;
   } catch (const CollectiveError& e) {
