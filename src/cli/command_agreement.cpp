@@ -2,6 +2,7 @@
 
 #include <mpi.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstring>
 #include <functional>
@@ -23,6 +24,7 @@ constexpr size_t kMaxFields = 40;
 struct Record {
   uint32_t magic = kMagic, version = kVersion, nfields = 0, pad = 0;
   char command[16] = {};
+  char error[256] = {};
   struct Field {
     char name[20] = {};
     char value[44] = {};
@@ -79,7 +81,32 @@ CommandFields command_fields(const CommandLine& cl) {
   return f;
 }
 
+namespace {
+
+// "" when no rank failed; the common error when every rank failed alike; else the ranks and
+// their errors, grouped by message.
+std::string early_errors(const std::vector<CommandView>& all) {
+  std::vector<std::pair<std::string, std::string>> groups;  // (message, "1, 3")
+  bool all_alike = true;
+  for (size_t r = 0; r < all.size(); ++r) {
+    all_alike = all_alike && all[r].error == all[0].error;
+    if (all[r].error.empty()) continue;
+    auto it = std::find_if(groups.begin(), groups.end(), [&](const auto& g) { return g.first == all[r].error; });
+    if (it == groups.end()) groups.emplace_back(all[r].error, std::to_string(r));
+    else it->second += ", " + std::to_string(r);
+  }
+  if (groups.empty()) return "";
+  if (all_alike) return all[0].error;
+  std::string msg = "ranks stopped before the start:";
+  for (const auto& [error, ranks] : groups)
+    msg += fmt::format(" rank{} {}: {};", ranks.find(',') == std::string::npos ? "" : "s", ranks, error);
+  return msg + " the other ranks stop with them";
+}
+
+}  // namespace
+
 std::string command_disagreement(const std::vector<CommandView>& all) {
+  if (std::string e = early_errors(all); !e.empty()) return e;
   const int P = int(all.size());
   auto same = [](const CommandView& a, const CommandView& b) { return a.command == b.command && a.fields == b.fields; };
   // The reference is the record most ranks hold (ties: the lowest rank), so a single odd rank is
@@ -116,8 +143,9 @@ std::string command_disagreement(const std::vector<CommandView>& all) {
 
 namespace {
 
-Record make_record(const CommandLine& cl) {
+Record make_record(const CommandLine& cl, const std::string& error) {
   Record rec;
+  copy_text(rec.error, sizeof(rec.error), error);
   copy_text(rec.command, sizeof(rec.command), cl.command);
   const CommandFields f = command_fields(cl);
   if (f.size() > kMaxFields) fail_runtime("internal: {} command fields exceed the record's {}", f.size(), kMaxFields);
@@ -137,6 +165,7 @@ CommandView view_of(const Record& rec) {
     return v;
   }
   v.command.assign(rec.command, strnlen(rec.command, sizeof(rec.command)));
+  v.error.assign(rec.error, strnlen(rec.error, sizeof(rec.error)));
   for (uint32_t i = 0; i < rec.nfields; ++i) {
     const Record::Field& f = rec.fields[i];
     v.fields.emplace_back(std::string(f.name, strnlen(f.name, sizeof(f.name))),
@@ -147,13 +176,16 @@ CommandView view_of(const Record& rec) {
 
 }  // namespace
 
-void agree_on_command(const CommandLine& cl, const MpiSession& mpi, double timeout_s) {
+void agree_on_command(const CommandLine& cl, const MpiSession& mpi, double timeout_s, const std::string& error) {
   if (!mpi.active()) return;
   int size = 1, rank = 0;
   MPI_Comm_size(MPI_COMM_WORLD, &size);
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
-  if (size == 1) return;
-  const Record mine = make_record(cl);
+  if (size == 1) {
+    if (!error.empty()) throw CollectiveError(error);
+    return;
+  }
+  const Record mine = make_record(cl, error);
   std::vector<Record> all(static_cast<size_t>(size));
   MPI_Request rq = MPI_REQUEST_NULL;
   if (MPI_Iallgather(&mine, int(sizeof(Record)), MPI_BYTE, all.data(), int(sizeof(Record)), MPI_BYTE, MPI_COMM_WORLD,

@@ -24,12 +24,15 @@ CommandFields command_fields(const CommandLine& cl);
 struct CommandView {
   std::string command;
   CommandFields fields;
+  std::string error;  // a rank that failed before MPI (its flags or environment): "" when none
 };
 std::string command_disagreement(const std::vector<CommandView>& all);
 
 // Allgathers this rank's record over MPI_COMM_WORLD, waiting at most `timeout_s`. Does nothing
-// in a world of one. Throws CollectiveError on disagreement (every rank alike) and
-// RuntimeError when some rank did not join in time (this rank alone; the caller aborts the job).
-void agree_on_command(const CommandLine& cl, const MpiSession& mpi, double timeout_s);
+// in a world of one. Throws CollectiveError on disagreement or when some rank reports `error`
+// (every rank alike) and RuntimeError when some rank did not join in time (this rank alone; the
+// caller aborts the job). `error`: this rank's own failure before MPI (a bad flag), shared here
+// so that ranks started with other flags stop too instead of waiting for this one.
+void agree_on_command(const CommandLine& cl, const MpiSession& mpi, double timeout_s, const std::string& error = "");
 
 }  // namespace ringattn::cli

@@ -20,7 +20,7 @@ step(EXPECT_RC 1 COMMAND ${CMAKE_COMMAND} -E env RINGATTN_FAULT=010:0:exitt ${RI
 step(EXPECT_RC 1 COMMAND ${RINGATTN} run --seq 64 --q-offset 3
      STDERR "--q-offset 3 only shifts the causal mask and does nothing without --causal")
 step(EXPECT_RC 1 COMMAND ${RINGATTN} run --seq 64 --check-rows 5 STDERR "--check-rows 5 without the check does nothing")
-step(EXPECT_RC 1 COMMAND ${RINGATTN} run --seq 64 --out= STDERR "--out: the path is empty; give a file name")
+step(EXPECT_RC 1 COMMAND sh -c "'${RINGATTN}' run --seq 64 --out ''" STDERR "--out: the path is empty; give a file name")
 step(EXPECT_RC 0 COMMAND ${NPY_TOOL} random q.npy fp32 1 2 64 16 ${SEED})
 step(EXPECT_RC 0 COMMAND ${NPY_TOOL} random k.npy fp32 1 1 64 16 1${SEED})
 step(EXPECT_RC 0 COMMAND ${NPY_TOOL} random v16.npy fp16 1 1 64 16 2${SEED})

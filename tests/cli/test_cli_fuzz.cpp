@@ -86,9 +86,12 @@ TEST(CliFuzz, EveryCommandLineParsesOrFailsCleanly) {
         EXPECT_LE(*cl.run.problem.timeout_s, kMaxTimeoutS) << "seed " << seed << ":" << shown;
       }
       // Every integer flag read its value as decimal: "064" is 64, never octal 52.
-      for (size_t i = 2; i + 1 < args.size(); ++i)
-        if (cl.command == "run" && args[i] == "--seq" && args[i + 1] == "064" && !cl.run.problem.from_files())
-          EXPECT_EQ(cl.run.problem.seq, 64) << "seed " << seed << ":" << shown;
+      size_t last_seq = 0;
+      for (size_t i = 2; i < args.size(); ++i)
+        if (args[i] == "--seq" || args[i].rfind("--seq=", 0) == 0) last_seq = i;
+      if (cl.command == "run" && last_seq > 0 && args[last_seq] == "--seq" && last_seq + 1 < args.size() &&
+          args[last_seq + 1] == "064")
+        EXPECT_EQ(cl.run.problem.seq, 64) << "seed " << seed << ":" << shown;
       if (cl.command == "run") {
         EXPECT_GE(cl.run.problem.seq, 1) << "seed " << seed << ":" << shown;
         EXPECT_FALSE(cl.run.problem.q_offset && !cl.run.problem.causal) << "seed " << seed << ":" << shown;
@@ -211,7 +214,7 @@ TEST(CliIgnoredFlags, CombinationsThatWouldBeIgnoredAreRefused) {
       {{"run", "--check-rows", "4"}, "--check-rows 4 without the check does nothing"},
       {{"bench", "--no-check", "--check-rows", "4"}, "--check-rows 4 without the check does nothing"},
       {{"run", "--out", ""}, "--out: the path is empty; give a file name"},
-      {{"run", "--lse="}, "--lse: the path is empty; give a file name"},
+      {{"run", "--lse", ""}, "--lse: the path is empty; give a file name"},
       {{"bench", "--json", ""}, "--json: the path is empty; give a file name"},
       {{"run", "--q", "q.npy", "--k", "k.npy", "--v", "v.npy", "--seq", "128"},
        "--seq does not apply with --q/--k/--v: the files' shapes fix batch, heads, lengths and dim; drop --seq"},

@@ -79,18 +79,17 @@ TEST(AtomicFile, RefusesMissingDirectoriesAndDevices) {
 
 TEST(AtomicFile, AFailedRenameLeavesNothing) {
   TempDir d("rename");
-  const std::string sub = d / "sub";
-  fs::create_directories(sub);
-  const std::string path = sub + "/x.npy";
+  const std::string path = d / "x.npy";
   NpyWriter w(path, {2}, DType::F32);
   const float x[2] = {1, 2};
   w.write(x, 2);
   w.finish();
-  fs::rename(sub, d / "moved");  // the temporary moves away: the rename onto `path` must fail
+  fs::create_directories(path + "/inner");  // a non-empty directory appears there: the rename must fail
   const std::string e = error_of([&] { w.close(); });
-  EXPECT_NE(e.find("writing '" + path + "' failed"), std::string::npos) << e;
-  EXPECT_FALSE(fs::exists(path));
-  EXPECT_EQ(std::distance(fs::directory_iterator(d / "moved"), fs::directory_iterator()), 0);
+  EXPECT_NE(e.find("writing '" + path + "' failed: renaming the finished temporary file onto it"), std::string::npos)
+      << e;
+  EXPECT_TRUE(fs::is_directory(path + "/inner"));
+  EXPECT_EQ(d.entries(), 1u);  // the temporary file is gone
 }
 
 TEST(AtomicFile, NpyWriterShortOfElementsWritesNothing) {
@@ -147,6 +146,19 @@ TEST(CommandAgreement, NamesTheRanksAndTheField) {
   EXPECT_NE(command_disagreement({va, CommandView{"run", command_fields(c)}})
                 .find("rank 1 has --dry-run yes where rank 0 has --dry-run no"),
             std::string::npos);
+}
+
+TEST(CommandAgreement, ErrorsBeforeMpiStopEveryRank) {
+  CommandLine a;
+  a.command = "run";
+  const CommandView ok{"run", command_fields(a), ""};
+  const CommandView bad{"run", {}, "--seq: must be an integer >= 1 (got '0')"};
+  const CommandView other{"", {}, "RINGATTN_FAULT='x' is not RANK:HOP:KIND"};
+  // Every rank failed alike: the error itself, printed once.
+  EXPECT_EQ(command_disagreement({bad, bad}), bad.error);
+  EXPECT_EQ(command_disagreement({ok, bad, other, bad}),
+            "ranks stopped before the start: ranks 1, 3: --seq: must be an integer >= 1 (got '0'); rank 2: "
+            "RINGATTN_FAULT='x' is not RANK:HOP:KIND; the other ranks stop with them");
 }
 
 }  // namespace
