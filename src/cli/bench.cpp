@@ -208,7 +208,9 @@ int bench_on(const BenchOptions& o, World& w) {
   int code = all_ok ? kExitOk : kExitCheckFailed;
   if (w.rank == 0) {
     fmt::print(f, "# Out of tolerance or non-finite results: {}\n",
-               !all_ok ? "some (see the check column)" : any_checked ? "none" : "no non-finite values; tolerance not checked");
+               !all_ok        ? "some (see the check column)"
+               : any_checked ? "none"
+                             : "no non-finite values; tolerance not checked");
     fmt::print(f, "# Result: {}\n", !all_ok ? "FAILED" : any_checked ? "OK" : "not checked");
     std::fflush(f);
     if (!o.json_file.empty()) {

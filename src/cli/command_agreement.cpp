@@ -132,7 +132,8 @@ std::string command_disagreement(const std::vector<CommandView>& all) {
       const auto fa = i < a.fields.size() ? a.fields[i] : std::pair<std::string, std::string>{"?", "?"};
       const auto fr = i < R.fields.size() ? R.fields[i] : std::pair<std::string, std::string>{"?", "?"};
       if (fa == fr) continue;
-      msg += fmt::format(" rank {} has {} {} where rank {} has {} {};", r, fa.first, fa.second, ref, fr.first, fr.second);
+      msg += fmt::format(" rank {} has {} {} where rank {} has {} {};", r, fa.first, fa.second, ref, fr.first,
+                         fr.second);
       break;
     }
   }

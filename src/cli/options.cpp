@@ -272,7 +272,8 @@ double resolve_timeout(const ProblemOptions& o) {
   if (env == nullptr || *env == '\0') return 300.0;
   char* end = nullptr;
   const double v = std::strtod(env, &end);
-  if (std::string(env).find_first_not_of("0123456789.eE+-") != std::string::npos || end == env || *end != '\0' || !(v > 0) || v > kMaxTimeoutS)
+  const bool decimal = std::string(env).find_first_not_of("0123456789.eE+-") == std::string::npos;
+  if (!decimal || end == env || *end != '\0' || !(v > 0) || v > kMaxTimeoutS)
     fail_arg("RINGATTN_MPI_TIMEOUT_S='{}' must be a number of seconds > 0 and <= {:g} (or use --timeout)", env,
              kMaxTimeoutS);
   return v;
