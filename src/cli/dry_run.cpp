@@ -12,6 +12,7 @@
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
+#include "cli/outputs.hpp"
 #include "cli/problem.hpp"
 #include "cli/report.hpp"
 #include "cli/run.hpp"
@@ -128,6 +129,7 @@ int dry_run_on(const RunOptions& o, World& w) {
   std::string error;
   int code = kExitOk;
   try {
+    if (w.rank == 0) check_run_outputs(o);  // only rank 0 writes; its verdict is shared below
     setup = setup_problem(o.problem);
     validate_problem(setup.problem, w.size);
   } catch (const InvalidArgument& e) {
@@ -152,6 +154,8 @@ int dry_run_on(const RunOptions& o, World& w) {
                p.is_ring() ? fmt::format("{} sharding", sharding_name(p.sharding)) : std::string("decode KV split"),
                w.size, q_layout.tokens(), q_layout.segments.size());
     fmt::print(f, "agree    ok: every rank describes the same problem and loaded the same libraries\n");
+    if (!o.out_file.empty() || !o.lse_file.empty() || (!o.json_file.empty() && o.json_file != "-"))
+      fmt::print(f, "outputs  ok: every output file can be created and names a file of its own\n");
     fmt::print(f, "ring     ok: {}\n", w.size > 1 ? fmt::format("one exchange around the ring of {} ranks", w.size)
                                                : std::string("a world of one (no exchange)"));
     fmt::print(f, "dry run: OK (no attention was computed)\n");

@@ -10,8 +10,11 @@
 namespace ringattn::cli {
 
 // "" when q, k and v of this rank are finite; else one message naming the rank, the tensor, the
-// value and its [batch, head, token, dim] index (token: the global position).
-std::string check_inputs_finite(const GlobalProblem& p, const LocalProblem& l, Backend& b, int rank);
+// value and its [batch, head, token, dim] index (token: the global position). An infinity that a
+// finite source value became in a half dtype is reported as that value overflowing the dtype
+// (`src` rebuilds the element in fp32).
+std::string check_inputs_finite(const GlobalProblem& p, const LocalProblem& l, Backend& b, int rank,
+                                InputSource& src);
 
 // The same for this rank's out and lse (copied to the host by copy_result).
 std::string check_outputs_finite(const GlobalProblem& p, const LocalProblem& l, const HostResult& r, int rank);

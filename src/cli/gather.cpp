@@ -71,7 +71,10 @@ int write_global_outputs(const GlobalProblem& p, const LocalProblem& l, const Ho
         if (lse) lse->write(l_row.data(), T);
       });
     }
+  // Both files finished before either is moved into place: a failure leaves neither half-made.
   guarded([&] {
+    if (out) out->finish();
+    if (lse) lse->finish();
     if (out) out->close();
     if (lse) lse->close();
   });

@@ -10,9 +10,11 @@
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
+#include "cli/command_agreement.hpp"
 #include "cli/options.hpp"
 #include "cli/run.hpp"
 #include "cli/world.hpp"
+#include "ringattn/fault.hpp"
 #include "ringattn/log.hpp"
 
 namespace {
@@ -31,6 +33,34 @@ constexpr bool kHaveNccl = true;
 constexpr bool kHaveNccl = false;
 #endif
 
+// An error before MPI starts (flags, environment). Alone, or when every rank parsed the same
+// flags, every rank meets it alike; but ranks of one job may have been started with different
+// flags (MPMD), so under a launcher of several ranks the error goes through the start-up
+// agreement, which stops the other ranks too and names the ranks that failed.
+int report_early_error(const CommandLine& cl, const std::string& error, int rank) {
+  if (!launched_by_launcher() || launcher_world_size() <= 1) {
+    if (rank == 0) spdlog::error("{}", error);
+    return 1;
+  }
+  MpiSession mpi;
+  double timeout = 300;
+  try {
+    timeout = resolve_timeout(cl.run.problem);  // the environment's bound, if it is well-formed
+  } catch (const std::exception&) {
+  }
+  try {
+    agree_on_command(cl, mpi, timeout, error);
+  } catch (const CollectiveError& e) {
+    if (rank == 0) spdlog::error("{}", e.what());
+  } catch (const std::exception& e) {
+    spdlog::error("{}; this rank's own error: {}", e.what(), error);
+    spdlog::default_logger()->flush();
+    mpi.abort(1);
+  }
+  mpi.finish();
+  return 1;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -38,6 +68,7 @@ int main(int argc, char** argv) {
   const std::unique_ptr<CLI::App> app = make_app(cl);
   const int rank = env_rank();
   init_logging(rank, launcher_world_size(), "info");
+  std::string early_error;
   try {
     if (argc <= 1 && rank == 0)
       spdlog::info("no arguments: running the default problem, as `ringattn {}`", kDefaultArgs);
@@ -46,30 +77,37 @@ int main(int argc, char** argv) {
       if (rank == 0) fmt::print("ringattn (cuda {}, nccl {})\n", kHaveCuda ? "yes" : "no", kHaveNccl ? "yes" : "no");
       return 0;
     }
-    if (cl.command == "plan") {
-      if (rank != 0) return 0;
-      return plan_command(cl.plan);
-    }
+    if (cl.command == "plan" && launcher_world_size() <= 1) return plan_command(cl.plan);
     const ProblemOptions& po = cl.command == "run" ? cl.run.problem : cl.bench.problem;
-    init_logging(rank, launcher_world_size(), resolve_log_level(po.log_level));
+    if (cl.command != "plan") {
+      init_logging(rank, launcher_world_size(), resolve_log_level(po.log_level));
+      fault_plan();  // a malformed RINGATTN_FAULT stops every rank here, alike, with or without mpirun
+    }
     resolve_timeout(po);  // a malformed RINGATTN_MPI_TIMEOUT_S stops every rank here, alike
   } catch (const CLI::ParseError& e) {
     if (e.get_exit_code() == 0 || dynamic_cast<const CLI::CallForHelp*>(&e) != nullptr) {
       if (rank == 0) app->exit(e);
       return 0;
     }
-    if (rank == 0) spdlog::error("{} (see ringattn --help, ringattn run --help, ringattn bench --help)", e.what());
-    return 1;
+    early_error = fmt::format("{} (see ringattn --help, ringattn run --help, ringattn bench --help)", e.what());
   } catch (const std::exception& e) {
-    // Before MPI starts: every rank parsed the same flags, so every rank stops here alike.
-    if (rank == 0) spdlog::error("{}", e.what());
-    return 1;
+    early_error = e.what();
   }
+  if (!early_error.empty()) return report_early_error(cl, early_error, rank);
 
   std::unique_ptr<MpiSession> mpi;
   try {
     mpi = std::make_unique<MpiSession>();
-    const int code = cl.command == "run" ? run_command(cl.run, *mpi) : bench_command(cl.bench, *mpi);
+    // The first collective: ranks started with different subcommands or flags stop here. `plan`
+    // under a launcher joins it too (so that `run : plan` is a clear error, not a hang), then
+    // prints on rank 0.
+    const ProblemOptions& po = cl.command == "bench" ? cl.bench.problem : cl.run.problem;
+    agree_on_command(cl, *mpi, cl.command == "plan" ? resolve_timeout(ProblemOptions{}) : resolve_timeout(po));
+    int code = 0;
+    if (cl.command == "plan")
+      code = rank == 0 ? plan_command(cl.plan) : 0;
+    else
+      code = cl.command == "run" ? run_command(cl.run, *mpi) : bench_command(cl.bench, *mpi);
     mpi->finish();
     return code;
   } catch (const CollectiveError& e) {

@@ -1,6 +1,9 @@
 #include "cli/options.hpp"
 
+#include <cctype>
+#include <charconv>
 #include <cstdlib>
+#include <limits>
 
 #include <fmt/format.h>
 
@@ -45,6 +48,66 @@ CLI::Validator seconds_bound() {
         return std::string();
       },
       "SECONDS");
+}
+
+// Strictly decimal: CLI11 converts integers with strtoll(..., 0), where "064" is octal (52),
+// "0x10" hex and "-1" wraps to 2^64-1 for an unsigned flag. This transform runs first on every
+// integer flag: it accepts [+-]digits only, checks the range of the flag's type and hands CLI11
+// the canonical decimal (no leading zeros), which base detection then reads as decimal.
+CLI::Validator decimal_integer(bool is_unsigned) {
+  return CLI::Validator(
+      [is_unsigned](std::string& s) -> std::string {
+        const char* b = s.data() + (!s.empty() && s[0] == '+' ? 1 : 0);
+        const char* e = s.data() + s.size();
+        std::from_chars_result r{};
+        std::string canon;
+        if (is_unsigned) {
+          uint64_t v = 0;
+          r = std::from_chars(b, e, v);
+          canon = std::to_string(v);
+        } else {
+          int64_t v = 0;
+          r = std::from_chars(b, e, v);
+          canon = std::to_string(v);
+        }
+        const bool digits = b != e && (std::isdigit(static_cast<unsigned char>(*b)) || (!is_unsigned && *b == '-'));
+        if (r.ec == std::errc::result_out_of_range)
+          return is_unsigned ? fmt::format("must be an integer in 0..{} (got '{}')", UINT64_MAX, s)
+                             : fmt::format("must be an integer in {}..{} (got '{}')", INT64_MIN, INT64_MAX, s);
+        if (!digits || r.ec != std::errc() || r.ptr != e)
+          return is_unsigned ? fmt::format("must be a decimal integer in 0..{} (got '{}')", UINT64_MAX, s)
+                             : fmt::format("must be a decimal integer (got '{}')", s);
+        s = canon;
+        return std::string();
+      },
+      "");
+}
+
+// Decimal numbers only for floating-point flags: std::stod and CLI11 also take hex ("0x10"),
+// "inf" and "nan".
+CLI::Validator decimal_number() {
+  return CLI::Validator(
+      [](std::string& s) -> std::string {
+        if (s.empty() || s.find_first_not_of("0123456789.eE+-") != std::string::npos)
+          return fmt::format("must be a decimal number (got '{}')", s);
+        return std::string();
+      },
+      "");
+}
+
+// Puts the decimal transforms in front of every numeric option of `app` and its subcommands.
+void make_numbers_decimal(CLI::App& app) {
+  for (CLI::App* sub : app.get_subcommands({})) make_numbers_decimal(*sub);
+  for (CLI::Option* opt : app.get_options()) {
+    if (opt->get_type_size() == 0) continue;  // a flag
+    const std::string type = opt->get_type_name();
+    if (type.rfind("UINT", 0) == 0)
+      opt->transform(decimal_integer(true));
+    else if (type.rfind("INT", 0) == 0)
+      opt->transform(decimal_integer(false));
+    else if (type.rfind("FLOAT", 0) == 0)
+      opt->transform(decimal_number());
+  }
 }
 
 }  // namespace
@@ -119,7 +182,7 @@ void add_bench_flags(CLI::App& app, BenchOptions& o) {
   // No "--no-check=VALUE": CLI11 2.1 negates the value of a negated flag, which overflows on
   // INT64_MIN (UBSan, found by tests/cli/test_cli_fuzz.cpp).
   app.add_flag("!--no-check", o.check, "skip the per-size correctness check")->disable_flag_override();
-  app.add_option("--json", o.json_file, "write one JSON record per size ('-' for stdout)");
+  app.add_option("--json", o.json_file, "write the sweep as one JSON record, its sizes in a list ('-' for stdout)");
 }
 
 void add_plan_flags(CLI::App& app, PlanOptions& o) {
@@ -144,8 +207,43 @@ std::unique_ptr<CLI::App> make_app(CommandLine& cl) {
   add_plan_flags(*app->add_subcommand("plan", "print the ring schedule and load balance of a sharding (no run)"),
                  cl.plan);
   app->add_flag("--version", cl.show_version, "print what this build supports (cuda yes|no, nccl yes|no)");
+  make_numbers_decimal(*app);
   return app;
 }
+
+namespace {
+
+bool given(const CLI::App& sub, const char* name) {
+  const CLI::Option* opt = sub.get_option_no_throw(name);
+  return opt != nullptr && opt->count() > 0;
+}
+
+// `--out ''` and the like: an empty path is no file at all (and used to mean "not given").
+void refuse_empty_paths(const CLI::App& sub) {
+  for (const char* name : {"--q", "--k", "--v", "--out", "--lse", "--json"}) {
+    const CLI::Option* opt = sub.get_option_no_throw(name);
+    if (opt == nullptr || opt->count() == 0) continue;
+    for (const std::string& r : opt->results())
+      if (r.empty()) fail_arg("{}: the path is empty; give a file name", name);
+  }
+}
+
+// Flags that a combination would silently ignore.
+void refuse_ignored_flags(const CLI::App& sub, const ProblemOptions& o, bool check) {
+  if (o.q_offset && !o.causal)
+    fail_arg("--q-offset {} only shifts the causal mask and does nothing without --causal; add --causal or drop "
+             "--q-offset", *o.q_offset);
+  if (given(sub, "--check-rows") && !check)
+    fail_arg("--check-rows {} without the check does nothing; add --check (run) or drop --no-check (bench)",
+             o.check_rows);
+  if (o.from_files())
+    for (const char* name : {"--batch", "--heads", "--kv-heads", "--seq", "--kv-seq", "--dim"})
+      if (given(sub, name))
+        fail_arg("{} does not apply with --q/--k/--v: the files' shapes fix batch, heads, lengths and "
+                 "dim; drop {}", name, name);
+}
+
+}  // namespace
 
 void parse_command_line(CLI::App& app, CommandLine& cl, int argc, const char* const* argv) {
   if (argc <= 1)
@@ -157,8 +255,16 @@ void parse_command_line(CLI::App& app, CommandLine& cl, int argc, const char* co
     if (app.got_subcommand(name)) cl.command = name;
   if (cl.show_version) return;
   if (cl.command.empty()) throw CLI::CallForHelp();
-  if (cl.command == "run") validate_problem_options(cl.run.problem);
-  if (cl.command == "bench") validate_problem_options(cl.bench.problem);
+  CLI::App& sub = *app.get_subcommand(cl.command);
+  refuse_empty_paths(sub);
+  if (cl.command == "run") {
+    validate_problem_options(cl.run.problem);
+    refuse_ignored_flags(sub, cl.run.problem, cl.run.check);
+  }
+  if (cl.command == "bench") {
+    validate_problem_options(cl.bench.problem);
+    refuse_ignored_flags(sub, cl.bench.problem, cl.bench.check);
+  }
 }
 
 double resolve_timeout(const ProblemOptions& o) {
@@ -167,7 +273,8 @@ double resolve_timeout(const ProblemOptions& o) {
   if (env == nullptr || *env == '\0') return 300.0;
   char* end = nullptr;
   const double v = std::strtod(env, &end);
-  if (end == env || *end != '\0' || !(v > 0) || v > kMaxTimeoutS)
+  const bool decimal = std::string(env).find_first_not_of("0123456789.eE+-") == std::string::npos;
+  if (!decimal || end == env || *end != '\0' || !(v > 0) || v > kMaxTimeoutS)
     fail_arg("RINGATTN_MPI_TIMEOUT_S='{}' must be a number of seconds > 0 and <= {:g} (or use --timeout)", env,
              kMaxTimeoutS);
   return v;

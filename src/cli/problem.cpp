@@ -106,8 +106,13 @@ ProblemSetup setup_problem(const ProblemOptions& o) {
     p.head_dim = hq.shape[3];
     p.kv_heads = hk.shape[1];
     p.kv_len = hk.shape[2];
-    // An <f2 file runs fp16 unless --dtype says otherwise; mixed files run in the widest.
-    const bool all_half = hq.dtype == DType::F16 && hk.dtype == DType::F16 && hv.dtype == DType::F16;
+    // Files of one dtype run in it (<f2: fp16) unless --dtype says otherwise; files of mixed
+    // dtypes need --dtype, which names the conversion.
+    if (o.dtype.empty() && (hq.dtype != hk.dtype || hq.dtype != hv.dtype))
+      fail_arg("--q {} holds {}, --k {} holds {} and --v {} holds {}: give files of one dtype, or --dtype to convert "
+               "them all", o.q_file, dtype_name(hq.dtype), o.k_file, dtype_name(hk.dtype), o.v_file,
+               dtype_name(hv.dtype));
+    const bool all_half = hq.dtype == DType::F16;
     p.dtype = !o.dtype.empty() ? parse_dtype(o.dtype) : all_half ? DType::F16 : default_dtype(o);
   }
   if (o.q_offset) p.q_offset = *o.q_offset;

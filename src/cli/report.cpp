@@ -7,6 +7,7 @@
 
 #include <fmt/format.h>
 
+#include "ringattn/atomic_file.hpp"
 #include "ringattn/error.hpp"
 #include "ringattn/log.hpp"
 #include "ringattn/peak_memory.hpp"
@@ -33,6 +34,7 @@ void add_check(RankReport& r, const CheckResult& c) {
   r.rows_checked = c.rows_checked;
   r.rows_total = c.rows_total;
   r.nan_count = c.nan_count;
+  r.lse_nonfinite = c.lse_nonfinite;
   r.violations = c.violations;
   r.max_abs = c.max_abs;
   r.max_rel = c.max_rel;
@@ -57,6 +59,7 @@ Summary summarize(const std::vector<RankReport>& all) {
     s.rows_checked += r.rows_checked;
     s.rows_total += r.rows_total;
     s.nan_count += r.nan_count;
+    s.lse_nonfinite += r.lse_nonfinite;
     s.violations += r.violations;
     s.peak_rss = std::max(s.peak_rss, r.peak_rss);
     s.workspace = std::max(s.workspace, r.workspace);
@@ -98,10 +101,11 @@ void write_json(const std::string& path, const nlohmann::json& j) {
     std::cout << j.dump() << std::endl;
     return;
   }
-  std::ofstream f(path, std::ios::trunc);
-  if (!f) fail_arg("--json {}: cannot open for writing: {}", path, std::strerror(errno));
-  f << j.dump() << '\n';
-  if (!f) fail_runtime("--json {}: write failed", path);
+  try {
+    write_file_atomically(path, j.dump() + "\n");
+  } catch (const std::exception& e) {
+    fail_runtime("--json: {}", e.what());
+  }
 }
 
 nlohmann::json problem_json(const GlobalProblem& p) {

@@ -23,6 +23,7 @@ struct RankReport {
   uint64_t bytes_sent = 0;
   uint64_t peak_rss = 0, workspace = 0;
   int64_t rows_checked = 0, rows_total = 0, nan_count = 0, violations = 0;
+  int64_t lse_nonfinite = 0;  // of nan_count
   double max_abs = 0, max_rel = 0, max_lse_abs = 0;
 };
 
@@ -36,7 +37,7 @@ std::vector<RankReport> gather_reports(Transport& t, const RankReport& mine);
 struct Summary {
   double wall_s = 0;  // slowest rank
   double max_abs = 0, max_rel = 0, max_lse_abs = 0;
-  int64_t rows_checked = 0, rows_total = 0, nan_count = 0, violations = 0;
+  int64_t rows_checked = 0, rows_total = 0, nan_count = 0, violations = 0, lse_nonfinite = 0;
   uint64_t peak_rss = 0, workspace = 0, bytes_sent = 0;
   double hidden = -1;  // mean over ranks that could measure it
 };

@@ -8,6 +8,7 @@
 #include "cli/check.hpp"
 #include "cli/finite.hpp"
 #include "cli/gather.hpp"
+#include "cli/outputs.hpp"
 #include "cli/problem.hpp"
 #include "cli/report.hpp"
 #include "cli/run.hpp"
@@ -39,10 +40,18 @@ void print_run_report(std::FILE* f, const GlobalProblem& p, const World& w, cons
                s.rows_checked, s.rows_total, s.rows_checked == s.rows_total ? " (all)" : " (seeded sample)", s.max_abs,
                s.max_rel, s.max_lse_abs, s.nan_count, s.violations,
                s.nan_count == 0 && s.violations == 0 ? "OK" : "FAILED");
-    fmt::print(f, "         tolerance {}: |o - ref| <= {:.0e} + {:.0e} |ref|, |lse - ref| <= {:.0e}\n", dtype_name(p.dtype),
-               t.atol, t.rtol, t.lse_atol);
+    fmt::print(f, "         tolerance {}: |o - ref| <= {:.0e} + {:.0e} |ref|, |lse - ref| <= {:.0e} + {:.0e} |ref|\n",
+               dtype_name(p.dtype), t.atol, t.rtol, t.lse_atol, t.lse_rtol);
   }
   std::fflush(f);
+}
+
+// Which tensor holds the non-finite values: a NaN input leaves its rows at o = 0 and lse = -inf
+// (the softmax of a row without a finite score), so the written output can be finite.
+std::string nonfinite_message(const Summary& s) {
+  return fmt::format("non-finite results: {} in the output, {} in the log-sum-exp (a NaN or Inf in q, k or v makes "
+                     "the rows it reaches non-finite or o = 0 with lse = -inf; --check-finite names the first such "
+                     "input)", s.nan_count - s.lse_nonfinite, s.lse_nonfinite);
 }
 
 }  // namespace
@@ -59,12 +68,13 @@ int run_on(const RunOptions& o, World& w) {
   int code = kExitOk;
   std::string error;
   try {
+    if (w.rank == 0) check_run_outputs(o);  // only rank 0 writes; its verdict is shared below
     setup = setup_problem(o.problem);
     validate_problem(setup.problem, w.size);
     if (w.rank == 0) spdlog::info("problem: {}; world {} over {}", problem_line(setup.problem), w.size, w.transport_name);
     local = load_local(setup.problem, *setup.source, *w.backend, w.rank, w.size);
     if (o.check_finite) {
-      error = check_inputs_finite(setup.problem, local, *w.backend, w.rank);
+      error = check_inputs_finite(setup.problem, local, *w.backend, w.rank, *setup.source);
       if (!error.empty()) code = kExitError;
     }
   } catch (const InvalidArgument& e) {
@@ -100,7 +110,7 @@ int run_on(const RunOptions& o, World& w) {
       code = kExitError;
     }
   } else {
-    chk.nan_count = count_nonfinite(p, result);
+    chk.nan_count = count_nonfinite(p, result, &chk.lse_nonfinite);
   }
   if (o.check_finite) {
     if (const std::string e = check_outputs_finite(p, local, result, w.rank); !e.empty()) {
@@ -114,7 +124,7 @@ int run_on(const RunOptions& o, World& w) {
   const bool check_ok = s.nan_count == 0 && s.violations == 0;
   if (o.check && !check_ok) code = std::max(code, kExitCheckFailed);
   if (!o.check && s.nan_count > 0) {
-    if (w.rank == 0) spdlog::error("the output holds {} non-finite values", s.nan_count);
+    if (w.rank == 0) spdlog::error("{}", nonfinite_message(s));
     code = std::max(code, kExitCheckFailed);
   }
 

@@ -324,12 +324,8 @@ NpyWriter::NpyWriter(const std::string& path, const std::vector<int64_t>& shape,
   const auto head = make_npy_header(shape, dtype);  // validates the dtype before creating a file
   expected_ = 1;
   for (int64_t d : shape) expected_ *= d;
-  file_ = open_or_fail(path, "wb", "writing");
-  if (std::fwrite(head.data(), 1, head.size(), file_) != head.size()) {
-    std::fclose(file_);
-    file_ = nullptr;
-    fail_runtime("{}: write failed: {}", path, std::strerror(errno));
-  }
+  file_ = std::make_unique<AtomicFile>(path);
+  file_->write(head.data(), head.size());
 }
 
 void NpyWriter::write(const void* data, int64_t count) {
@@ -337,23 +333,24 @@ void NpyWriter::write(const void* data, int64_t count) {
   if (written_ + count > expected_)
     fail_runtime("{}: {} elements written but the shape holds {}", path_, written_ + count, expected_);
   if (count == 0) return;  // an empty array may come with a null pointer
-  const size_t bytes = size_t(count) * size_t(dtype_size(dtype_));
-  if (std::fwrite(data, 1, bytes, file_) != bytes) fail_runtime("{}: write failed: {}", path_, std::strerror(errno));
+  file_->write(data, size_t(count) * size_t(dtype_size(dtype_)));
   written_ += count;
+}
+
+void NpyWriter::finish() {
+  if (!file_) fail_runtime("{}: finish after close", path_);
+  if (written_ != expected_) fail_runtime("{}: {} elements written but the shape holds {}", path_, written_, expected_);
+  file_->finish();
 }
 
 void NpyWriter::close() {
   if (!file_) return;
-  std::FILE* f = file_;
-  file_ = nullptr;
-  const bool ok = std::fclose(f) == 0;
-  if (!ok) fail_runtime("{}: closing failed: {}", path_, std::strerror(errno));
-  if (written_ != expected_) fail_runtime("{}: {} elements written but the shape holds {}", path_, written_, expected_);
+  finish();
+  file_->commit();
+  file_.reset();
 }
 
-NpyWriter::~NpyWriter() {
-  if (file_) std::fclose(file_);
-}
+NpyWriter::~NpyWriter() = default;
 
 void write_npy(const std::string& path, const std::vector<int64_t>& shape, DType dtype, const void* data) {
   NpyWriter w(path, shape, dtype);

@@ -5,10 +5,13 @@
 
 #include <cstdint>
 #include <cstdio>
+#include <memory>
 #include <string>
 #include <vector>
 
 #include "ringattn/types.hpp"
+
+#include "ringattn/atomic_file.hpp"
 
 namespace ringattn {
 
@@ -71,11 +74,15 @@ class NpyWriter {
   NpyWriter& operator=(const NpyWriter&) = delete;
   // Appends `count` elements of the writer's dtype.
   void write(const void* data, int64_t count);
+  // Checks that every element was written, then flushes and closes the temporary file.
+  void finish();
+  // finish(), then moves the file into place. Until then `path` is untouched; a writer destroyed
+  // without close() leaves nothing behind (written whole or not at all, see atomic_file.hpp).
   void close();
 
  private:
   std::string path_;
-  std::FILE* file_ = nullptr;
+  std::unique_ptr<AtomicFile> file_;
   DType dtype_;
   int64_t expected_ = 0, written_ = 0;
 };

@@ -5,6 +5,7 @@
 // run, printed on failure.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <random>
 #include <string>
 #include <vector>
@@ -28,7 +29,10 @@ const std::vector<std::string> kValues = {
     "-9223372036854775808", "1e3", "1.5", "0.0", "nan", "inf", "-inf", "1e308", "1e-320", "0x10", "",
     " ", "fp32", "bf16", "fp16", "cpu", "cuda", "zigzag", "striped", "contiguous", "mpi", "nccl", "local", "auto",
     "both", "naive", "flash", "info", "off", "TRACE", "/nonexistent/x.npy", "-", "--", "\xff\xfe", "%s%n",
-    "{}", "a=b", "--seq", "300", "1e6", "1000001"};
+    "{}", "a=b", "--seq", "300", "1e6", "1000001",
+    // Integers are decimal: octal- and hex-looking values, signs, seeds beyond 2^64 - 1.
+    "064", "08", "010", "+5", "-0", "0x40", "0b1", "18446744073709551615", "18446744073709551616", "1e23",
+    "-18446744073709551615", "00000000000000000000064"};
 
 std::string garbage(std::mt19937_64& rng) {
   std::string s(rng() % 12, ' ');
@@ -81,8 +85,18 @@ TEST(CliFuzz, EveryCommandLineParsesOrFailsCleanly) {
         EXPECT_GT(*cl.run.problem.timeout_s, 0) << "seed " << seed << ":" << shown;
         EXPECT_LE(*cl.run.problem.timeout_s, kMaxTimeoutS) << "seed " << seed << ":" << shown;
       }
+      // Every integer flag read its value as decimal: "064" is 64, never octal 52.
+      size_t last_seq = 0;
+      for (size_t i = 2; i < args.size(); ++i)
+        if (args[i] == "--seq" || args[i].rfind("--seq=", 0) == 0) last_seq = i;
+      if (cl.command == "run" && last_seq > 0 && args[last_seq] == "--seq" && last_seq + 1 < args.size() &&
+          args[last_seq + 1] == "064")
+        EXPECT_EQ(cl.run.problem.seq, 64) << "seed " << seed << ":" << shown;
       if (cl.command == "run") {
         EXPECT_GE(cl.run.problem.seq, 1) << "seed " << seed << ":" << shown;
+        EXPECT_FALSE(cl.run.problem.q_offset && !cl.run.problem.causal) << "seed " << seed << ":" << shown;
+        EXPECT_FALSE(cl.run.out_file.empty() && args.end() != std::find(args.begin(), args.end(), "--out="))
+            << "seed " << seed << ":" << shown;
         EXPECT_EQ(cl.run.problem.heads % cl.run.problem.kv_heads, 0) << "seed " << seed << ":" << shown;
       }
     } catch (const CLI::ParseError&) {
@@ -131,6 +145,88 @@ TEST(CliFuzz, TimeoutMustBePositiveAndBounded) {
   ASSERT_TRUE(cl.bench.problem.timeout_s.has_value());
   EXPECT_EQ(*cl.bench.problem.timeout_s, 2.5);
   EXPECT_EQ(resolve_timeout(cl.bench.problem), 2.5);
+}
+
+// Parses `args` (after "ringattn") and returns the message of the error, "" when it parsed.
+std::string parse_error(CommandLine& cl, std::vector<const char*> args) {
+  args.insert(args.begin(), "ringattn");
+  const auto app = make_app(cl);
+  try {
+    parse_command_line(*app, cl, int(args.size()), args.data());
+  } catch (const CLI::ParseError& e) {
+    return e.what();
+  } catch (const InvalidArgument& e) {
+    return e.what();
+  }
+  return "";
+}
+
+TEST(CliDecimal, IntegersAreDecimal) {
+  CommandLine cl;
+  ASSERT_EQ(parse_error(cl, {"run", "--seq", "064", "--dim", "010", "--heads", "08", "--kv-heads", "+2", "--seed",
+                             "0777", "--check-rows", "09", "--causal", "--q-offset", "-010", "--check"}),
+            "");
+  EXPECT_EQ(cl.run.problem.seq, 64);
+  EXPECT_EQ(cl.run.problem.dim, 10);
+  EXPECT_EQ(cl.run.problem.heads, 8);
+  EXPECT_EQ(cl.run.problem.kv_heads, 2);
+  EXPECT_EQ(cl.run.problem.seed, 777u);
+  EXPECT_EQ(cl.run.problem.check_rows, 9);
+  EXPECT_EQ(cl.run.problem.q_offset, -10);
+  CommandLine b;
+  ASSERT_EQ(parse_error(b, {"bench", "-b", "010", "-e", "020", "-n", "03", "-w", "00", "--tile-q", "016"}), "");
+  EXPECT_EQ(b.bench.seq_min, 10);
+  EXPECT_EQ(b.bench.seq_max, 20);
+  EXPECT_EQ(b.bench.iters, 3);
+  EXPECT_EQ(b.bench.warmup, 0);
+  EXPECT_EQ(b.bench.problem.tile_q, 16);
+  CommandLine pl;
+  ASSERT_EQ(parse_error(pl, {"plan", "--ranks", "010", "--seq", "0128"}), "");
+  EXPECT_EQ(pl.plan.ranks, 10);
+  EXPECT_EQ(pl.plan.seq, 128);
+  CommandLine big;
+  ASSERT_EQ(parse_error(big, {"run", "--seed", "18446744073709551615"}), "");
+  EXPECT_EQ(big.run.problem.seed, UINT64_MAX);
+}
+
+TEST(CliDecimal, NonDecimalAndOutOfRangeAreRefused) {
+  const std::pair<std::vector<const char*>, std::string> cases[] = {
+      {{"run", "--seq", "0x40"}, "--seq: must be a decimal integer (got '0x40')"},
+      {{"run", "--seq", "1e3"}, "--seq: must be a decimal integer (got '1e3')"},
+      {{"run", "--dim", "99999999999999999999"}, "--dim: must be an integer in -9223372036854775808..9223372036854775807"},
+      {{"run", "--seed", "-1"}, "--seed: must be a decimal integer in 0..18446744073709551615 (got '-1')"},
+      {{"run", "--seed", "18446744073709551616"},
+       "--seed: must be an integer in 0..18446744073709551615 (got '18446744073709551616')"},
+      {{"run", "--seed", "1e23"}, "--seed: must be a decimal integer in 0..18446744073709551615 (got '1e23')"},
+      {{"bench", "-f", "0x2"}, "--seq-factor: must be a decimal number (got '0x2')"},
+      {{"run", "--timeout", "0x10"}, "--timeout: must be a decimal number (got '0x10')"},
+  };
+  for (const auto& [args, want] : cases) {
+    CommandLine cl;
+    const std::string e = parse_error(cl, args);
+    EXPECT_NE(e.find(want), std::string::npos) << "got: " << e << "\nwant: " << want;
+  }
+}
+
+TEST(CliIgnoredFlags, CombinationsThatWouldBeIgnoredAreRefused) {
+  const std::pair<std::vector<const char*>, std::string> cases[] = {
+      {{"run", "--q-offset", "5"}, "--q-offset 5 only shifts the causal mask and does nothing without --causal"},
+      {{"run", "--check-rows", "4"}, "--check-rows 4 without the check does nothing"},
+      {{"bench", "--no-check", "--check-rows", "4"}, "--check-rows 4 without the check does nothing"},
+      {{"run", "--out", ""}, "--out: the path is empty; give a file name"},
+      {{"run", "--lse", ""}, "--lse: the path is empty; give a file name"},
+      {{"bench", "--json", ""}, "--json: the path is empty; give a file name"},
+      {{"run", "--q", "q.npy", "--k", "k.npy", "--v", "v.npy", "--seq", "128"},
+       "--seq does not apply with --q/--k/--v: the files' shapes fix batch, heads, lengths and dim; drop --seq"},
+      {{"run", "--q", "q.npy", "--k", "k.npy", "--v", "v.npy", "--dim", "128"}, "--dim does not apply with --q/--k/--v"},
+  };
+  for (const auto& [args, want] : cases) {
+    CommandLine cl;
+    const std::string e = parse_error(cl, args);
+    EXPECT_NE(e.find(want), std::string::npos) << "got: " << e << "\nwant: " << want;
+  }
+  CommandLine ok;
+  EXPECT_EQ(parse_error(ok, {"run", "--q-offset", "5", "--causal", "--check-rows", "3", "--check"}), "");
 }
 
 }  // namespace

@@ -13,6 +13,7 @@
 #include "cli/problem.hpp"
 #include "common/test_util.hpp"
 #include "kernels/params.hpp"
+#include "ringattn/error.hpp"
 
 namespace ringattn::cli {
 namespace {
@@ -97,6 +98,29 @@ TEST(CliProblem, HalfFilesRunFp16UnlessTold) {
   o.dtype = "";
   o.device = "cuda";
   EXPECT_EQ(setup_problem(o).problem.dtype, DType::F16);
+  for (const auto& n : names) std::remove(n.c_str());
+}
+
+TEST(CliProblem, FilesOfMixedDtypesNeedDtype) {
+  const std::string names[3] = {temp_file("mq"), temp_file("mk"), temp_file("mv")};
+  std::vector<uint16_t> h(size_t(1 * 2 * 8 * 4), float_to_fp16(0.5f));
+  std::vector<float> f(h.size(), 0.5f);
+  write_npy(names[0], {1, 2, 8, 4}, DType::F16, h.data());
+  write_npy(names[1], {1, 2, 8, 4}, DType::F32, f.data());
+  write_npy(names[2], {1, 2, 8, 4}, DType::F32, f.data());
+  ProblemOptions o;
+  o.q_file = names[0];
+  o.k_file = names[1];
+  o.v_file = names[2];
+  try {
+    setup_problem(o);
+    ADD_FAILURE() << "files of mixed dtypes were accepted without --dtype";
+  } catch (const InvalidArgument& e) {
+    EXPECT_NE(std::string(e.what()).find("holds fp16, --k " + names[1] + " holds fp32"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("give files of one dtype, or --dtype to convert them all"), std::string::npos);
+  }
+  o.dtype = "fp32";
+  EXPECT_EQ(setup_problem(o).problem.dtype, DType::F32);
   for (const auto& n : names) std::remove(n.c_str());
 }
 

@@ -1,0 +1,113 @@
+#include "ringattn/atomic_file.hpp"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+
+#include <fmt/format.h>
+
+#include "ringattn/error.hpp"
+
+namespace ringattn {
+namespace {
+
+std::string directory_of(const std::string& path) {
+  const size_t slash = path.find_last_of('/');
+  if (slash == std::string::npos) return ".";
+  return slash == 0 ? "/" : path.substr(0, slash);
+}
+
+}  // namespace
+
+std::string output_path_problem(const std::string& path) {
+  if (path.empty()) return "the path is empty";
+  if (path.back() == '/') return "the path names a directory, not a file";
+  const std::string dir = directory_of(path);
+  struct stat st {};
+  if (::stat(dir.c_str(), &st) != 0) return fmt::format("its directory '{}' does not exist", dir);
+  if (!S_ISDIR(st.st_mode)) return fmt::format("'{}' is not a directory", dir);
+  if (::access(dir.c_str(), W_OK | X_OK) != 0)
+    return fmt::format("its directory '{}' is not writable: {}", dir, std::strerror(errno));
+  if (::stat(path.c_str(), &st) == 0 && !S_ISREG(st.st_mode))
+    return S_ISDIR(st.st_mode) ? std::string("it is a directory")
+                               : std::string("it exists and is not a regular file (a device or pipe)");
+  return "";
+}
+
+AtomicFile::AtomicFile(std::string path) : path_(std::move(path)) {
+  if (const std::string why = output_path_problem(path_); !why.empty())
+    fail_arg("cannot write '{}': {}", path_, why);
+  static std::atomic<unsigned> counter{0};
+  for (int attempt = 0; fd_ < 0; ++attempt) {
+    tmp_ = fmt::format("{}.partial-{}-{}", path_, ::getpid(), counter++);
+    fd_ = ::open(tmp_.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0666);
+    if (fd_ < 0 && (errno != EEXIST || attempt > 100))
+      fail_arg("cannot write '{}': creating '{}' failed: {}", path_, tmp_, std::strerror(errno));
+  }
+}
+
+AtomicFile::~AtomicFile() {
+  if (!committed_) discard();
+}
+
+void AtomicFile::discard() noexcept {
+  if (fd_ >= 0) ::close(fd_);
+  fd_ = -1;
+  if (!tmp_.empty()) ::unlink(tmp_.c_str());
+  tmp_.clear();
+}
+
+void AtomicFile::write(const void* data, size_t bytes) {
+  if (fd_ < 0) fail_runtime("'{}': write after close", path_);
+  const auto* p = static_cast<const char*>(data);
+  while (bytes > 0) {
+    const ssize_t n = ::write(fd_, p, bytes);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) {
+      const int err = n < 0 ? errno : ENOSPC;
+      discard();
+      fail_runtime("writing '{}' failed: {} (nothing was written to it)", path_, std::strerror(err));
+    }
+    p += n;
+    bytes -= size_t(n);
+  }
+}
+
+void AtomicFile::finish() {
+  if (fd_ < 0) return;
+  const int fd = fd_;
+  fd_ = -1;
+  const bool synced = ::fsync(fd) == 0 || errno == EINVAL;  // EINVAL: a file system without fsync
+  const int sync_err = errno;
+  const bool closed = ::close(fd) == 0;
+  if (!synced || !closed) {
+    const int err = !synced ? sync_err : errno;
+    discard();
+    fail_runtime("writing '{}' failed: {} (nothing was written to it)", path_, std::strerror(err));
+  }
+}
+
+void AtomicFile::commit() {
+  if (committed_) return;
+  if (tmp_.empty()) fail_runtime("'{}': commit after a failed write", path_);
+  finish();
+  if (::rename(tmp_.c_str(), path_.c_str()) != 0) {
+    const int err = errno;
+    discard();
+    fail_runtime("writing '{}' failed: renaming the finished temporary file onto it: {}", path_, std::strerror(err));
+  }
+  committed_ = true;
+}
+
+void write_file_atomically(const std::string& path, const std::string& text) {
+  AtomicFile f(path);
+  f.write(text.data(), text.size());
+  f.commit();
+}
+
+}  // namespace ringattn

@@ -1,0 +1,44 @@
+// Files written whole or not at all: the bytes go to a temporary file beside the destination
+// (same directory, so the final rename is atomic), which commit() flushes to disk, closes and
+// renames over the destination. Until then nothing at the destination changes; an AtomicFile
+// destroyed without commit() removes its temporary file.
+#pragma once
+
+#include <cstddef>
+#include <string>
+
+namespace ringattn {
+
+class AtomicFile {
+ public:
+  // Creates the temporary file; throws InvalidArgument naming `path` when it cannot (the
+  // directory is missing or not writable, or `path` exists and is not a regular file).
+  explicit AtomicFile(std::string path);
+  ~AtomicFile();
+  AtomicFile(const AtomicFile&) = delete;
+  AtomicFile& operator=(const AtomicFile&) = delete;
+
+  // Appends `bytes`; throws RuntimeError naming the path on any failed or short write.
+  void write(const void* data, size_t bytes);
+  // Flushes the data to disk (fsync) and closes the temporary file, checking both.
+  void finish();
+  // finish(), then renames the temporary file over the destination.
+  void commit();
+  const std::string& path() const { return path_; }
+
+ private:
+  void discard() noexcept;
+  std::string path_, tmp_;
+  int fd_ = -1;
+  bool committed_ = false;
+};
+
+// Why `path` cannot be an output file, "" when it can: its directory is missing, not a directory
+// or not writable, or `path` is a directory or another non-regular file (a device: a rename
+// would replace it).
+std::string output_path_problem(const std::string& path);
+
+// Writes `text` to `path` through an AtomicFile.
+void write_file_atomically(const std::string& path, const std::string& text);
+
+}  // namespace ringattn

@@ -1,0 +1,48 @@
+# Flags and environment: decimal integers, refused combinations, truthful check messages.
+include(${HELPERS})
+# Integers are decimal: 064 is 64 tokens, not octal 52; 08 is 8.
+step(EXPECT_RC 0 COMMAND ${RINGATTN} run --seq 064 --dim 010 --heads 02 --kv-heads 01
+     STDOUT "heads 2/1 \\(MQA\\), q_len 64, kv_len 64, dim 10")
+step(EXPECT_RC 0 COMMAND ${RINGATTN} run --seq 08 --dim 8 --heads 1 --kv-heads 1 STDOUT "q_len 8,")
+step(EXPECT_RC 1 COMMAND ${RINGATTN} run --seq 0x40 STDERR "--seq: must be a decimal integer \\(got '0x40'\\)")
+foreach(seed -1 18446744073709551616 1e23)
+  step(EXPECT_RC 1 COMMAND ${RINGATTN} run --seed ${seed}
+       STDERR "--seed: must be (a decimal integer|an integer) in 0..18446744073709551615 \\(got '${seed}'\\)")
+endforeach()
+step(EXPECT_RC 1 COMMAND ${CMAKE_COMMAND} -E env RINGATTN_MPI_TIMEOUT_S=0x10 ${RINGATTN} run --dry-run
+     STDERR "RINGATTN_MPI_TIMEOUT_S='0x10' must be a number of seconds")
+# A malformed RINGATTN_FAULT is refused in one process too, not only under mpirun.
+step(EXPECT_RC 1 COMMAND ${CMAKE_COMMAND} -E env RINGATTN_FAULT=garbage ${RINGATTN} run --seq 64
+     STDERR "RINGATTN_FAULT='garbage' is not RANK:HOP:KIND")
+step(EXPECT_RC 1 COMMAND ${CMAKE_COMMAND} -E env RINGATTN_FAULT=010:0:exitt ${RINGATTN} bench -b 64 -e 64
+     STDERR "RINGATTN_FAULT='010:0:exitt'")
+# Flags a combination would silently ignore.
+step(EXPECT_RC 1 COMMAND ${RINGATTN} run --seq 64 --q-offset 3
+     STDERR "--q-offset 3 only shifts the causal mask and does nothing without --causal")
+step(EXPECT_RC 1 COMMAND ${RINGATTN} run --seq 64 --check-rows 5 STDERR "--check-rows 5 without the check does nothing")
+step(EXPECT_RC 1 COMMAND sh -c "'${RINGATTN}' run --seq 64 --out ''" STDERR "--out: the path is empty; give a file name")
+step(EXPECT_RC 0 COMMAND ${NPY_TOOL} random q.npy fp32 1 2 64 16 ${SEED})
+step(EXPECT_RC 0 COMMAND ${NPY_TOOL} random k.npy fp32 1 1 64 16 1${SEED})
+step(EXPECT_RC 0 COMMAND ${NPY_TOOL} random v16.npy fp16 1 1 64 16 2${SEED})
+step(EXPECT_RC 1 COMMAND ${RINGATTN} run --q q.npy --k k.npy --v v16.npy --seq 128 --dim 128
+     STDERR "--seq does not apply with --q/--k/--v")
+step(EXPECT_RC 1 COMMAND ${RINGATTN} run --q q.npy --k k.npy --v v16.npy
+     STDERR "--v v16.npy holds fp16: give files of one dtype, or --dtype to convert them all")
+step(EXPECT_RC 0 COMMAND ${RINGATTN} run --q q.npy --k k.npy --v v16.npy --dtype fp32 --check STDOUT "-> OK")
+# fp16 overflow of a finite input is named as such.
+step(EXPECT_RC 0 COMMAND ${NPY_TOOL} random big.npy fp32 1 2 64 16 ${SEED} 1e5)
+step(EXPECT_RC 1 COMMAND ${RINGATTN} run --q big.npy --k k.npy --v k.npy --dtype fp16 --check-finite
+     STDERR "q holds -?[0-9.e+]+ at \\[batch 0, head [0-9], token [0-9]+, dim [0-9]+\\], which overflows fp16 \\(largest finite 65504\\)")
+# Large scores (q, k ~ N(0, 30^2): |lse| in the thousands) pass the fp32 check: its LSE bound is relative.
+step(EXPECT_RC 0 COMMAND ${NPY_TOOL} random q30.npy fp32 1 2 128 64 ${SEED} 30)
+step(EXPECT_RC 0 COMMAND ${NPY_TOOL} random k30.npy fp32 1 1 128 64 1${SEED} 30)
+step(EXPECT_RC 0 COMMAND ${NPY_TOOL} random v30.npy fp32 1 1 128 64 2${SEED})
+step(EXPECT_RC 0 COMMAND ${RINGATTN} run --q q30.npy --k k30.npy --v v30.npy --causal --check STDOUT "-> OK")
+# A NaN in q: the message says where the non-finite values are (the written output is finite).
+step(EXPECT_RC 0 COMMAND ${NPY_TOOL} poison q.npy 40 nan)
+step(EXPECT_RC 2 COMMAND ${RINGATTN} run --q q.npy --k k.npy --v k.npy --causal --out o.npy
+     STDERR "non-finite results: 0 in the output, 1 in the log-sum-exp \\(a NaN or Inf in q, k or v")
+# bench --no-check shows that nothing was compared.
+step(EXPECT_RC 0 COMMAND ${RINGATTN} bench -b 64 -e 128 -n 1 -w 0 --no-check
+     STDOUT "\n +64 +flash +[0-9.]+ +[0-9.]+ +GFLOP/s +[0-9.na/]+ +- +- +0 +[^\n]+ +-\n" "# Result: not checked")
+step(EXPECT_RC 0 COMMAND ${RINGATTN} bench --help STDOUT "write the sweep as one JSON record")

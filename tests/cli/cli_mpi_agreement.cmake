@@ -1,0 +1,28 @@
+# Ranks started with different subcommands or flags (MPMD launches) stop at the start-up
+# agreement with one message naming the ranks and the field: no truncation, no hang.
+include(${HELPERS})
+set(MPMD ${MPIEXEC} --oversubscribe --allow-run-as-root --bind-to none -x OMP_NUM_THREADS=1)
+step(EXPECT_RC 1 COMMAND ${MPMD} -np 1 ${RINGATTN} run --seq 64 : -np 1 ${RINGATTN} bench -b 64 -e 64
+     STDERR "ranks disagree on the command line \\(1 of 2 differ from rank 0\\): rank 1 runs `ringattn bench` where rank 0 runs `ringattn run`")
+# plan joins the agreement under a launcher instead of leaving the run ranks waiting.
+step(EXPECT_RC 1 COMMAND ${MPMD} -np 1 ${RINGATTN} run --seq 64 --timeout 5 : -np 1 ${RINGATTN} plan --seq 64
+     STDERR "rank 1 runs `ringattn plan` where rank 0 runs `ringattn run`")
+step(EXPECT_RC 1 COMMAND ${MPMD} -np 1 ${RINGATTN} run --seq 64 --dry-run : -np 1 ${RINGATTN} run --seq 64
+     STDERR "rank 1 has --dry-run no where rank 0 has --dry-run yes")
+step(EXPECT_RC 1 COMMAND ${MPMD} -np 1 ${RINGATTN} run --seq 64 --seed 1 : -np 1 ${RINGATTN} run --seq 64 --seed 2
+     STDERR "rank 1 has --seed 2 where rank 0 has --seed 1")
+step(EXPECT_RC 1 COMMAND ${MPMD} -np 1 ${RINGATTN} bench -b 64 -e 64 -n 2 : -np 1 ${RINGATTN} bench -b 64 -e 64 -n 3
+     STDERR "rank 1 has --iters 3 where rank 0 has --iters 2")
+step(EXPECT_RC 1 COMMAND ${MPMD} -np 1 ${RINGATTN} run --seq 64 --out o.npy : -np 1 ${RINGATTN} run --seq 64
+     STDERR "rank 1 has --out given no where rank 0 has --out given yes")
+# The same command on every rank passes; plan under mpirun prints once.
+step(EXPECT_RC 0 COMMAND ${MPMD} -np 1 ${RINGATTN} run --seq 064 : -np 1 ${RINGATTN} run --seq 64 STDOUT "world 2")
+step(EXPECT_RC 0 COMMAND ${MPIRUN} ${RINGATTN} plan --seq 64 --ranks 2 STDOUT "zigzag")
+# Output paths are checked by rank 0 before any compute, with one verdict for every rank.
+step(EXPECT_RC 1 COMMAND ${MPIRUN} ${RINGATTN} run --seq 64 --out nodir/o.npy --dry-run
+     STDERR "--out nodir/o.npy: cannot write the output there: its directory 'nodir' does not exist")
+step(EXPECT_RC 0 COMMAND ${MPIRUN} ${RINGATTN} run --seq 64 --causal --out o.npy --lse l.npy)
+# A rank whose own flags fail before MPI starts stops the others through the agreement, named.
+step(EXPECT_RC 1 COMMAND ${MPMD} -np 1 ${RINGATTN} run --seq 64 --timeout 5 : -np 1 ${RINGATTN} run --seq 0
+     STDERR "ranks stopped before the start: rank 1: --seq: must be an integer >= 1 \\(got '0'\\)")
+step(EXPECT_RC 1 COMMAND ${MPIRUN} ${RINGATTN} run --seq 0x40 STDERR "--seq: must be a decimal integer \\(got '0x40'\\)")
