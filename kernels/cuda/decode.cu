@@ -168,9 +168,7 @@ __global__ void __launch_bounds__(kThreads) decode_mma_kernel(const DecodeKernel
 #pragma unroll
   for (int half = 0; half < 2; ++half) {
     const int r = (lane >> 2) + half * 8;
-    float sum = l[half];
-    sum += __shfl_xor_sync(0xffffffffu, sum, 1);
-    sum += __shfl_xor_sync(0xffffffffu, sum, 2);
+    const float sum = quad_sum(l[half]);
     if ((lane & 3) == 0) {
       red_m[warp * 16 + r] = m[half];
       red_l[warp * 16 + r] = sum;
