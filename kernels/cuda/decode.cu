@@ -34,6 +34,80 @@ struct DecodeKernelParams {
   int64_t chunk;  // keys per split, a multiple of kTileKeys
 };
 
+// Queues the copy of the CTA's 16 packed query rows into sQ (zeros past the last one). Packed
+// row R is query head hk * group + R % group at position R / group.
+template <typename T, int D>
+__device__ __forceinline__ void load_packed_q(T* sQ, const FlashParams& f, int64_t b, int64_t hk, int64_t group,
+                                              int64_t packed_rows, int64_t row0, int tid) {
+  using Tile = SwizzledTile<D>;
+  for (int i = tid; i < 16 * (D / 8); i += kThreads) {
+    const int r = i / (D / 8), c = i % (D / 8);
+    const int64_t R = row0 + r;
+    const bool valid = R < packed_rows;
+    const int64_t t = valid ? R / group : 0, qh = hk * group + (valid ? R % group : 0);
+    const T* src = static_cast<const T*>(f.q.data) + b * f.q.stride_b + qh * f.q.stride_h + t * f.q.stride_t + c * 8;
+    cp_async_16(sQ + Tile::offset(r, c), src, valid);
+  }
+}
+
+// The 4 warps saw disjoint keys of the same rows: combines their (m, l, acc) through shared
+// memory (`scratch`, the K stages, free once every warp is past the key loop) so that each
+// split writes one partial per row (the merge then reads 4x less).
+template <typename T, int D>
+__device__ __forceinline__ void combine_warps(const DecodeKernelParams& a, float* scratch, int tid, int warp, int lane,
+                                              int64_t group, int64_t len_q, int64_t packed_rows, int64_t row0,
+                                              int64_t split, int64_t b, int64_t hk, const float (&m)[2],
+                                              const float (&l)[2], const float (&acc)[D / 8][4]) {
+  constexpr int kDT = D / 8;
+  const FlashParams& f = a.f;
+  constexpr int kLd = D + 4;  // padded rows: the quads' stores spread over the banks
+  static_assert(sizeof(float) * (kWarps * 16 * (kLd + 2)) <= sizeof(T) * kStages * kTileKeys * D,
+                "the combine scratch fits in the K stages");
+  float* red_acc = scratch;                          // [kWarps][16][kLd], unnormalized
+  float* red_m = red_acc + kWarps * 16 * kLd;       // [kWarps][16], log2 units
+  float* red_l = red_m + kWarps * 16;               // [kWarps][16]
+#pragma unroll
+  for (int half = 0; half < 2; ++half) {
+    const int r = (lane >> 2) + half * 8;
+    const float sum = quad_sum(l[half]);
+    if ((lane & 3) == 0) {
+      red_m[warp * 16 + r] = m[half];
+      red_l[warp * 16 + r] = sum;
+    }
+    float* dst = red_acc + (warp * 16 + r) * kLd + (lane & 3) * 2;
+#pragma unroll
+    for (int n = 0; n < kDT; ++n) {
+      dst[n * 8] = acc[n][half * 2];
+      dst[n * 8 + 1] = acc[n][half * 2 + 1];
+    }
+  }
+  __syncthreads();
+
+  const SplitPartials& out = a.out;
+  for (int i = tid; i < 16 * D; i += kThreads) {
+    const int r = i / D, d = i % D;
+    const int64_t R = row0 + r;
+    if (R >= packed_rows) continue;
+    float mx = neg_inf();
+#pragma unroll
+    for (int w = 0; w < kWarps; ++w) mx = fmaxf(mx, red_m[w * 16 + r]);
+    float total_l = 0.f, total_o = 0.f;
+    if (mx != neg_inf()) {
+#pragma unroll
+      for (int w = 0; w < kWarps; ++w) {
+        const float mw = red_m[w * 16 + r];
+        const float c = rescale_factor(mw, mx, FastExp2{});
+        total_l += c * red_l[w * 16 + r];
+        total_o += c * red_acc[(w * 16 + r) * kLd + d];
+      }
+    }
+    const int64_t row = (b * f.q.heads + hk * group + R % group) * len_q + R / group;
+    const bool seen = total_l > 0.f;
+    out.o[(split * out.rows + row) * out.dim + d] = seen ? total_o / total_l : 0.f;
+    if (d == 0) out.lse[split * out.rows + row] = lse_from_stats_log2(mx, total_l);
+  }
+}
+
 template <typename T, int D>
 __global__ void __launch_bounds__(kThreads) decode_mma_kernel(const DecodeKernelParams a) {
   using H = Half16<T>;
@@ -51,15 +125,7 @@ __global__ void __launch_bounds__(kThreads) decode_mma_kernel(const DecodeKernel
   const int64_t split = blockIdx.x, b = blockIdx.y / f.k.heads, hk = blockIdx.y % f.k.heads;
   const int64_t row0 = int64_t(blockIdx.z) * 16;  // first packed row (t * group + g)
 
-  // Q rows: packed row R is query head hk * group + R % group at position R / group.
-  for (int i = tid; i < 16 * (D / 8); i += kThreads) {
-    const int r = i / (D / 8), c = i % (D / 8);
-    const int64_t R = row0 + r;
-    const bool valid = R < packed_rows;
-    const int64_t t = valid ? R / group : 0, qh = hk * group + (valid ? R % group : 0);
-    const T* src = static_cast<const T*>(f.q.data) + b * f.q.stride_b + qh * f.q.stride_h + t * f.q.stride_t + c * 8;
-    cp_async_16(sQ + Tile::offset(r, c), src, valid);
-  }
+  load_packed_q<T, D>(sQ, f, b, hk, group, packed_rows, row0, tid);
 
   // This CTA's keys: [c0, c1), cut further by the mask at the block's positions.
   const int64_t c0 = split * a.chunk;
@@ -157,56 +223,8 @@ __global__ void __launch_bounds__(kThreads) decode_mma_kernel(const DecodeKernel
   cp_async_wait<0>();
   __syncthreads();  // every warp is done with the K/V tiles: their memory becomes the scratch
 
-  // The 4 warps saw disjoint keys of the same rows: combine their (m, l, acc) through shared
-  // memory so that each split writes one partial per row (the merge then reads 4x less).
-  constexpr int kLd = D + 4;  // padded rows: the quads' stores spread over the banks
-  static_assert(sizeof(float) * (kWarps * 16 * (kLd + 2)) <= sizeof(T) * kStages * kTileKeys * D,
-                "the combine scratch fits in the K stages");
-  float* red_acc = reinterpret_cast<float*>(sK);    // [kWarps][16][kLd], unnormalized
-  float* red_m = red_acc + kWarps * 16 * kLd;       // [kWarps][16], log2 units
-  float* red_l = red_m + kWarps * 16;               // [kWarps][16]
-#pragma unroll
-  for (int half = 0; half < 2; ++half) {
-    const int r = (lane >> 2) + half * 8;
-    float sum = l[half];
-    sum += __shfl_xor_sync(0xffffffffu, sum, 1);
-    sum += __shfl_xor_sync(0xffffffffu, sum, 2);
-    if ((lane & 3) == 0) {
-      red_m[warp * 16 + r] = m[half];
-      red_l[warp * 16 + r] = sum;
-    }
-    float* dst = red_acc + (warp * 16 + r) * kLd + (lane & 3) * 2;
-#pragma unroll
-    for (int n = 0; n < kDT; ++n) {
-      dst[n * 8] = acc[n][half * 2];
-      dst[n * 8 + 1] = acc[n][half * 2 + 1];
-    }
-  }
-  __syncthreads();
-
-  const SplitPartials& out = a.out;
-  for (int i = tid; i < 16 * D; i += kThreads) {
-    const int r = i / D, d = i % D;
-    const int64_t R = row0 + r;
-    if (R >= packed_rows) continue;
-    float mx = neg_inf();
-#pragma unroll
-    for (int w = 0; w < kWarps; ++w) mx = fmaxf(mx, red_m[w * 16 + r]);
-    float total_l = 0.f, total_o = 0.f;
-    if (mx != neg_inf()) {
-#pragma unroll
-      for (int w = 0; w < kWarps; ++w) {
-        const float mw = red_m[w * 16 + r];
-        const float c = rescale_factor(mw, mx, FastExp2{});
-        total_l += c * red_l[w * 16 + r];
-        total_o += c * red_acc[(w * 16 + r) * kLd + d];
-      }
-    }
-    const int64_t row = (b * f.q.heads + hk * group + R % group) * len_q + R / group;
-    const bool seen = total_l > 0.f;
-    out.o[(split * out.rows + row) * out.dim + d] = seen ? total_o / total_l : 0.f;
-    if (d == 0) out.lse[split * out.rows + row] = lse_from_stats_log2(mx, total_l);
-  }
+  combine_warps<T, D>(a, reinterpret_cast<float*>(sK), tid, warp, lane, group, len_q, packed_rows, row0, split, b, hk, m,
+                      l, acc);
 }
 
 template <typename T, int D>

@@ -24,9 +24,7 @@ __device__ __forceinline__ void finish_rows(StateMode mode, int lane, const floa
   RowPtr rp[2];
 #pragma unroll
   for (int half = 0; half < 2; ++half) {
-    float sum = l[half];
-    sum += __shfl_xor_sync(0xffffffffu, sum, 1);
-    sum += __shfl_xor_sync(0xffffffffu, sum, 2);
+    const float sum = quad_sum(l[half]);
     inv[half] = sum > 0.f ? 1.f / sum : 0.f;
     lse_new[half] = lse_from_stats_log2(m[half], sum);
     rp[half] = row_at((lane >> 2) + half * 8);

@@ -29,8 +29,7 @@ __device__ __forceinline__ float online_softmax_row(float (&s)[kNT][4], int half
       mx = fmaxf(mx, x);
     }
   }
-  mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
-  mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+  mx = quad_max(mx);
   if (kPosScale) mx *= scale_log2;  // -inf stays -inf
   // A row that has seen only masked keys keeps m = -inf; its base is 0 then, not -inf.
   const OnlineStep st = online_step(m, mx, FastExp2{});

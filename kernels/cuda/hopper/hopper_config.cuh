@@ -10,6 +10,24 @@
 
 namespace ringattn::cuda::hopper {
 
+// The 128-byte swizzle: a box row of 128 bytes holds 64 16-bit values, and the pattern repeats
+// every 8 rows (1024 bytes, the stride between 8-row groups in a wgmma descriptor).
+inline constexpr int kSwizzleRowBytes = 128;
+inline constexpr int kSwizzleRowValues = kSwizzleRowBytes / 2;
+inline constexpr int kSwizzleAtomBytes = 8 * kSwizzleRowBytes;
+// One wgmma k-step reads 16 values (32 bytes) of each row: 4 k-steps per swizzled row.
+inline constexpr int kKStepBytes = 16 * 2;
+inline constexpr int kKStepsPerSwizzleRow = kSwizzleRowBytes / kKStepBytes;
+inline constexpr int kWarpgroupThreads = 128;
+// A consumer warpgroup owns 64 query rows of the tile (the M of wgmma m64nNk16).
+inline constexpr int kRowsPerConsumer = 64;
+// An issue turn's named barrier counts two warpgroups: the consumer that waits for its turn and
+// the one that passes it on (bar.arrive).
+inline constexpr int kIssueTurnThreads = 2 * kWarpgroupThreads;
+// Lazy rescaling (softmax_step): the running max moves only when a row's max grew by more than
+// this, in exp2 units, so p stays <= 2^8.
+inline constexpr float kLazyThreshold = 8.f;
+
 // One CTA: warpgroup 0 produces (one thread issues the bulk copies), warpgroups 1..NC consume,
 // each owning 64 of the tile's 64 * NC query rows. Keys stream in tiles of N through a ring of
 // STAGES stages (K and V each); Q through a ring of QSTAGES tiles. With QSTAGES = 2 the
@@ -21,20 +39,23 @@ struct Config {
   static_assert(N % 16 == 0 && N <= 256, "key tile: a multiple of 16, at most 256 (one TMA box)");
   static_assert(NC == 2 || NC == 3, "2 or 3 consumer warpgroups");
   static constexpr int kHeadDim = D;
-  static constexpr int kBlockM = 64 * NC;
+  static constexpr int kBlockM = kRowsPerConsumer * NC;
   static constexpr int kBlockN = N;
   static constexpr int kStages = STAGES;
   static constexpr int kQStages = QSTAGES;
   static_assert(QSTAGES == 1 || QSTAGES == 2, "1 or 2 Q buffers");
   static constexpr int kConsumers = NC;
-  static constexpr int kThreads = 128 * (NC + 1);
+  static constexpr int kThreads = kWarpgroupThreads * (NC + 1);
   static constexpr int kConsumerWarps = 4 * NC;
   // A 128-byte swizzled box holds 64 16-bit values per row, so rows of D values are stored as
   // D/64 column blocks of [rows][64], each block contiguous (the layout wgmma reads K-major).
-  static constexpr int kColBlocks = D / 64;
-  static constexpr int kQBytes = kColBlocks * kBlockM * 128;
-  static constexpr int kKVBytes = kColBlocks * kBlockN * 128;  // one K or V stage
-  static_assert(kBlockM * 128 % 1024 == 0 && kBlockN * 128 % 1024 == 0, "column blocks on 1024-byte boundaries");
+  static constexpr int kColBlocks = D / kSwizzleRowValues;
+  static constexpr int kQColBlockBytes = kBlockM * kSwizzleRowBytes;
+  static constexpr int kKVColBlockBytes = kBlockN * kSwizzleRowBytes;
+  static constexpr int kQBytes = kColBlocks * kQColBlockBytes;
+  static constexpr int kKVBytes = kColBlocks * kKVColBlockBytes;  // one K or V stage
+  static_assert(kQColBlockBytes % kSwizzleAtomBytes == 0 && kKVColBlockBytes % kSwizzleAtomBytes == 0,
+                "column blocks on 1024-byte boundaries");
   static constexpr int kOffQ = 0;
   static constexpr int kOffK = kOffQ + kQStages * kQBytes;
   static constexpr int kOffV = kOffK + kStages * kKVBytes;
@@ -42,12 +63,12 @@ struct Config {
   // Barriers: full_k[S], full_v[S], empty_k[S], empty_v[S], q_full[QS], q_empty[QS].
   static constexpr int kNumBars = 4 * kStages + 2 * kQStages;
   // +1024: the dynamic buffer is realigned to 1024 bytes, where the 128-byte swizzle repeats.
-  static constexpr int kSmemBytes = kOffBar + kNumBars * 8 + 1024;
+  static constexpr int kSmemBytes = kOffBar + kNumBars * 8 + kSwizzleAtomBytes;
   static_assert(kSmemBytes <= 232448, "over the 227 KB of shared memory a CTA may have");
   // Register budget after setmaxnreg: 128 * producer + 128 * NC * consumer <= 65536.
   static constexpr int kProducerRegs = NC == 2 ? 40 : 32;
   static constexpr int kConsumerRegs = NC == 2 ? 232 : 160;
-  static_assert(128 * kProducerRegs + 128 * NC * kConsumerRegs <= 65536, "register file");
+  static_assert(kWarpgroupThreads * (kProducerRegs + NC * kConsumerRegs) <= 65536, "register file");
 };
 
 // Addresses in the 1024-byte aligned dynamic shared memory of one CTA.

@@ -18,59 +18,6 @@
 
 namespace ringattn::cuda::hopper {
 
-template <typename T>
-struct WgmmaFor;
-template <>
-struct WgmmaFor<__nv_bfloat16> {
-  using type = WgmmaBf16;
-};
-template <>
-struct WgmmaFor<__half> {
-  using type = WgmmaF16;
-};
-
-template <typename T, typename C>
-struct Issue {
-  static constexpr int D = C::kHeadDim, N = C::kBlockN;
-  static constexpr int kS = N / 2;  // score accumulators per thread (64 rows x N over 128 threads)
-  static constexpr int kP = N / 4;  // packed P registers
-  using W = typename WgmmaFor<T>::type;
-
-  __device__ __forceinline__ static void qk_step(float (&s)[kS], uint64_t da, uint64_t db, int scale_d) {
-    if constexpr (N == 128)
-      W::ss_n128(s, da, db, scale_d);
-    else
-      W::ss_n176(s, da, db, scale_d);
-  }
-  // S = Q_wg K^T over D/16 k-steps. Within a 128-byte swizzle row a k-step of 16 values is 32
-  // bytes further; every 4 k-steps move to the next column block.
-  __device__ __forceinline__ static void qk(float (&s)[kS], uint32_t q_base, uint32_t k_base) {
-#pragma unroll
-    for (int kk = 0; kk < D / 16; ++kk) {
-      const uint32_t cb = kk / 4, within = (kk % 4) * 32;
-      const uint64_t da = smem_desc_sw128(q_base + cb * C::kBlockM * 128 + within, 16, 1024);
-      const uint64_t db = smem_desc_sw128(k_base + cb * C::kBlockN * 128 + within, 16, 1024);
-      qk_step(s, da, db, kk > 0 ? 1 : 0);
-    }
-  }
-  // O += P V over N keys: each k-step is 16 keys = two 8-row groups = 2048 bytes down V; the
-  // leading offset steps between the 64-wide column blocks of the head dim.
-  // accumulate = false starts O over (the first key tile of a query tile in the streamed loop).
-  __device__ __forceinline__ static void pv(float (&o)[D / 2], const uint32_t (&p)[kP], uint32_t v_base,
-                                            bool accumulate = true) {
-#pragma unroll
-    for (int kk = 0; kk < N / 16; ++kk) {
-      const uint64_t db = smem_desc_sw128(v_base + kk * 2048, C::kBlockN * 128, 1024);
-      const uint32_t a[4] = {p[4 * kk], p[4 * kk + 1], p[4 * kk + 2], p[4 * kk + 3]};
-      const int scale_d = (kk > 0 || accumulate) ? 1 : 0;
-      if constexpr (D == 64)
-        W::rs_n64(o, a, db, scale_d);
-      else
-        W::rs_n128(o, a, db, scale_d);
-    }
-  }
-};
-
 // This thread's place in its consumer warpgroup.
 struct Lane {
   int cw, warp_in_wg, lane, g, tq, my_bar, next_bar;
@@ -84,7 +31,90 @@ struct Lane {
     next_bar = 1 + (cw + 1) % consumers;
   }
   // This thread's first row of a tile starting at m0.
-  __device__ __forceinline__ int row0(int m0) const { return m0 + cw * 64 + warp_in_wg * 16 + g; }
+  __device__ __forceinline__ int row0(int m0) const { return m0 + cw * kRowsPerConsumer + warp_in_wg * 16 + g; }
+};
+
+template <typename T, typename C>
+struct Issue {
+  static constexpr int D = C::kHeadDim, N = C::kBlockN;
+  static constexpr int kS = N / 2;  // score accumulators per thread (64 rows x N over 128 threads)
+  static constexpr int kP = N / 4;  // packed P registers
+  using W = Wgmma<T>;
+
+  __device__ __forceinline__ static void qk_step(float (&s)[kS], uint64_t da, uint64_t db, int scale_d) {
+    if constexpr (N == 128)
+      W::ss_n128(s, da, db, scale_d);
+    else
+      W::ss_n176(s, da, db, scale_d);
+  }
+  // S = Q_wg K^T over D/16 k-steps. Within a 128-byte swizzle row a k-step of 16 values is 32
+  // bytes further; every 4 k-steps move to the next column block. (K-major: the leading offset
+  // is unused.)
+  __device__ __forceinline__ static void qk(float (&s)[kS], uint32_t q_base, uint32_t k_base) {
+#pragma unroll
+    for (int kk = 0; kk < D / 16; ++kk) {
+      const uint32_t cb = kk / kKStepsPerSwizzleRow, within = (kk % kKStepsPerSwizzleRow) * kKStepBytes;
+      const uint64_t da = smem_desc_sw128(q_base + cb * C::kQColBlockBytes + within, 16, kSwizzleAtomBytes);
+      const uint64_t db = smem_desc_sw128(k_base + cb * C::kKVColBlockBytes + within, 16, kSwizzleAtomBytes);
+      qk_step(s, da, db, kk > 0 ? 1 : 0);
+    }
+  }
+  // O += P V over N keys: each k-step is 16 keys = two 8-row groups = 2048 bytes down V; the
+  // leading offset steps between the 64-wide column blocks of the head dim.
+  // accumulate = false starts O over (the first key tile of a query tile in the streamed loop).
+  __device__ __forceinline__ static void pv(float (&o)[D / 2], const uint32_t (&p)[kP], uint32_t v_base,
+                                            bool accumulate = true) {
+#pragma unroll
+    for (int kk = 0; kk < N / 16; ++kk) {
+      const uint64_t db = smem_desc_sw128(v_base + kk * 2 * kSwizzleAtomBytes, C::kKVColBlockBytes, kSwizzleAtomBytes);
+      const uint32_t a[4] = {p[4 * kk], p[4 * kk + 1], p[4 * kk + 2], p[4 * kk + 3]};
+      const int scale_d = (kk > 0 || accumulate) ? 1 : 0;
+      if constexpr (D == 64)
+        W::rs_n64(o, a, db, scale_d);
+      else
+        W::rs_n128(o, a, db, scale_d);
+    }
+  }
+
+  // The issue turns. Each waits for this consumer's turn, issues its wgmmas, passes the turn on
+  // and waits for what the caller reads next.
+  // S = Q K^T alone (the first key tile of a pipeline): returns with S landed.
+  __device__ __forceinline__ static void turn_qk(const Lane& ln, const SmemPlan<C>& sm, float (&s)[kS], uint32_t q_base,
+                                                 int k_stage) {
+    named_sync(ln.my_bar, kIssueTurnThreads);
+    wgmma_fence();
+    qk(s, q_base, sm.k(k_stage));
+    wgmma_commit();
+    named_arrive(ln.next_bar, kIssueTurnThreads);
+    wgmma_wait<0>();
+    fence_regs(s);
+  }
+  // S_j = Q K_j^T, then O += P_{j-1} V_{j-1}: returns with S landed while P V still runs (the
+  // caller waits for it with wgmma_wait<0> after the softmax).
+  __device__ __forceinline__ static void turn_qk_pv(const Lane& ln, const SmemPlan<C>& sm, float (&s)[kS],
+                                                    uint32_t q_base, int k_stage, float (&o)[D / 2],
+                                                    const uint32_t (&p)[kP], int v_stage, bool accumulate) {
+    named_sync(ln.my_bar, kIssueTurnThreads);
+    wgmma_fence();
+    qk(s, q_base, sm.k(k_stage));
+    wgmma_commit();
+    pv(o, p, sm.v(v_stage), accumulate);
+    wgmma_commit();
+    named_arrive(ln.next_bar, kIssueTurnThreads);
+    wgmma_wait<1>();
+    fence_regs(s);
+  }
+  // O += P V alone (the end of a pipeline): returns with O landed.
+  __device__ __forceinline__ static void turn_pv(const Lane& ln, const SmemPlan<C>& sm, float (&o)[D / 2],
+                                                 const uint32_t (&p)[kP], int v_stage, bool accumulate) {
+    named_sync(ln.my_bar, kIssueTurnThreads);
+    wgmma_fence();
+    pv(o, p, sm.v(v_stage), accumulate);
+    wgmma_commit();
+    named_arrive(ln.next_bar, kIssueTurnThreads);
+    wgmma_wait<0>();
+    fence_regs(o);
+  }
 };
 
 template <typename T, typename C>
@@ -92,7 +122,7 @@ __device__ __forceinline__ void consume_per_tile(const HopperParams& p, const Sm
   using I = Issue<T, C>;
   constexpr int D = C::kHeadDim, S = C::kStages;
   const Lane ln(consumer, C::kConsumers);
-  const uint32_t q_base = sm.q(0) + ln.cw * 64 * 128;  // this warpgroup's rows in each column block
+  const uint32_t q_base = sm.q(0) + ln.cw * kRowsPerConsumer * kSwizzleRowBytes;  // this warpgroup's rows in each column block
   const bool lazy = p.lazy_rescale != 0;
   int it = 0, q_it = 0;
   for (int ti = blockIdx.x; ti < p.num_tiles; ti += gridDim.x) {
@@ -105,7 +135,7 @@ __device__ __forceinline__ void consume_per_tile(const HopperParams& p, const Sm
     float o[D / 2];
 #pragma unroll
     for (int i = 0; i < D / 2; ++i) o[i] = 0.f;
-    RowStats st{{neg_inf_f(), neg_inf_f()}, {0.f, 0.f}};
+    RowStats st{{neg_inf(), neg_inf()}, {0.f, 0.f}};
     float s[I::kS];
     uint32_t pf[I::kP];
     float corr[2];
@@ -114,13 +144,7 @@ __device__ __forceinline__ void consume_per_tile(const HopperParams& p, const Sm
     // First key tile: S alone.
     int s_cur = it % S;
     mbar_wait(sm.full_k(s_cur), (it / S) & 1);
-    named_sync(ln.my_bar, 256);
-    wgmma_fence();
-    I::qk(s, q_base, sm.k(s_cur));
-    wgmma_commit();
-    named_arrive(ln.next_bar, 256);
-    wgmma_wait<0>();
-    fence_regs(s);
+    I::turn_qk(ln, sm, s, q_base, s_cur);
     if (ln.lane == 0) mbar_arrive(sm.empty_k(s_cur));
     {
       const int nb = t.n_blocks - 1;
@@ -135,15 +159,7 @@ __device__ __forceinline__ void consume_per_tile(const HopperParams& p, const Sm
       s_cur = it % S;
       mbar_wait(sm.full_k(s_cur), (it / S) & 1);
       mbar_wait(sm.full_v(s_prev), (it_prev / S) & 1);
-      named_sync(ln.my_bar, 256);
-      wgmma_fence();
-      I::qk(s, q_base, sm.k(s_cur));
-      wgmma_commit();
-      I::pv(o, pf, sm.v(s_prev));
-      wgmma_commit();
-      named_arrive(ln.next_bar, 256);
-      wgmma_wait<1>();
-      fence_regs(s);
+      I::turn_qk_pv(ln, sm, s, q_base, s_cur, o, pf, s_prev, true);
       if (ln.lane == 0) mbar_arrive(sm.empty_k(s_cur));
       if (block_needs_mask<C>(p, t, nb)) mask_scores(s, row0, nb * C::kBlockN + 2 * ln.tq, p.kv_len, p.mask);
       const bool moved = softmax_step(s, st, corr, p.scale_log2, lazy);
@@ -159,13 +175,7 @@ __device__ __forceinline__ void consume_per_tile(const HopperParams& p, const Sm
     // Every S of this tile is done: the producer may load the next tile's Q.
     if (ln.lane == 0) mbar_arrive(sm.q_empty(0));
     mbar_wait(sm.full_v(s_prev), (it_prev / S) & 1);
-    named_sync(ln.my_bar, 256);
-    wgmma_fence();
-    I::pv(o, pf, sm.v(s_prev));
-    wgmma_commit();
-    named_arrive(ln.next_bar, 256);
-    wgmma_wait<0>();
-    fence_regs(o);
+    I::turn_pv(ln, sm, o, pf, s_prev, true);
     if (ln.lane == 0) mbar_arrive(sm.empty_v(s_prev));
     store_state<T, D>(p, o, st, t.b, t.h, row0, ln.tq);
   }
@@ -203,19 +213,13 @@ __device__ __forceinline__ void consume_streamed(const HopperParams& p, const Sm
   float s[I::kS];
   uint32_t pf[I::kP];
   float corr[2];
-  RowStats st{{neg_inf_f(), neg_inf_f()}, {0.f, 0.f}};
+  RowStats st{{neg_inf(), neg_inf()}, {0.f, 0.f}};
   int it = 0, q_it = 0;
   // Prologue: the first key tile of the first query tile, S alone.
   mbar_wait(sm.q_full(0), 0);
-  uint32_t q_base = sm.q(0) + ln.cw * 64 * 128;
+  uint32_t q_base = sm.q(0) + ln.cw * kRowsPerConsumer * kSwizzleRowBytes;
   mbar_wait(sm.full_k(0), 0);
-  named_sync(ln.my_bar, 256);
-  wgmma_fence();
-  I::qk(s, q_base, sm.k(0));
-  wgmma_commit();
-  named_arrive(ln.next_bar, 256);
-  wgmma_wait<0>();
-  fence_regs(s);
+  I::turn_qk(ln, sm, s, q_base, 0);
   if (ln.lane == 0) {
     mbar_arrive(sm.empty_k(0));
     if (cur.t.n_blocks == 1) mbar_arrive(sm.q_empty(0));
@@ -234,19 +238,11 @@ __device__ __forceinline__ void consume_streamed(const HopperParams& p, const Sm
     if (first) {  // a new query tile: its Q is in the next buffer
       ++q_it;
       mbar_wait(sm.q_full(q_it % QS), (q_it / QS) & 1);
-      q_base = sm.q(q_it % QS) + ln.cw * 64 * 128;
+      q_base = sm.q(q_it % QS) + ln.cw * kRowsPerConsumer * kSwizzleRowBytes;
     }
     mbar_wait(sm.full_k(s_cur), (it / S) & 1);
     mbar_wait(sm.full_v(s_prev), (it_prev / S) & 1);
-    named_sync(ln.my_bar, 256);
-    wgmma_fence();
-    I::qk(s, q_base, sm.k(s_cur));
-    wgmma_commit();
-    I::pv(o, pf, sm.v(s_prev), !prev_first);
-    wgmma_commit();
-    named_arrive(ln.next_bar, 256);
-    wgmma_wait<1>();
-    fence_regs(s);
+    I::turn_qk_pv(ln, sm, s, q_base, s_cur, o, pf, s_prev, !prev_first);
     if (ln.lane == 0) {
       mbar_arrive(sm.empty_k(s_cur));
       if (cur.i == cur.t.n_blocks - 1) mbar_arrive(sm.q_empty(q_it % QS));  // every S of this tile is done
@@ -256,7 +252,7 @@ __device__ __forceinline__ void consume_streamed(const HopperParams& p, const Sm
     // A new query tile starts fresh statistics; the previous tile's are kept for its epilogue,
     // which runs once its last P V has landed.
     RowStats done = st;
-    if (first) st = RowStats{{neg_inf_f(), neg_inf_f()}, {0.f, 0.f}};
+    if (first) st = RowStats{{neg_inf(), neg_inf()}, {0.f, 0.f}};
     const bool moved = softmax_step(s, st, corr, p.scale_log2, lazy);
     wgmma_wait<0>();
     fence_regs(o);
@@ -275,13 +271,7 @@ __device__ __forceinline__ void consume_streamed(const HopperParams& p, const Sm
   }
   // Drain: the last P V and the last epilogue.
   mbar_wait(sm.full_v(s_prev), (it_prev / S) & 1);
-  named_sync(ln.my_bar, 256);
-  wgmma_fence();
-  I::pv(o, pf, sm.v(s_prev), !prev_first);
-  wgmma_commit();
-  named_arrive(ln.next_bar, 256);
-  wgmma_wait<0>();
-  fence_regs(o);
+  I::turn_pv(ln, sm, o, pf, s_prev, !prev_first);
   if (ln.lane == 0) mbar_arrive(sm.empty_v(s_prev));
   store_state<T, D>(p, o, st, prev.b, prev.h, ln.row0(prev.m0), ln.tq);
 }

@@ -29,7 +29,7 @@ template <typename T, typename C>
 __global__ void __launch_bounds__(C::kThreads, 1) hopper_flash_kernel(const __grid_constant__ HopperParams p) {
 #if RA_HOPPER_WGMMA
   extern __shared__ uint8_t smem_raw[];
-  const SmemPlan<C> sm{(smem_u32(smem_raw) + 1023u) & ~1023u};
+  const SmemPlan<C> sm{(smem_addr(smem_raw) + uint32_t(kSwizzleAtomBytes - 1)) & ~uint32_t(kSwizzleAtomBytes - 1)};
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int wg = warp / 4;
   if (threadIdx.x == 0) {
@@ -63,7 +63,8 @@ __global__ void __launch_bounds__(C::kThreads, 1) hopper_flash_kernel(const __gr
       mbar_wait(sm.q_empty(qs), ((q_it / C::kQStages) & 1) ^ 1);
       mbar_arrive_expect_tx(sm.q_full(qs), C::kQBytes);
       for (int cb = 0; cb < C::kColBlocks; ++cb)
-        tma_load_4d(sm.q(qs) + cb * C::kBlockM * 128, &p.tm_q, sm.q_full(qs), cb * 64, t.m0, t.h, t.b);
+        tma_load_4d(sm.q(qs) + cb * C::kQColBlockBytes, &p.tm_q, sm.q_full(qs), cb * kSwizzleRowValues, t.m0, t.h,
+                    t.b);
       ++q_it;
       for (int i = 0; i < t.n_blocks; ++i, ++it) {
         const int nb = t.n_blocks - 1 - i, s = it % C::kStages;
@@ -71,11 +72,13 @@ __global__ void __launch_bounds__(C::kThreads, 1) hopper_flash_kernel(const __gr
         mbar_wait(sm.empty_k(s), ph ^ 1);
         mbar_arrive_expect_tx(sm.full_k(s), C::kKVBytes);
         for (int cb = 0; cb < C::kColBlocks; ++cb)
-          tma_load_4d(sm.k(s) + cb * C::kBlockN * 128, &p.tm_k, sm.full_k(s), cb * 64, nb * C::kBlockN, kvh, t.b);
+          tma_load_4d(sm.k(s) + cb * C::kKVColBlockBytes, &p.tm_k, sm.full_k(s), cb * kSwizzleRowValues,
+                      nb * C::kBlockN, kvh, t.b);
         mbar_wait(sm.empty_v(s), ph ^ 1);
         mbar_arrive_expect_tx(sm.full_v(s), C::kKVBytes);
         for (int cb = 0; cb < C::kColBlocks; ++cb)
-          tma_load_4d(sm.v(s) + cb * C::kBlockN * 128, &p.tm_v, sm.full_v(s), cb * 64, nb * C::kBlockN, kvh, t.b);
+          tma_load_4d(sm.v(s) + cb * C::kKVColBlockBytes, &p.tm_v, sm.full_v(s), cb * kSwizzleRowValues,
+                      nb * C::kBlockN, kvh, t.b);
       }
     }
     return;
@@ -86,13 +89,13 @@ __global__ void __launch_bounds__(C::kThreads, 1) hopper_flash_kernel(const __gr
   const int cw = wg - 1;  // consumer index 0 .. NC-1
   // Round robin of the issue phases: consumer c waits on barrier 1 + c, then passes the turn to
   // consumer c + 1. Consumer 0 goes first: the last consumer pre-arrives on its barrier.
-  if (cw == C::kConsumers - 1) named_arrive(1, 256);
+  if (cw == C::kConsumers - 1) named_arrive(1, kIssueTurnThreads);
   if constexpr (C::kQStages == 2)
     consume_streamed<T, C>(p, sm, cw);
   else
     consume_per_tile<T, C>(p, sm, cw);
   // The last consumer's final arrival on barrier 1 has no partner yet: consume it.
-  if (cw == 0) named_sync(1, 256);
+  if (cw == 0) named_sync(1, kIssueTurnThreads);
 #else
   (void)p;
   __trap();

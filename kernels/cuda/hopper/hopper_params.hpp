@@ -28,7 +28,7 @@ struct HopperParams {
   float scale;       // natural-log units, for the LSE
   float scale_log2;  // scale * log2(e): scores go through exp2
   int fold;
-  int lazy_rescale;  // softmax_step(lazy): move the running max only when it grew past Config::kLazyThreshold
+  int lazy_rescale;  // softmax_step(lazy): move the running max only when it grew past kLazyThreshold (hopper_config.cuh)
   int block_m, block_n;  // the Config's tile shape
   int m_blocks, num_tiles;
 };

@@ -10,6 +10,8 @@
 
 #include <cstdint>
 
+#include "kernels/cuda/device_common.cuh"  // smem_addr, fast_exp2, neg_inf, Half16, quad reductions
+
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900 && defined(__CUDA_ARCH_FEAT_SM90_ALL)
 #define RA_HOPPER_WGMMA 1
 #else
@@ -17,10 +19,6 @@
 #endif
 
 namespace ringattn::cuda::hopper {
-
-__device__ __forceinline__ uint32_t smem_u32(const void* p) {
-  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
-}
 
 // ---- mbarriers (phase-parity waits) ----
 
@@ -132,12 +130,6 @@ __device__ __forceinline__ void named_sync(int id, int threads) {
 }
 __device__ __forceinline__ void named_arrive(int id, int threads) {
   asm volatile("bar.arrive %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
-}
-
-__device__ __forceinline__ float ex2(float x) {
-  float y;
-  asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
-  return y;
 }
 
 }  // namespace ringattn::cuda::hopper

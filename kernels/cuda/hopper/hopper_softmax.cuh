@@ -17,30 +17,6 @@
 
 namespace ringattn::cuda::hopper {
 
-__device__ __forceinline__ float neg_inf_f() { return -__int_as_float(0x7f800000); }
-
-template <typename T>
-__device__ __forceinline__ uint32_t pack2(float lo, float hi);
-template <>
-__device__ __forceinline__ uint32_t pack2<__nv_bfloat16>(float lo, float hi) {
-  __nv_bfloat162 h = __floats2bfloat162_rn(lo, hi);
-  return *reinterpret_cast<uint32_t*>(&h);
-}
-template <>
-__device__ __forceinline__ uint32_t pack2<__half>(float lo, float hi) {
-  __half2 h = __floats2half2_rn(lo, hi);
-  return *reinterpret_cast<uint32_t*>(&h);
-}
-
-__device__ __forceinline__ float quad_max(float x) {
-  x = fmaxf(x, __shfl_xor_sync(0xffffffffu, x, 1));
-  return fmaxf(x, __shfl_xor_sync(0xffffffffu, x, 2));
-}
-__device__ __forceinline__ float quad_sum(float x) {
-  x += __shfl_xor_sync(0xffffffffu, x, 1);
-  return x + __shfl_xor_sync(0xffffffffu, x, 2);
-}
-
 // Running statistics of this thread's two rows, in raw score units (max m) and exp2 units (sum
 // l, a per-thread partial: every term of a row shares the quad's max, so the quad sum is taken
 // once at the end).
@@ -59,7 +35,7 @@ __device__ __forceinline__ void mask_scores(float (&s)[NS], long long row0, int 
 #pragma unroll
   for (int i = 0; i < NS; ++i) {
     const int key = key0 + 8 * (i >> 2) + (i & 1);
-    if (key >= end[(i >> 1) & 1]) s[i] = neg_inf_f();
+    if (key >= end[(i >> 1) & 1]) s[i] = neg_inf();
   }
 }
 
@@ -68,8 +44,8 @@ __device__ __forceinline__ void mask_scores(float (&s)[NS], long long row0, int 
 // accumulated so far must be scaled. A row whose max is still -inf uses 0 as its base, so that
 // no (-inf) - (-inf) is formed; its p and corr are then exactly 0.
 //
-// lazy: the max is only moved when some row of the warp grew by more than 8 in exp2 units.
-// Otherwise the stale max stays the base: p <= 2^8, far inside fp32 and bf16/fp16 range, and l
+// lazy: the max is only moved when some row of the warp grew by more than kLazyThreshold (8) in
+// exp2 units. Otherwise the stale max stays the base: p <= 2^8, far inside fp32 and bf16/fp16 range, and l
 // and o share that base, so o / l and m + ln(l) are unchanged; corr is 1 and the caller skips
 // rescaling o. Returns whether the max moved (warp-uniform: the caller may branch on it).
 template <int NS>
@@ -83,7 +59,7 @@ __device__ __forceinline__ bool softmax_step(float (&s)[NS], RowStats& st, float
   bool update = true;
   if (lazy) {
     // (finite - (-inf)) is +inf: a row's first visible key always moves the max.
-    const bool grow = (mx[0] - st.m[0]) * scale_log2 > 8.f || (mx[1] - st.m[1]) * scale_log2 > 8.f;
+    const bool grow = (mx[0] - st.m[0]) * scale_log2 > kLazyThreshold || (mx[1] - st.m[1]) * scale_log2 > kLazyThreshold;
     update = __any_sync(0xffffffffu, grow);
   }
   float base[2], sum[2] = {0.f, 0.f};
@@ -91,7 +67,7 @@ __device__ __forceinline__ bool softmax_step(float (&s)[NS], RowStats& st, float
   for (int r = 0; r < 2; ++r) {
     if (update) {
       base[r] = exp_base(mx[r], scale_log2);
-      corr[r] = ex2(st.m[r] * scale_log2 - base[r]);
+      corr[r] = fast_exp2(st.m[r] * scale_log2 - base[r]);
       st.m[r] = mx[r];
     } else {
       base[r] = exp_base(st.m[r], scale_log2);
@@ -101,7 +77,7 @@ __device__ __forceinline__ bool softmax_step(float (&s)[NS], RowStats& st, float
 #pragma unroll
   for (int i = 0; i < NS; ++i) {
     const int r = (i >> 1) & 1;
-    s[i] = ex2(fmaf(s[i], scale_log2, -base[r]));
+    s[i] = fast_exp2(fmaf(s[i], scale_log2, -base[r]));
     sum[r] += s[i];
   }
 #pragma unroll
@@ -114,7 +90,7 @@ __device__ __forceinline__ bool softmax_step(float (&s)[NS], RowStats& st, float
 template <typename T, int NS>
 __device__ __forceinline__ void scores_to_p(const float (&s)[NS], uint32_t (&p)[NS / 2]) {
 #pragma unroll
-  for (int i = 0; i < NS / 2; ++i) p[i] = pack2<T>(s[2 * i], s[2 * i + 1]);
+  for (int i = 0; i < NS / 2; ++i) p[i] = Half16<T>::pack(s[2 * i], s[2 * i + 1]);
 }
 
 template <int N>
@@ -130,7 +106,7 @@ template <typename T>
 __device__ __forceinline__ void put2(const HopperParams& p, float* orow, int b, int h, int row, int col, float2 v) {
   if (p.out != nullptr) {
     T* dst = static_cast<T*>(p.out) + b * p.out_stride_b + h * p.out_stride_h + (long long)row * p.out_stride_t + col;
-    *reinterpret_cast<uint32_t*>(dst) = pack2<T>(v.x, v.y);
+    *reinterpret_cast<uint32_t*>(dst) = Half16<T>::pack(v.x, v.y);
   } else {
     *reinterpret_cast<float2*>(orow + col) = v;
   }
@@ -203,7 +179,7 @@ __device__ __forceinline__ void store_empty(const HopperParams& p, int b, int h,
       const float2 v = p.fold ? *reinterpret_cast<const float2*>(orow + col) : make_float2(0.f, 0.f);
       put2<T>(p, orow, b, h, row, col, v);
     }
-    if (t == 0 && !p.fold) sv.lse[b * sv.lse_stride_b + h * sv.lse_stride_h + row] = neg_inf_f();
+    if (t == 0 && !p.fold) sv.lse[b * sv.lse_stride_b + h * sv.lse_stride_h + row] = neg_inf();
   }
 }
 
