@@ -139,8 +139,9 @@ TEST_P(FlashFold, MergesIntoIncomingState) {
   }
   DeviceTensor dq(*be, q), dk(*be, k), dv(*be, v);
   for (int variant : dtype == DType::F32 ? std::vector<int>{0} : std::vector<int>{0, 1, 2, 3}) {
-    be = make_cuda_backend(0, variant_options(variant));
-    DeviceState st(*be, B, HQ, T, D, &init);
+    // A backend of its own per variant: the inputs stay in the fixture's (replacing it would free them).
+    const std::unique_ptr<Backend> vb = make_cuda_backend(0, variant_options(variant));
+    DeviceState st(*vb, B, HQ, T, D, &init);
     FlashParams p;
     p.q = dq.view;
     p.k = dk.view;
@@ -149,9 +150,9 @@ TEST_P(FlashFold, MergesIntoIncomingState) {
     p.scale = 0.09f;
     p.mask = MaskSpec{true, -20};  // rows 0..19 see no key
     p.mode = StateMode::Fold;
-    be->flash(p);
+    vb->flash(p);
     std::vector<float> o, lse;
-    st.read(*be, o, lse);
+    st.read(*vb, o, lse);
 
     FlashParams hp = p;
     hp.q = q.view;
