@@ -34,6 +34,13 @@ class Transport {
   // completes it (for stream-ordered transports: orders later compute after the receive).
   virtual void start_exchange(const void* send, void* recv, size_t bytes) = 0;
   virtual void wait_exchange() = 0;
+  // Posts an exchange whose `send` is the `recv` of the previous exchange on this transport,
+  // unchanged since that exchange completed: the ring passing a received block on. A transport
+  // that stages device buffers through host memory (comm/staging_transport.hpp) then sends the
+  // host copy it already holds instead of copying the block back; a decorator that counts hops
+  // (src/ringattn/fault_injection.hpp) knows the pass goes on. Otherwise the same as
+  // start_exchange, which is the default.
+  virtual void forward_exchange(const void* send, void* recv, size_t bytes) { start_exchange(send, recv, bytes); }
 
   // The error path of a hop (an exception between start_exchange and a successful
   // wait_exchange, or from either): ends the outstanding exchange, if any, before its buffers are

@@ -8,17 +8,15 @@
 #include <mutex>
 #include <unordered_map>
 
-#include "kernels/backend.hpp"
+#include "kernels/forwarding_backend.hpp"
 
 namespace ringattn::cli {
 
-class CountingBackend final : public Backend {
+class CountingBackend final : public ForwardingBackend {
  public:
-  explicit CountingBackend(std::unique_ptr<Backend> inner) : inner_(std::move(inner)) {}
-  std::string name() const override { return inner_->name(); }
-  bool device_memory() const override { return inner_->device_memory(); }
+  explicit CountingBackend(std::unique_ptr<Backend> inner) : ForwardingBackend(*inner), owned_(std::move(inner)) {}
   void* allocate(size_t bytes) override {
-    void* p = inner_->allocate(bytes);
+    void* p = ForwardingBackend::allocate(bytes);
     std::lock_guard<std::mutex> g(mu_);
     sizes_[p] = bytes;
     current_ += bytes;
@@ -33,20 +31,8 @@ class CountingBackend final : public Backend {
         sizes_.erase(it);
       }
     }
-    inner_->deallocate(p);
+    ForwardingBackend::deallocate(p);
   }
-  void copy_from_host(void* dst, const void* src, size_t bytes) override { inner_->copy_from_host(dst, src, bytes); }
-  void copy_to_host(void* dst, const void* src, size_t bytes) override { inner_->copy_to_host(dst, src, bytes); }
-  void copy(void* dst, const void* src, size_t bytes) override { inner_->copy(dst, src, bytes); }
-  void flash(const FlashParams& p) override { inner_->flash(p); }
-  void decode(const DecodeParams& p) override { inner_->decode(p); }
-  void merge(const MergeParams& p) override { inner_->merge(p); }
-  void finalize(const FinalizeParams& p) override { inner_->finalize(p); }
-  void fill_empty(const StateView& s) override { inner_->fill_empty(s); }
-  void synchronize() override { inner_->synchronize(); }
-  void set_wait_timeout(double seconds) override { inner_->set_wait_timeout(seconds); }
-  void* stream() const override { return inner_->stream(); }
-  int device() const override { return inner_->device(); }
 
   size_t peak_bytes() const {
     std::lock_guard<std::mutex> g(mu_);
@@ -59,7 +45,7 @@ class CountingBackend final : public Backend {
   }
 
  private:
-  std::unique_ptr<Backend> inner_;
+  std::unique_ptr<Backend> owned_;  // what the base forwards to
   mutable std::mutex mu_;
   std::unordered_map<void*, size_t> sizes_;
   size_t current_ = 0, peak_ = 0;

@@ -13,6 +13,7 @@
 #include <spdlog/spdlog.h>
 
 #include "ringattn/error.hpp"
+#include "ringattn/fault_injection.hpp"
 #include "ringattn/log.hpp"
 #include "ringattn/ring.hpp"
 #ifdef RINGATTN_HAVE_CUDA
@@ -253,6 +254,7 @@ World make_world(const ProblemOptions& o, const MpiSession& mpi) {
     w.device_label = fmt::format("cpu ({} threads)", omp_get_max_threads());
   }
   w.backend->set_wait_timeout(timeout);
+  install_fault_injection(w.transport, w.backend);  // RINGATTN_FAULT: tests of the failure paths
   auto counting = std::make_unique<CountingBackend>(std::move(w.backend));
   w.counter = counting.get();
   w.backend = std::move(counting);

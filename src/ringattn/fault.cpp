@@ -1,10 +1,6 @@
 #include "ringattn/fault.hpp"
 
-#include <chrono>
 #include <cstdlib>
-#include <thread>
-
-#include <spdlog/spdlog.h>
 
 #include "ringattn/error.hpp"
 
@@ -53,24 +49,6 @@ const FaultPlan& fault_plan() {
     return parse_fault_plan(env ? env : "");
   }();
   return plan;
-}
-
-bool fault_fires(FaultKind kind, int rank, int hop) {
-  const FaultPlan& p = fault_plan();
-  return p.kind == kind && p.rank == rank && p.hop == hop;
-}
-
-void maybe_die_or_hang(int rank, int hop) {
-  if (fault_fires(FaultKind::Exit, rank, hop)) {
-    spdlog::warn("injected fault (RINGATTN_FAULT): rank {} exits at hop {}", rank, hop);
-    spdlog::default_logger()->flush();
-    std::_Exit(3);
-  }
-  if (fault_fires(FaultKind::Hang, rank, hop)) {
-    spdlog::warn("injected fault (RINGATTN_FAULT): rank {} stops posting at hop {} and hangs", rank, hop);
-    spdlog::default_logger()->flush();
-    for (;;) std::this_thread::sleep_for(std::chrono::seconds(1));
-  }
 }
 
 }  // namespace ringattn

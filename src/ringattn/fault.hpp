@@ -6,8 +6,11 @@
 //   corrupt  the rank sends a block of the wrong size
 //   error    posting that hop's exchange fails on that rank with a RuntimeError ("injected
 //            transport error"), as a failing transport call would
-//   throw    the compute of that hop throws std::bad_alloc on that rank, after the hop's exchange
-//            was posted (an exception inside a hop, as a failing backend allocation would)
+//   throw    the compute of that hop throws std::bad_alloc on that rank (from its flash calls),
+//            after the hop's exchange was posted (an exception inside a hop, as a failing backend
+//            allocation would)
+// The plan is carried out by decorators of the transport and the backend that the CLI and the MPI
+// test driver install (ringattn/fault_injection.hpp): the ring runner itself knows nothing of it.
 #pragma once
 
 #include <cstdint>
@@ -24,6 +27,8 @@ struct FaultPlan {
   int hop = -1;
   FaultKind kind = FaultKind::None;
   bool active() const { return kind != FaultKind::None; }
+  // True when the plan injects `k` on rank `r` at hop `h`.
+  bool fires(FaultKind k, int r, int h) const { return kind == k && rank == r && hop == h; }
 };
 
 // Parses "RANK:HOP:KIND" (empty text: no fault). Throws InvalidArgument naming the text and the
@@ -32,11 +37,5 @@ FaultPlan parse_fault_plan(const std::string& text);
 
 // The plan from the RINGATTN_FAULT environment variable, parsed once.
 const FaultPlan& fault_plan();
-
-// True when the plan injects `kind` on `rank` at `hop`.
-bool fault_fires(FaultKind kind, int rank, int hop);
-
-// Carries out an Exit or Hang fault if one fires here (logs first); returns otherwise.
-void maybe_die_or_hang(int rank, int hop);
 
 }  // namespace ringattn

@@ -12,8 +12,20 @@
 
 #include "comm/transport.hpp"
 #include "ringattn/error.hpp"
+#include "ringattn/ring.hpp"
 
 namespace ringattn::test {
+
+// The small problem the failure tests run: 16 zigzag tokens per rank, 2 query heads, one KV head
+// of dim 16, causal, fp32 (a packed K and V block is 2048 bytes).
+inline GlobalProblem small_ring_problem(int world) {
+  GlobalProblem p;
+  p.batch = 1, p.q_heads = 2, p.kv_heads = 1, p.head_dim = 16;
+  p.q_len = p.kv_len = 16 * world;
+  p.causal = true;
+  p.sharding = Sharding::Zigzag;
+  return p;
+}
 
 enum class TransportFault { None, StartThrows, WaitThrows, ShortReceive, Timeout };
 

@@ -27,14 +27,7 @@ struct RankProblem {
         k(DType::F32, 1, 1, tokens(rank, world), 16, rng),
         v(DType::F32, 1, 1, tokens(rank, world), 16, rng),
         out(DType::F32, 1, 2, tokens(rank, world), 16, rng) {}
-  static GlobalProblem make(int world) {
-    GlobalProblem p;
-    p.batch = 1, p.q_heads = 2, p.kv_heads = 1, p.head_dim = 16;
-    p.q_len = p.kv_len = 16 * world;
-    p.causal = true;
-    p.sharding = Sharding::Zigzag;
-    return p;
-  }
+  static GlobalProblem make(int world) { return test::small_ring_problem(world); }
   static int64_t tokens(int rank, int world) { return shard_layout(Sharding::Zigzag, 16 * world, rank, world).tokens(); }
   LocalTensors views() const { return LocalTensors{q.view, k.view, v.view, out.view, nullptr}; }
 };

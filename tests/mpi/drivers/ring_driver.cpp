@@ -13,6 +13,7 @@
 #include <sstream>
 #include <vector>
 
+#include "ringattn/fault_injection.hpp"
 #include "ringattn/inputs.hpp"
 #include "ringattn/ring.hpp"
 
@@ -43,9 +44,8 @@ double thread_cpu_s() {
   return double(ts.tv_sec) + 1e-9 * double(ts.tv_nsec);
 }
 
-int run(const DriverOptions& o, Transport& t) {
+int run(const DriverOptions& o, Transport& t, Backend& backend) {
   const int P = t.size(), r = t.rank();
-  auto backend = make_cpu_backend();
   std::vector<std::string> names;
   std::stringstream ss(o.shardings);
   for (std::string s; std::getline(ss, s, ',');) names.push_back(s);
@@ -79,14 +79,14 @@ int run(const DriverOptions& o, Transport& t) {
       fill_input(x.v.rows(row, s.len), 1234, InputTensor::V, s.start, s.stride);
       row += s.len;
     }
-    for (int i = 0; i < o.warmup; ++i) run_ring_attention(p, x, *backend, t);
+    for (int i = 0; i < o.warmup; ++i) run_ring_attention(p, x, backend, t);
     // Best of `repeat` by the slowest rank's total time (the job's wall time).
     std::vector<double> best(size_t(kFields * P), 0.0);
     double best_wall = 1e300;
     for (int i = 0; i < std::max(1, o.repeat); ++i) {
       t.barrier();  // start together: the wall time is the ring's, not a straggler's
       const double c0 = thread_cpu_s();
-      const RankStats st = run_ring_attention(p, x, *backend, t);
+      const RankStats st = run_ring_attention(p, x, backend, t);
       double mine[kFields];
       pack(st, thread_cpu_s() - c0, mine);
       std::vector<double> all(size_t(kFields * P));
@@ -151,7 +151,9 @@ int main(int argc, char** argv) {
                              : o.progress == "nonblocking" ? MpiProgress::Nonblocking
                                                            : MpiProgress::Auto;
     t = make_mpi_transport(MPI_COMM_WORLD, mode);
-    run(o, *t);
+    std::unique_ptr<Backend> backend = make_cpu_backend();
+    install_fault_injection(t, backend);  // RINGATTN_FAULT: the failure tests of tests/mpi/CMakeLists.txt
+    run(o, *t, *backend);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "ringattn_ring_driver: rank %d: error: %s\n", rank, e.what());
     std::fflush(stderr);

@@ -1,0 +1,67 @@
+// The K/V block ring of one rank: this rank's K and V packed into one block that travels around
+// the ring, one hop at a time, in a double buffer (the block of hop s computes while the block of
+// hop s + 1 arrives into the other buffer). It posts and completes each hop's exchange, writes
+// the flight recorder, restates transport failures with the hop, and owns the error path of an
+// exchange: an exception while one is outstanding ends it (Transport::abandon_exchange) before
+// the buffers are freed, and keeps them allocated for good when the transport gave up.
+//
+// A BlockRing holds no static or global state: two can exist at once (the ring backward sends dK/dV
+// around while K/V travel). A Transport runs one exchange at a time, and forward_exchange assumes
+// the transport's previous exchange was this ring's, so each ring needs a Transport of its own
+// (for MPI: a transport over its own communicator, e.g. a duplicate of MPI_COMM_WORLD).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+
+#include "comm/staging_transport.hpp"
+#include "kernels/backend.hpp"
+#include "ringattn/flight_recorder.hpp"
+#include "ringattn/ring_buffers.hpp"
+
+namespace ringattn {
+
+class BlockRing {
+ public:
+  // Packs `k` and `v` into the first block when the world has more than one rank (a world of one
+  // reads them in place). Device blocks travel through host memory (StagingTransport) when `t`
+  // cannot take device pointers; device-side exchanges are ordered after `b`'s stream.
+  BlockRing(Backend& b, Transport& t, const TensorView& k, const TensorView& v, FlightRecorder& recorder);
+  ~BlockRing();
+  BlockRing(const BlockRing&) = delete;
+  BlockRing& operator=(const BlockRing&) = delete;
+
+  int rank() const { return rank_; }
+  int world() const { return world_; }
+  // Whether hop `hop` passes its block on (every hop but the last).
+  bool exchanges(int hop) const { return hop + 1 < world_; }
+  // Posts hop `hop`'s exchange: the block held now goes to rank r + 1, the next one arrives from
+  // rank r - 1. Returns the bytes the transport sent. Failures name the hop (RuntimeError).
+  uint64_t post(int hop);
+  // Completes hop `hop`'s exchange: the next hop's block is then ready.
+  void complete(int hop);
+  // The transport's measure of the last completed exchange (-1: unknown).
+  double last_exchange_seconds() const { return exchange().last_exchange_seconds(); }
+
+  // The K and V that hop `hop` computes on: this rank's own tensors at hop 0 (read in place; the
+  // packed copy only travels), else the block received.
+  TensorView k(int hop) const;
+  TensorView v(int hop) const;
+
+ private:
+  Transport& exchange() const { return staging_ ? *staging_ : t_; }
+  void* block(int hop) const { return blocks_[hop % 2].get(); }
+
+  Transport& t_;
+  FlightRecorder& recorder_;
+  TensorView k_, v_;
+  BlockLayout k_layout_, v_layout_;
+  int rank_, world_;
+  size_t k_bytes_ = 0, block_bytes_ = 0;
+  DeviceBuffer blocks_[2];
+  std::unique_ptr<StagingTransport> staging_;  // after the blocks: destroyed first
+  bool outstanding_ = false;                   // posting started and no wait returned yet
+};
+
+}  // namespace ringattn

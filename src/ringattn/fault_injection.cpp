@@ -1,0 +1,85 @@
+#include "ringattn/fault_injection.hpp"
+
+#include <chrono>
+#include <cstdlib>
+#include <new>
+#include <thread>
+
+#include <spdlog/spdlog.h>
+
+#include "ringattn/error.hpp"
+
+namespace ringattn {
+
+FaultInjectingTransport::FaultInjectingTransport(std::unique_ptr<Transport> inner, const FaultPlan& plan)
+    : ForwardingTransport(*inner), owned_(std::move(inner)), plan_(plan), tracker_(std::make_shared<HopTracker>()) {
+  tracker_->world = owned_->size();
+}
+
+size_t FaultInjectingTransport::inject(int hop, size_t bytes) {
+  const int r = rank();
+  if (plan_.fires(FaultKind::Exit, r, hop)) {
+    spdlog::warn("injected fault (RINGATTN_FAULT): rank {} exits at hop {}", r, hop);
+    spdlog::default_logger()->flush();
+    std::_Exit(3);
+  }
+  if (plan_.fires(FaultKind::Hang, r, hop)) {
+    spdlog::warn("injected fault (RINGATTN_FAULT): rank {} stops posting at hop {} and hangs", r, hop);
+    spdlog::default_logger()->flush();
+    for (;;) std::this_thread::sleep_for(std::chrono::seconds(1));
+  }
+  // An injected error stands for a transport that fails to post.
+  if (plan_.fires(FaultKind::Error, r, hop))
+    fail_runtime("injected transport error (RINGATTN_FAULT={}:{}:error)", r, hop);
+  // An injected corrupt block is short, which the receiving rank must detect.
+  return plan_.fires(FaultKind::Corrupt, r, hop) ? bytes / 2 : bytes;
+}
+
+void FaultInjectingTransport::start_exchange(const void* send, void* recv, size_t bytes) {
+  tracker_->posted = 0;  // a new pass of the ring
+  tracker_->in_flight = true;
+  ForwardingTransport::start_exchange(send, recv, inject(0, bytes));
+}
+
+void FaultInjectingTransport::forward_exchange(const void* send, void* recv, size_t bytes) {
+  const int hop = ++tracker_->posted;
+  tracker_->in_flight = true;
+  ForwardingTransport::forward_exchange(send, recv, inject(hop, bytes));
+}
+
+void FaultInjectingTransport::wait_exchange() {
+  try {
+    ForwardingTransport::wait_exchange();
+  } catch (const std::exception&) {
+    // A rank that injected a short block also fails its own receive (it expects the short size);
+    // it gives the receiver, whose report is the one under test, time to speak first.
+    if (plan_.fires(FaultKind::Corrupt, rank(), tracker_->posted)) std::this_thread::sleep_for(std::chrono::seconds(2));
+    throw;
+  }
+  tracker_->in_flight = false;
+}
+
+bool FaultInjectingTransport::abandon_exchange() noexcept {
+  const bool ended = ForwardingTransport::abandon_exchange();
+  if (ended) tracker_->in_flight = false;
+  return ended;
+}
+
+FaultInjectingBackend::FaultInjectingBackend(std::unique_ptr<Backend> inner, const FaultPlan& plan, int rank,
+                                             std::shared_ptr<const HopTracker> tracker)
+    : ForwardingBackend(*inner), owned_(std::move(inner)), plan_(plan), rank_(rank), tracker_(std::move(tracker)) {}
+
+void FaultInjectingBackend::flash(const FlashParams& p) {
+  if (plan_.kind == FaultKind::Throw && plan_.rank == rank_ && tracker_->computing(plan_.hop)) throw std::bad_alloc();
+  ForwardingBackend::flash(p);
+}
+
+void install_fault_injection(std::unique_ptr<Transport>& t, std::unique_ptr<Backend>& b, const FaultPlan& plan) {
+  if (!plan.active()) return;
+  const int rank = t->rank();
+  auto faulty = std::make_unique<FaultInjectingTransport>(std::move(t), plan);
+  b = std::make_unique<FaultInjectingBackend>(std::move(b), plan, rank, faulty->tracker());
+  t = std::move(faulty);
+}
+
+}  // namespace ringattn

@@ -1,0 +1,65 @@
+// RINGATTN_FAULT (ringattn/fault.hpp) carried out by decorators, so that the ring runner holds no
+// test-only code: a transport decorator that follows the ring's hops (start_exchange begins a
+// pass at hop 0, each forward_exchange is the next hop) and injects exit, hang, corrupt and error
+// when the faulty rank posts the faulty hop, and a backend decorator that throws from the flash
+// calls of the faulty hop (throw). The CLI (src/cli/world.cpp) and the MPI test driver install
+// them with install_fault_injection.
+#pragma once
+
+#include <memory>
+
+#include "comm/forwarding_transport.hpp"
+#include "kernels/forwarding_backend.hpp"
+#include "ringattn/fault.hpp"
+
+namespace ringattn {
+
+// Where the ring of one rank is, as its transport saw it; shared by the two decorators.
+struct HopTracker {
+  int world = 1;
+  int posted = -1;         // the hop whose exchange was posted last in this pass (-1: none yet)
+  bool in_flight = false;  // that exchange has not completed
+  // Whether the compute of hop `hop` runs now: hop s < P - 1 computes while its own exchange is
+  // in flight; the last hop computes after the exchange of hop P - 2 completed.
+  bool computing(int hop) const {
+    if (hop + 1 < world) return posted == hop && in_flight;
+    return posted == world - 2 && !in_flight;
+  }
+};
+
+class FaultInjectingTransport final : public ForwardingTransport {
+ public:
+  FaultInjectingTransport(std::unique_ptr<Transport> inner, const FaultPlan& plan);
+  void start_exchange(const void* send, void* recv, size_t bytes) override;
+  void forward_exchange(const void* send, void* recv, size_t bytes) override;
+  void wait_exchange() override;
+  bool abandon_exchange() noexcept override;
+  std::shared_ptr<const HopTracker> tracker() const { return tracker_; }
+
+ private:
+  // Exit, hang, error and corrupt at posting time; returns the bytes to send.
+  size_t inject(int hop, size_t bytes);
+
+  std::unique_ptr<Transport> owned_;  // what the base forwards to
+  FaultPlan plan_;
+  std::shared_ptr<HopTracker> tracker_;
+};
+
+class FaultInjectingBackend final : public ForwardingBackend {
+ public:
+  FaultInjectingBackend(std::unique_ptr<Backend> inner, const FaultPlan& plan, int rank,
+                        std::shared_ptr<const HopTracker> tracker);
+  void flash(const FlashParams& p) override;
+
+ private:
+  std::unique_ptr<Backend> owned_;  // what the base forwards to
+  FaultPlan plan_;
+  int rank_;
+  std::shared_ptr<const HopTracker> tracker_;
+};
+
+// Wraps `t` and `b` in the fault decorators when `plan` names a fault; leaves them otherwise.
+void install_fault_injection(std::unique_ptr<Transport>& t, std::unique_ptr<Backend>& b,
+                             const FaultPlan& plan = fault_plan());
+
+}  // namespace ringattn

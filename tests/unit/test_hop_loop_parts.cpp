@@ -1,0 +1,175 @@
+// The parts of the hop loop on their own: host staging as a transport decorator
+// (comm/staging_transport.hpp), two block rings at once (ringattn/block_ring.hpp), and the
+// RINGATTN_FAULT decorators (ringattn/fault_injection.hpp) carrying out a plan in a real run.
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <random>
+
+#include "comm/staging_transport.hpp"
+#include "common/test_util.hpp"
+#include "ringattn/block_ring.hpp"
+#include "ringattn/error.hpp"
+#include "ringattn/fault_injection.hpp"
+#include "ringattn/ring.hpp"
+#include "unit/faulty_transport.hpp"
+
+namespace ringattn {
+namespace {
+
+using test::FaultyTransport;
+using test::TransportFault;
+
+// "Device" buffers in host memory, with copy callbacks that count their calls.
+struct CountedCopies {
+  int to_host = 0, from_host = 0;
+  DeviceCopies copies() {
+    return DeviceCopies{[this](void* h, const void* d, size_t n) { ++to_host, std::memcpy(h, d, n); },
+                        [this](void* d, const void* h, size_t n) { ++from_host, std::memcpy(d, h, n); }};
+  }
+};
+
+std::vector<unsigned char> random_bytes(size_t n, std::mt19937_64& rng) {
+  std::vector<unsigned char> v(n);
+  for (auto& c : v) c = static_cast<unsigned char>(rng());
+  return v;
+}
+
+TEST(StagingTransport, StagesOncePerPassAndDeliversToTheDevice) {
+  const uint64_t seed = test::fresh_seed();
+  std::mt19937_64 rng(seed);
+  SCOPED_TRACE(testing::Message() << "seed " << seed);
+  const size_t n = 1000;
+  FaultyTransport inner(1, 4, TransportFault::None, -1);  // every peer echoes this rank's block
+  CountedCopies c;
+  StagingTransport t(inner, c.copies(), n);
+  EXPECT_TRUE(t.accepts_device_memory());
+  std::vector<unsigned char> a = random_bytes(n, rng), b(n, 0), other = random_bytes(n, rng);
+  const std::vector<unsigned char> sent = a;
+  t.start_exchange(a.data(), b.data(), n);
+  t.wait_exchange();
+  EXPECT_EQ(b, sent);
+  EXPECT_EQ(c.to_host, 1);
+  EXPECT_EQ(c.from_host, 1);
+  // Passing the received block on sends the host copy: no copy back from the device.
+  std::fill(a.begin(), a.end(), 0);
+  t.forward_exchange(b.data(), a.data(), n);
+  t.wait_exchange();
+  EXPECT_EQ(a, sent);
+  EXPECT_EQ(c.to_host, 1);
+  EXPECT_EQ(c.from_host, 2);
+  // A block that this decorator did not receive is copied from the device.
+  t.forward_exchange(other.data(), b.data(), n);
+  t.wait_exchange();
+  EXPECT_EQ(b, other);
+  EXPECT_EQ(c.to_host, 2);
+  EXPECT_EQ(inner.exchanges(), 3);
+  EXPECT_EQ(t.bytes_sent(), 3 * n);
+}
+
+// When the wrapped transport gives up, the host buffers stay allocated: the double writes the
+// late block into them when it goes (AddressSanitizer would report a freed buffer).
+TEST(StagingTransport, AnExchangeThatCannotEndKeepsTheHostBuffers) {
+  FaultyTransport inner(0, 2, TransportFault::None, -1);
+  inner.give_up_on_abandon();
+  CountedCopies c;
+  std::vector<unsigned char> a(64, 7), b(64, 0);
+  {
+    StagingTransport t(inner, c.copies(), 64);
+    t.start_exchange(a.data(), b.data(), 64);
+    EXPECT_FALSE(t.abandon_exchange());
+  }
+  EXPECT_TRUE(inner.in_flight());
+  EXPECT_EQ(c.from_host, 0);  // nothing reached the device
+}
+
+// Two rings at once over transports of their own, posts interleaved: each receives its own
+// blocks (the double echoes), so nothing is shared between them.
+TEST(BlockRing, TwoRingsAtOnceKeepTheirOwnBlocks) {
+  const uint64_t seed = test::fresh_seed();
+  std::mt19937_64 rng(seed);
+  SCOPED_TRACE(testing::Message() << "seed " << seed);
+  auto cpu = make_cpu_backend();
+  const int world = 3;
+  test::HostTensor k1(DType::F32, 1, 2, 8, 16, rng), v1(DType::F32, 1, 2, 8, 16, rng);
+  test::HostTensor k2(DType::BF16, 2, 1, 4, 8, rng, true), v2(DType::BF16, 2, 1, 4, 8, rng, true);
+  FaultyTransport t1(1, world, TransportFault::None, -1), t2(1, world, TransportFault::None, -1);
+  FlightRecorder rec;
+  BlockRing r1(*cpu, t1, k1.view, v1.view, rec), r2(*cpu, t2, k2.view, v2.view, rec);
+  const auto same = [](const TensorView& a, const test::HostTensor& b) {
+    const size_t bytes = b.bytes.size();
+    std::vector<unsigned char> dense(bytes);
+    for (int64_t bi = 0; bi < a.batch; ++bi)
+      for (int64_t h = 0; h < a.heads; ++h)
+        for (int64_t t = 0; t < a.len; ++t)
+          for (int64_t d = 0; d < a.dim; ++d) {
+            const size_t es = size_t(dtype_size(a.dtype));
+            std::memcpy(&dense[size_t(b.view.offset(bi, h, t) + d) * es],
+                        static_cast<const char*>(a.data) + size_t(a.offset(bi, h, t) + d) * es, es);
+          }
+    return dense == b.bytes;
+  };
+  for (int hop = 0; hop < world; ++hop) {
+    SCOPED_TRACE(testing::Message() << "hop " << hop);
+    EXPECT_TRUE(same(r1.k(hop), k1) && same(r1.v(hop), v1));
+    EXPECT_TRUE(same(r2.k(hop), k2) && same(r2.v(hop), v2));
+    if (!r1.exchanges(hop)) break;
+    r1.post(hop);
+    r2.post(hop);
+    r2.complete(hop);
+    r1.complete(hop);
+  }
+  EXPECT_EQ(t1.exchanges(), world - 1);
+  EXPECT_EQ(t2.exchanges(), world - 1);
+}
+
+// The decorators carry out error, corrupt and throw at every hop of a run, with the runner's
+// messages; without a plan they install nothing.
+TEST(FaultInjection, DecoratorsFollowTheHopsOfARun) {
+  const uint64_t seed = test::fresh_seed();
+  std::mt19937_64 rng(seed);
+  for (int world : {2, 3}) {
+    const int rank = 1;
+    const GlobalProblem p = test::small_ring_problem(world);
+    const int64_t T = shard_layout(p.sharding, p.q_len, rank, world).tokens();
+    test::HostTensor q(DType::F32, 1, 2, T, 16, rng), k(DType::F32, 1, 1, T, 16, rng),
+        v(DType::F32, 1, 1, T, 16, rng), out(DType::F32, 1, 2, T, 16, rng);
+    const LocalTensors x{q.view, k.view, v.view, out.view, nullptr};
+    for (const char* kind : {"error", "corrupt", "throw"})
+      for (int hop = 0; hop < world; ++hop) {
+        SCOPED_TRACE(testing::Message() << "seed " << seed << ", P=" << world << ", " << kind << " at hop " << hop);
+        std::unique_ptr<Transport> t = std::make_unique<FaultyTransport>(rank, world, TransportFault::None, -1);
+        auto* inner = static_cast<FaultyTransport*>(t.get());
+        std::unique_ptr<Backend> b = make_cpu_backend();
+        install_fault_injection(t, b, parse_fault_plan(fmt::format("{}:{}:{}", rank, hop, kind)));
+        std::string m;
+        try {
+          run_ring_attention(p, x, *b, *t);
+        } catch (const RuntimeError& e) {
+          m = e.what();
+        }
+        const std::string at = fmt::format("hop {} of {}: ", hop, world);
+        if (std::string(kind) == "throw") {
+          EXPECT_NE(m.find(at + fmt::format("computing on the block of rank {} failed: std::bad_alloc",
+                                            (rank + world - hop) % world)), std::string::npos) << m;
+        } else if (hop + 1 == world) {
+          EXPECT_EQ(m, "") << "the last hop posts nothing";
+        } else if (std::string(kind) == "error") {
+          EXPECT_NE(m.find(at + "posting the exchange"), std::string::npos) << m;
+          EXPECT_NE(m.find(fmt::format("injected transport error (RINGATTN_FAULT={}:{}:error)", rank, hop)),
+                    std::string::npos) << m;
+        } else {  // corrupt: half a block sent at that hop, the others whole
+          EXPECT_EQ(m, "");
+          EXPECT_EQ(inner->bytes_sent(), uint64_t(world - 1) * 2048 - 1024);
+        }
+      }
+  }
+  std::unique_ptr<Transport> t = std::make_unique<FaultyTransport>(0, 2, TransportFault::None, -1);
+  Transport* before = t.get();
+  std::unique_ptr<Backend> b = make_cpu_backend();
+  install_fault_injection(t, b, parse_fault_plan(""));
+  EXPECT_EQ(t.get(), before);
+}
+
+}  // namespace
+}  // namespace ringattn
