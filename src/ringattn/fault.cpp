@@ -6,7 +6,7 @@
 
 #include <spdlog/spdlog.h>
 
-#include "ringattn/error.hpp"
+#include "core/error.hpp"
 
 namespace ringattn {
 

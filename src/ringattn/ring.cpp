@@ -7,7 +7,8 @@
 #include <vector>
 
 #include "ringattn/agree.hpp"
-#include "ringattn/error.hpp"
+#include "core/error.hpp"
+#include "core/host.hpp"
 #include "ringattn/fault.hpp"
 #include "ringattn/flight_recorder.hpp"
 #include "ringattn/log.hpp"

@@ -4,8 +4,6 @@
 // (DESIGN.md sections 1-3): nothing here knows CPU or GPU, MPI or NCCL.
 #pragma once
 
-#include <mpi.h>
-
 #include <cstdint>
 #include <limits>
 #include <memory>
@@ -15,7 +13,7 @@
 
 #include "comm/transport.hpp"
 #include "kernels/backend.hpp"
-#include "ringattn/types.hpp"
+#include "core/types.hpp"
 
 namespace ringattn {
 
@@ -173,23 +171,5 @@ RankStats run_attention(const GlobalProblem& p, const LocalTensors& x, Backend& 
 // Bytes one rank sends through the ring exchange for `p` over `world` ranks: (P - 1) hops of one
 // packed K and V block each.
 uint64_t expected_ring_bytes(const GlobalProblem& p, int world);
-
-// ---------------------------------------------------------------------------------------------
-// MPI. Call MPI_Init_thread asking for MPI_THREAD_SERIALIZED (or more) so the transport can
-// progress exchanges on a helper thread; with less it falls back to MPI_Isend/MPI_Irecv.
-
-enum class MpiProgress : uint8_t {
-  Auto = 0,         // helper thread when the thread level allows; env RINGATTN_MPI_PROGRESS overrides
-  HelperThread = 1, // MPI_Sendrecv on a helper thread: progresses while the rank computes
-  Nonblocking = 2,  // MPI_Isend/MPI_Irecv, completed in wait_exchange
-};
-
-// A transport over a duplicate of `comm` (errors returned, checked, and thrown as RuntimeError
-// naming the call, file, line and rank). Host buffers only (accepts_device_memory() is false).
-// Every wait for another rank is bounded by `timeout_s` (the transport's first exchange, which
-// pays connection set-up, by 3x that); a wait past it throws RuntimeError. 0: the
-// RINGATTN_MPI_TIMEOUT_S environment variable, else 300 s.
-std::unique_ptr<Transport> make_mpi_transport(MPI_Comm comm, MpiProgress progress = MpiProgress::Auto,
-                                              double timeout_s = 0);
 
 }  // namespace ringattn

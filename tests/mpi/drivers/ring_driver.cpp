@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "ringattn/inputs.hpp"
+#include "comm/mpi_transport.hpp"
 #include "ringattn/ring.hpp"
 
 namespace ringattn {
