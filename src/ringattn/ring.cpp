@@ -1,6 +1,6 @@
-// The ring runner (DESIGN.md sections 1-2): each rank keeps its queries and an fp32 (o, lse)
-// state; the K/V blocks travel around the ring, one hop at a time, and each hop's exchange is
-// posted before the hop's compute so the two overlap. Backend- and transport-agnostic.
+// The ring runner (ARCHITECTURE.md, "Data flow of one ring run"): each rank keeps its queries and
+// an fp32 (o, lse) state; the K/V blocks travel around the ring, one hop at a time, and each hop's
+// exchange is posted before the hop's compute so the two overlap. Backend- and transport-agnostic.
 #include <algorithm>
 #include <chrono>
 #include <thread>
