@@ -11,7 +11,7 @@ std::string host_name();
 
 namespace core {
 
-// Records this process's rank for messages; called by init_logging and by the
+// Records this process's rank for messages (-1: unknown); called by init_logging and by the
 // MPI and NCCL transports when they learn their rank. Thread-safe; the last call wins.
 void set_identity(int rank);
 
