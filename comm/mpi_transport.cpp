@@ -152,10 +152,10 @@ class MpiTransport final : public Transport {
       expected_.push_back(n);
       requests_.push_back(MPI_REQUEST_NULL);
       RA_CHECK_MPI(MPI_Irecv(static_cast<char*>(recv) + off, n, MPI_BYTE, prev, kExchangeTag + int(piece), comm_,
-                                   &requests_.back()));
+                             &requests_.back()));
       requests_.push_back(MPI_REQUEST_NULL);
       RA_CHECK_MPI(MPI_Isend(static_cast<const char*>(send) + off, n, MPI_BYTE, next, kExchangeTag + int(piece),
-                                   comm_, &requests_.back()));
+                             comm_, &requests_.back()));
     }
   }
 
@@ -213,7 +213,7 @@ class MpiTransport final : public Transport {
     const size_t total = bytes_per_rank * size_t(size_);
     MPI_Request rq;
     RA_CHECK_MPI(MPI_Iallgather(coll_.send(send, bytes_per_rank), int(bytes_per_rank), MPI_BYTE,
-                                      coll_.recv(total), int(bytes_per_rank), MPI_BYTE, comm_, &rq));
+                                coll_.recv(total), int(bytes_per_rank), MPI_BYTE, comm_, &rq));
     wait_collective(rq, "allgather");
     coll_.copy_out(recv, total);
   }
@@ -268,8 +268,8 @@ class MpiTransport final : public Transport {
       const int n = int(std::min(kMaxPiece, job.bytes - off));
       MPI_Status status;
       RA_CHECK_MPI(MPI_Sendrecv(static_cast<const char*>(job.send) + off, n, MPI_BYTE, next,
-                                      kExchangeTag + int(piece), static_cast<char*>(job.recv) + off, n, MPI_BYTE, prev,
-                                      kExchangeTag + int(piece), comm_, &status));
+                                kExchangeTag + int(piece), static_cast<char*>(job.recv) + off, n, MPI_BYTE, prev,
+                                kExchangeTag + int(piece), comm_, &status));
       check_received(status, n);
     }
   }

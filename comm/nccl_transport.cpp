@@ -215,7 +215,7 @@ class NcclTransport final : public Transport {
     const size_t total = bytes_per_rank * size_t(size_);
     MPI_Request rq;
     RA_CHECK_MPI(MPI_Iallgather(coll_.send(send, bytes_per_rank), int(bytes_per_rank), MPI_BYTE, coll_.recv(total),
-                          int(bytes_per_rank), MPI_BYTE, mpi_, &rq));
+                                int(bytes_per_rank), MPI_BYTE, mpi_, &rq));
     wait_mpi(rq, "allgather");
     coll_.copy_out(recv, total);
   }
