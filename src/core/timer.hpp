@@ -12,15 +12,4 @@ inline double seconds_since(Clock::time_point t0) {
   return std::chrono::duration<double>(Clock::now() - t0).count();
 }
 
-// A stopwatch started at construction.
-class Stopwatch {
- public:
-  Stopwatch() : t0_(Clock::now()) {}
-  double seconds() const { return seconds_since(t0_); }
-  void restart() { t0_ = Clock::now(); }
-
- private:
-  Clock::time_point t0_;
-};
-
 }  // namespace ringattn
