@@ -12,6 +12,8 @@
 // have completed; abandon_exchange completes it within the same bound, and a transport that timed
 // out (stuck) reports that its buffers may still be written. Collectives run on buffers the
 // transport owns (comm/collective_buffers.hpp), never on the caller's.
+#include "comm/mpi_transport.hpp"
+
 #include <algorithm>
 #include <chrono>
 #include <climits>
@@ -25,9 +27,10 @@
 #include <vector>
 
 #include "comm/collective_buffers.hpp"
-#include "comm/mpi_check.hpp"
-#include "ringattn/log.hpp"
-#include "ringattn/ring.hpp"
+#include "core/check.hpp"
+#include "core/error.hpp"
+#include "core/host.hpp"
+#include "core/timer.hpp"
 
 namespace ringattn {
 namespace {
@@ -77,12 +80,13 @@ class MpiTransport final : public Transport {
     int initialized = 0;
     MPI_Initialized(&initialized);
     if (!initialized) fail_arg("make_mpi_transport: MPI is not initialized (call MPI_Init_thread first)");
-    RINGATTN_MPI_CHECK(MPI_Comm_dup(comm, &comm_), -1);
-    RINGATTN_MPI_CHECK(MPI_Comm_set_errhandler(comm_, MPI_ERRORS_RETURN), -1);
-    RINGATTN_MPI_CHECK(MPI_Comm_rank(comm_, &rank_), -1);
-    RINGATTN_MPI_CHECK(MPI_Comm_size(comm_, &size_), rank_);
+    RA_CHECK_MPI(MPI_Comm_dup(comm, &comm_));
+    RA_CHECK_MPI(MPI_Comm_set_errhandler(comm_, MPI_ERRORS_RETURN));
+    RA_CHECK_MPI(MPI_Comm_rank(comm_, &rank_));
+    core::set_identity(rank_);
+    RA_CHECK_MPI(MPI_Comm_size(comm_, &size_));
     int level = MPI_THREAD_SINGLE;
-    RINGATTN_MPI_CHECK(MPI_Query_thread(&level), rank_);
+    RA_CHECK_MPI(MPI_Query_thread(&level));
     mode_ = progress_from_env(progress, level);
     timeout_s_ = exchange_timeout_s(timeout_s);
     requests_.reserve(16);  // no allocation on the first hop
@@ -147,11 +151,11 @@ class MpiTransport final : public Transport {
       // it exists, so a failure half-way leaves no posted request unknown to abandon_exchange.
       expected_.push_back(n);
       requests_.push_back(MPI_REQUEST_NULL);
-      RINGATTN_MPI_CHECK(MPI_Irecv(static_cast<char*>(recv) + off, n, MPI_BYTE, prev, kExchangeTag + int(piece), comm_,
-                                   &requests_.back()), rank_);
+      RA_CHECK_MPI(MPI_Irecv(static_cast<char*>(recv) + off, n, MPI_BYTE, prev, kExchangeTag + int(piece), comm_,
+                             &requests_.back()));
       requests_.push_back(MPI_REQUEST_NULL);
-      RINGATTN_MPI_CHECK(MPI_Isend(static_cast<const char*>(send) + off, n, MPI_BYTE, next, kExchangeTag + int(piece),
-                                   comm_, &requests_.back()), rank_);
+      RA_CHECK_MPI(MPI_Isend(static_cast<const char*>(send) + off, n, MPI_BYTE, next, kExchangeTag + int(piece),
+                             comm_, &requests_.back()));
     }
   }
 
@@ -175,9 +179,9 @@ class MpiTransport final : public Transport {
     for (;;) {
       const int rc = MPI_Testall(int(requests_.size()), requests_.data(), &flag, statuses_.data());
       if (rc != MPI_SUCCESS) stuck_ = true;  // which requests are still active is unknown
-      RINGATTN_MPI_CHECK(rc, rank_);
+      RA_CHECK_MPI(rc);
       if (flag) break;
-      if (std::chrono::duration<double>(std::chrono::steady_clock::now() - posted_).count() > exchange_limit_s())
+      if (seconds_since(posted_) > exchange_limit_s())
         timed_out();
       std::this_thread::sleep_for(std::chrono::microseconds(20));
     }
@@ -208,8 +212,8 @@ class MpiTransport final : public Transport {
     if (stuck_) fail_runtime("rank {}: allgather after an exchange or collective timed out", rank_);
     const size_t total = bytes_per_rank * size_t(size_);
     MPI_Request rq;
-    RINGATTN_MPI_CHECK(MPI_Iallgather(coll_.send(send, bytes_per_rank), int(bytes_per_rank), MPI_BYTE,
-                                      coll_.recv(total), int(bytes_per_rank), MPI_BYTE, comm_, &rq), rank_);
+    RA_CHECK_MPI(MPI_Iallgather(coll_.send(send, bytes_per_rank), int(bytes_per_rank), MPI_BYTE,
+                                coll_.recv(total), int(bytes_per_rank), MPI_BYTE, comm_, &rq));
     wait_collective(rq, "allgather");
     coll_.copy_out(recv, total);
   }
@@ -217,7 +221,7 @@ class MpiTransport final : public Transport {
   void barrier() override {
     if (stuck_) fail_runtime("rank {}: barrier after an exchange or collective timed out", rank_);
     MPI_Request rq;
-    RINGATTN_MPI_CHECK(MPI_Ibarrier(comm_, &rq), rank_);
+    RA_CHECK_MPI(MPI_Ibarrier(comm_, &rq));
     wait_collective(rq, "barrier");
   }
 
@@ -249,7 +253,7 @@ class MpiTransport final : public Transport {
       } catch (...) {
         err = std::current_exception();
       }
-      const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - posted_).count();
+      const double secs = seconds_since(posted_);
       lk.lock();
       job_seconds_ = secs;
       error_ = err;
@@ -263,9 +267,9 @@ class MpiTransport final : public Transport {
     for (size_t off = 0, piece = 0; off < job.bytes; off += kMaxPiece, ++piece) {
       const int n = int(std::min(kMaxPiece, job.bytes - off));
       MPI_Status status;
-      RINGATTN_MPI_CHECK(MPI_Sendrecv(static_cast<const char*>(job.send) + off, n, MPI_BYTE, next,
-                                      kExchangeTag + int(piece), static_cast<char*>(job.recv) + off, n, MPI_BYTE, prev,
-                                      kExchangeTag + int(piece), comm_, &status), rank_);
+      RA_CHECK_MPI(MPI_Sendrecv(static_cast<const char*>(job.send) + off, n, MPI_BYTE, next,
+                                kExchangeTag + int(piece), static_cast<char*>(job.recv) + off, n, MPI_BYTE, prev,
+                                kExchangeTag + int(piece), comm_, &status));
       check_received(status, n);
     }
   }
@@ -274,7 +278,7 @@ class MpiTransport final : public Transport {
   // would leave part of the block stale. (More bytes fail the call itself: MPI_ERR_TRUNCATE.)
   void check_received(const MPI_Status& status, int expected) const {
     int got = 0;
-    RINGATTN_MPI_CHECK(MPI_Get_count(&status, MPI_BYTE, &got), rank_);
+    RA_CHECK_MPI(MPI_Get_count(&status, MPI_BYTE, &got));
     if (got != expected)
       fail_runtime("rank {} on {}: exchange {} received {} bytes from rank {} but expected {}: the ranks disagree on "
                    "the K/V block size (a corrupt or mismatched peer)", rank_, host_name(), exchanges_, got,
@@ -288,9 +292,9 @@ class MpiTransport final : public Transport {
     for (;;) {
       const int rc = MPI_Test(&rq, &flag, MPI_STATUS_IGNORE);
       if (rc != MPI_SUCCESS) stuck_ = true, coll_.keep();  // the collective's state is unknown
-      RINGATTN_MPI_CHECK(rc, rank_);
+      RA_CHECK_MPI(rc);
       if (flag) return;
-      if (std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() > timeout_s_) {
+      if (seconds_since(t0) > timeout_s_) {
         stuck_ = true;
         coll_.keep();  // MPI may still write the collective's buffers
         fail_runtime("rank {} on {}: {} did not complete within {} s (--timeout, RINGATTN_MPI_TIMEOUT_S); some rank "

@@ -19,35 +19,13 @@
 #include <spdlog/spdlog.h>
 
 #include "comm/collective_buffers.hpp"
-#include "ringattn/error.hpp"
+#include "core/check.hpp"
+#include "core/error.hpp"
+#include "core/host.hpp"
+#include "core/timer.hpp"
 
 namespace ringattn {
 namespace {
-
-std::string host_name() {
-  char buf[256] = {0};
-  gethostname(buf, sizeof(buf) - 1);
-  return buf;
-}
-
-#define RA_MPI(call)                                                                          \
-  do {                                                                                        \
-    const int rc_ = (call);                                                                   \
-    if (rc_ != MPI_SUCCESS) {                                                                 \
-      char msg_[MPI_MAX_ERROR_STRING];                                                        \
-      int len_ = 0;                                                                           \
-      MPI_Error_string(rc_, msg_, &len_);                                                     \
-      fail_runtime("{} failed at {}:{}: {}", #call, __FILE__, __LINE__, std::string(msg_, len_)); \
-    }                                                                                         \
-  } while (0)
-
-#define RA_CUDA(call)                                                                            \
-  do {                                                                                           \
-    const cudaError_t e_ = (call);                                                               \
-    if (e_ != cudaSuccess)                                                                       \
-      fail_runtime("{} failed at {}:{}: {} ({})", #call, __FILE__, __LINE__, cudaGetErrorString(e_), \
-                   cudaGetErrorName(e_));                                                        \
-  } while (0)
 
 int env_int(const char* name, int fallback) {
   const char* v = std::getenv(name);
@@ -64,11 +42,11 @@ struct LocalInfo {
 LocalInfo local_info(MPI_Comm comm) {
   MPI_Comm node;
   int rank;
-  RA_MPI(MPI_Comm_rank(comm, &rank));
-  RA_MPI(MPI_Comm_split_type(comm, MPI_COMM_TYPE_SHARED, rank, MPI_INFO_NULL, &node));
+  RA_CHECK_MPI(MPI_Comm_rank(comm, &rank));
+  RA_CHECK_MPI(MPI_Comm_split_type(comm, MPI_COMM_TYPE_SHARED, rank, MPI_INFO_NULL, &node));
   LocalInfo li{};
-  RA_MPI(MPI_Comm_rank(node, &li.local_rank));
-  RA_MPI(MPI_Comm_size(node, &li.local_size));
+  RA_CHECK_MPI(MPI_Comm_rank(node, &li.local_rank));
+  RA_CHECK_MPI(MPI_Comm_size(node, &li.local_size));
   MPI_Comm_free(&node);
   li.local_rank = env_int("OMPI_COMM_WORLD_LOCAL_RANK", env_int("SLURM_LOCALID", li.local_rank));
   if (cudaGetDeviceCount(&li.devices) != cudaSuccess) li.devices = 0;
@@ -78,22 +56,23 @@ LocalInfo local_info(MPI_Comm comm) {
 class NcclTransport final : public Transport {
  public:
   NcclTransport(MPI_Comm comm, const NcclOptions& opts) : opts_(opts) {
-    RA_MPI(MPI_Comm_dup(comm, &mpi_));
-    RA_MPI(MPI_Comm_rank(mpi_, &rank_));
-    RA_MPI(MPI_Comm_size(mpi_, &size_));
-    RA_CUDA(cudaGetDevice(&device_));
+    RA_CHECK_MPI(MPI_Comm_dup(comm, &mpi_));
+    RA_CHECK_MPI(MPI_Comm_rank(mpi_, &rank_));
+    core::set_identity(rank_);
+    RA_CHECK_MPI(MPI_Comm_size(mpi_, &size_));
+    RA_CHECK_CUDA(cudaGetDevice(&device_));
     ncclUniqueId id;
     if (rank_ == 0) check(ncclGetUniqueId(&id), "ncclGetUniqueId", __LINE__);
-    RA_MPI(MPI_Bcast(&id, sizeof(id), MPI_BYTE, 0, mpi_));
+    RA_CHECK_MPI(MPI_Bcast(&id, sizeof(id), MPI_BYTE, 0, mpi_));
     ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
     config.blocking = 0;  // every call returns; we poll with a deadline
     check(ncclCommInitRankConfig(&comm_, size_, id, rank_, &config), "ncclCommInitRankConfig", __LINE__);
     poll_until_ready("ncclCommInitRankConfig", opts_.first_hop_timeout_s);
-    RA_CUDA(cudaStreamCreateWithFlags(&comm_stream_, cudaStreamNonBlocking));
-    RA_CUDA(cudaEventCreateWithFlags(&ready_, cudaEventDisableTiming));
+    RA_CHECK_CUDA(cudaStreamCreateWithFlags(&comm_stream_, cudaStreamNonBlocking));
+    RA_CHECK_CUDA(cudaEventCreateWithFlags(&ready_, cudaEventDisableTiming));
     // started_ and done_ time the exchange on the communication stream (the hidden share).
-    RA_CUDA(cudaEventCreate(&started_));
-    RA_CUDA(cudaEventCreate(&done_));
+    RA_CHECK_CUDA(cudaEventCreate(&started_));
+    RA_CHECK_CUDA(cudaEventCreate(&done_));
     int nccl_version = 0, cuda_version = 0, mpi_len = 0;
     ncclGetVersion(&nccl_version);
     cudaRuntimeGetVersion(&cuda_version);
@@ -163,11 +142,11 @@ class NcclTransport final : public Transport {
 
   void start_exchange(const void* send, void* recv, size_t bytes) override {
     if (pending_) fail_runtime("rank {}: start_exchange called twice without wait_exchange", rank_);
-    RA_CUDA(cudaEventRecord(ready_, compute_));
-    RA_CUDA(cudaStreamWaitEvent(comm_stream_, ready_, 0));
-    RA_CUDA(cudaEventRecord(started_, comm_stream_));
+    RA_CHECK_CUDA(cudaEventRecord(ready_, compute_));
+    RA_CHECK_CUDA(cudaStreamWaitEvent(comm_stream_, ready_, 0));
+    RA_CHECK_CUDA(cudaEventRecord(started_, comm_stream_));
     if (size_ == 1) {
-      RA_CUDA(cudaMemcpyAsync(recv, send, bytes, cudaMemcpyDeviceToDevice, comm_stream_));
+      RA_CHECK_CUDA(cudaMemcpyAsync(recv, send, bytes, cudaMemcpyDeviceToDevice, comm_stream_));
     } else {
       const int next = (rank_ + 1) % size_, prev = (rank_ + size_ - 1) % size_;
       check(ncclGroupStart(), "ncclGroupStart", __LINE__);
@@ -178,7 +157,7 @@ class NcclTransport final : public Transport {
       poll_until_ready("ncclGroupEnd", timeout());
       bytes_sent_ += bytes;
     }
-    RA_CUDA(cudaEventRecord(done_, comm_stream_));
+    RA_CHECK_CUDA(cudaEventRecord(done_, comm_stream_));
     pending_ = true;
     pending_bytes_ = bytes;
   }
@@ -191,7 +170,7 @@ class NcclTransport final : public Transport {
     for (;;) {
       const cudaError_t q = cudaEventQuery(done_);
       if (q == cudaSuccess) break;
-      if (q != cudaErrorNotReady) RA_CUDA(q);
+      if (q != cudaErrorNotReady) RA_CHECK_CUDA(q);
       ncclResult_t st = ncclSuccess;
       ncclCommGetAsyncError(comm_, &st);
       if (st != ncclSuccess && st != ncclInProgress) check(st, "ncclCommGetAsyncError (exchange)", __LINE__);
@@ -203,7 +182,7 @@ class NcclTransport final : public Transport {
       }
       std::this_thread::sleep_for(std::chrono::microseconds(20));
     }
-    RA_CUDA(cudaStreamWaitEvent(compute_, done_, 0));
+    RA_CHECK_CUDA(cudaStreamWaitEvent(compute_, done_, 0));
     // The exchange's own time, from the moment the block was ready to its arrival, as the
     // communication stream saw it: the runner's hidden share is 1 - exposed / this.
     float ms = 0;
@@ -235,14 +214,14 @@ class NcclTransport final : public Transport {
   void allgather(const void* send, void* recv, size_t bytes_per_rank) override {
     const size_t total = bytes_per_rank * size_t(size_);
     MPI_Request rq;
-    RA_MPI(MPI_Iallgather(coll_.send(send, bytes_per_rank), int(bytes_per_rank), MPI_BYTE, coll_.recv(total),
-                          int(bytes_per_rank), MPI_BYTE, mpi_, &rq));
+    RA_CHECK_MPI(MPI_Iallgather(coll_.send(send, bytes_per_rank), int(bytes_per_rank), MPI_BYTE, coll_.recv(total),
+                                int(bytes_per_rank), MPI_BYTE, mpi_, &rq));
     wait_mpi(rq, "allgather");
     coll_.copy_out(recv, total);
   }
   void barrier() override {
     MPI_Request rq;
-    RA_MPI(MPI_Ibarrier(mpi_, &rq));
+    RA_CHECK_MPI(MPI_Ibarrier(mpi_, &rq));
     wait_mpi(rq, "barrier");
   }
   uint64_t bytes_sent() const override { return bytes_sent_; }
@@ -257,9 +236,6 @@ class NcclTransport final : public Transport {
   }
 
  private:
-  static double seconds_since(std::chrono::steady_clock::time_point t0) {
-    return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  }
   double timeout() const { return hops_ == 0 ? opts_.first_hop_timeout_s : opts_.timeout_s; }
 
   // Whether the exchange's completion event fires within `limit` seconds (no throw).
@@ -277,14 +253,14 @@ class NcclTransport final : public Transport {
     if (r == ncclSuccess || r == ncclInProgress) return;
     failed_ = true;
     const char* last = comm_ ? ncclGetLastError(comm_) : "";
-    fail_runtime("rank {} on {}: {} failed at {}:{}: {}{}{}", rank_, host_name(), what, __FILE__, line,
-                 ncclGetErrorString(r), (last && *last) ? ": " : "", last ? last : "");
+    const std::string text = std::string(ncclGetErrorString(r)) + ((last && *last) ? std::string(": ") + last : "");
+    core::throw_call_failed("NCCL", what, __FILE__, line, text.c_str(), (long long)r);
   }
 
   void wait_mpi(MPI_Request& rq, const char* what) {
     const auto t0 = std::chrono::steady_clock::now();
     for (int flag = 0;;) {
-      RA_MPI(MPI_Test(&rq, &flag, MPI_STATUS_IGNORE));
+      RA_CHECK_MPI(MPI_Test(&rq, &flag, MPI_STATUS_IGNORE));
       if (flag) return;
       if (seconds_since(t0) > opts_.timeout_s) {
         failed_ = true;
@@ -331,15 +307,15 @@ class NcclTransport final : public Transport {
 bool every_rank_has_own_gpu(MPI_Comm comm) {
   const LocalInfo li = local_info(comm);
   int ok = li.local_rank < li.devices && li.local_size <= li.devices ? 1 : 0, all = 0;
-  RA_MPI(MPI_Allreduce(&ok, &all, 1, MPI_INT, MPI_MIN, comm));
+  RA_CHECK_MPI(MPI_Allreduce(&ok, &all, 1, MPI_INT, MPI_MIN, comm));
   return all == 1;
 }
 
 int select_local_gpu(MPI_Comm comm) {
   const LocalInfo li = local_info(comm);
   int rank, size;
-  RA_MPI(MPI_Comm_rank(comm, &rank));
-  RA_MPI(MPI_Comm_size(comm, &size));
+  RA_CHECK_MPI(MPI_Comm_rank(comm, &rank));
+  RA_CHECK_MPI(MPI_Comm_size(comm, &size));
   // Every rank learns every rank's verdict, so all throw the same message.
   struct Verdict {
     int local_rank, local_size, devices;
@@ -348,7 +324,7 @@ int select_local_gpu(MPI_Comm comm) {
   const std::string h = host_name();
   h.copy(mine.host, sizeof(mine.host) - 1);
   std::vector<Verdict> all(static_cast<size_t>(size));
-  RA_MPI(MPI_Allgather(&mine, sizeof(Verdict), MPI_BYTE, all.data(), sizeof(Verdict), MPI_BYTE, comm));
+  RA_CHECK_MPI(MPI_Allgather(&mine, sizeof(Verdict), MPI_BYTE, all.data(), sizeof(Verdict), MPI_BYTE, comm));
   for (int r = 0; r < size; ++r) {
     const Verdict& v = all[static_cast<size_t>(r)];
     if (v.devices == 0)
@@ -359,7 +335,7 @@ int select_local_gpu(MPI_Comm comm) {
                "launch at most {} ranks per host, or use --transport mpi to share GPUs", r, v.host, v.local_rank,
                v.local_size, v.devices, v.devices);
   }
-  RA_CUDA(cudaSetDevice(li.local_rank));
+  RA_CHECK_CUDA(cudaSetDevice(li.local_rank));
   return li.local_rank;
 }
 

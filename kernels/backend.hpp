@@ -1,5 +1,5 @@
 // A compute backend: where buffers live and how flash, decode, merge and the final cast run.
-// The ring runner talks only to this interface (DESIGN.md section 1); a new backend is a new
+// The ring runner talks only to this interface (ARCHITECTURE.md, "Layers"); a new backend is a new
 // file under kernels/, not an edit of the runner.
 #pragma once
 

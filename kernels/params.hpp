@@ -5,7 +5,7 @@
 
 #include "core/mask.hpp"
 #include "core/state.hpp"
-#include "ringattn/types.hpp"
+#include "core/types.hpp"
 
 namespace ringattn {
 

@@ -2,7 +2,7 @@
 #include <cmath>
 
 #include "kernels/params.hpp"
-#include "ringattn/error.hpp"
+#include "core/error.hpp"
 
 namespace ringattn {
 

@@ -8,10 +8,10 @@
                                   .bench/peers.py's CSV): bars per shape, and a markdown table
                                   on stdout with the ratios
 
-  python3 launch/plot.py --bench cpu.json -o launch/plots
-  python3 launch/plot.py --scaling p1.json p2.json p4.json -o launch/plots
-  python3 launch/plot.py --ours-csv kernels/cuda/runs/2026-11-29-h200-ours.csv \\
-                         --peers-csv kernels/cuda/runs/2026-11-29-h200-peers.csv -o launch/plots
+  python3 launch/plot.py --bench cpu.json -o launch/results/plots
+  python3 launch/plot.py --scaling p1.json p2.json p4.json -o launch/results/plots
+  python3 launch/plot.py --ours-csv launch/results/kernels/2026-11-29-h200-ours.csv \\
+                         --peers-csv launch/results/kernels/2026-11-29-h200-peers.csv -o launch/results/plots
 
 Needs matplotlib (Debian: apt-get install python3-matplotlib); the parsing needs nothing else.
 """

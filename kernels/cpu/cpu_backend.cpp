@@ -4,7 +4,7 @@
 
 #include "kernels/backend.hpp"
 #include "kernels/cpu/cpu_kernels.hpp"
-#include "ringattn/error.hpp"
+#include "core/error.hpp"
 
 namespace ringattn {
 namespace {

@@ -33,7 +33,8 @@ size_t flash_workspace_bytes(const FlashParams& p, int threads);
 // allocation, for tests that assert the bound above).
 size_t last_flash_workspace_bytes();
 
-// state := merge(state, other), the associative (o, lse) merge of DESIGN.md section 2.
+// state := merge(state, other), the associative (o, lse) merge of core/state.hpp
+// (ARCHITECTURE.md, "Contracts").
 void merge_states(const MergeParams& p);
 
 // One row of the merge: (o_a, lse_a) := merge((o_a, lse_a), (o_b, lse_b)) over `dim` values.

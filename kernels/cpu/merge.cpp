@@ -8,7 +8,7 @@
 #include <vector>
 
 #include "kernels/cpu/cpu_kernels.hpp"
-#include "ringattn/error.hpp"
+#include "core/error.hpp"
 
 namespace ringattn::cpu {
 namespace {

@@ -18,7 +18,7 @@
 #include "kernels/cuda/cuda_check.hpp"
 #include "kernels/cuda/cuda_kernels.hpp"
 #include "kernels/cuda/flash_dispatch.hpp"
-#include "ringattn/error.hpp"
+#include "core/error.hpp"
 
 namespace ringattn {
 namespace {
@@ -43,7 +43,7 @@ class CudaBackend final : public Backend {
     if (device < 0 || device >= count)
       fail_runtime("CUDA device {} does not exist: {} device(s) visible (0..{})", device, count, count - 1);
     caps_ = cuda::query_device(device_);
-    RA_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
+    RA_CHECK_CUDA(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
   }
   ~CudaBackend() override {
     // Destructors must not throw: errors here are dropped.
@@ -99,24 +99,24 @@ class CudaBackend final : public Backend {
   }
   void release_cache() {
     use_device();
-    RA_CUDA_CHECK(cudaStreamSynchronize(stream_));
-    for (auto& [bytes, p] : cached_) RA_CUDA_CHECK(cudaFree(p));
+    RA_CHECK_CUDA(cudaStreamSynchronize(stream_));
+    for (auto& [bytes, p] : cached_) RA_CHECK_CUDA(cudaFree(p));
     cached_.clear();
   }
   // Host copies complete before returning: the caller may reuse or free its host buffer.
   void copy_from_host(void* dst, const void* src, size_t bytes) override {
     use_device();
-    RA_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, stream_));
-    RA_CUDA_CHECK(cudaStreamSynchronize(stream_));
+    RA_CHECK_CUDA(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, stream_));
+    RA_CHECK_CUDA(cudaStreamSynchronize(stream_));
   }
   void copy_to_host(void* dst, const void* src, size_t bytes) override {
     use_device();
-    RA_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, stream_));
-    RA_CUDA_CHECK(cudaStreamSynchronize(stream_));
+    RA_CHECK_CUDA(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, stream_));
+    RA_CHECK_CUDA(cudaStreamSynchronize(stream_));
   }
   void copy(void* dst, const void* src, size_t bytes) override {
     use_device();
-    RA_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, stream_));
+    RA_CHECK_CUDA(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, stream_));
   }
 
   // Validated once; the dispatch decides (and, for the Hopper kernel, encodes its tensor maps)
@@ -197,7 +197,9 @@ class CudaBackend final : public Backend {
     for (;;) {
       const cudaError_t q = cudaStreamQuery(stream_);
       if (q == cudaSuccess) return;
-      if (q != cudaErrorNotReady) cuda::throw_cuda_error(q, "cudaStreamQuery(stream_)", __FILE__, __LINE__);
+      if (q != cudaErrorNotReady)
+        core::throw_call_failed("CUDA", "cudaStreamQuery(stream_)", __FILE__, __LINE__, cudaGetErrorString(q),
+                                (long long)q, cudaGetErrorName(q));
       if (std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() > wait_timeout_s_)
         fail_runtime("cuda:{}: the compute stream did not finish within {} s (--timeout)", device_, wait_timeout_s_);
       std::this_thread::yield();
@@ -206,18 +208,18 @@ class CudaBackend final : public Backend {
   void set_wait_timeout(double seconds) override { wait_timeout_s_ = seconds; }
 
  private:
-  void use_device() { RA_CUDA_CHECK(cudaSetDevice(device_)); }
+  void use_device() { RA_CHECK_CUDA(cudaSetDevice(device_)); }
 
   // Scratch for split partials, grown on demand. Work already queued may still read the old
   // buffer, so the stream drains before it is freed.
   cuda::SplitPartials partials(int64_t parts, int64_t rows, int64_t dim) {
     const size_t bytes = size_t(parts * rows * (dim + 1)) * sizeof(float);
     if (bytes > workspace_bytes_) {
-      RA_CUDA_CHECK(cudaStreamSynchronize(stream_));
-      if (workspace_) RA_CUDA_CHECK(cudaFree(workspace_));
+      RA_CHECK_CUDA(cudaStreamSynchronize(stream_));
+      if (workspace_) RA_CHECK_CUDA(cudaFree(workspace_));
       workspace_ = nullptr;
       workspace_bytes_ = 0;
-      RA_CUDA_CHECK(cudaMalloc(&workspace_, bytes));
+      RA_CHECK_CUDA(cudaMalloc(&workspace_, bytes));
       workspace_bytes_ = bytes;
     }
     float* base = static_cast<float*>(workspace_);

@@ -1,6 +1,7 @@
-// Error checks for the CUDA backend. Every runtime call and every kernel launch goes through one
-// of these macros so that a failure names the call, the file and the line. Kept free of fmt so
-// that nvcc never has to parse it; the throw lives in cuda_error.cpp.
+// Error helpers of the CUDA backend. Every runtime call and every kernel launch goes through
+// RA_CHECK_CUDA / RA_CHECK_CUDA_LAUNCH (core/check.hpp) so that a failure names the call, the
+// file, the line and the rank. Kept free of fmt so that nvcc can parse it; the throws live in
+// core/check.cpp and cuda_error.cpp.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -8,10 +9,9 @@
 #include <atomic>
 #include <cstdint>
 
-namespace ringattn::cuda {
+#include "core/check.hpp"
 
-// Throws ringattn::RuntimeError "CUDA error <name> (<text>) in <call> at <file>:<line>".
-[[noreturn]] void throw_cuda_error(cudaError_t err, const char* call, const char* file, int line);
+namespace ringattn::cuda {
 
 // Throws ringattn::InvalidArgument "<launcher>: <what>=<value> has no kernel instantiation:
 // allowed are <allowed>": the error default of every switch over head dim or dtype (the backend
@@ -26,26 +26,12 @@ void set_dynamic_smem_once(Kernel kernel, int bytes, std::atomic<uint64_t>& done
 
 }  // namespace ringattn::cuda
 
-#define RA_CUDA_CHECK(call)                                                               \
-  do {                                                                                    \
-    const cudaError_t ra_err_ = (call);                                                   \
-    if (ra_err_ != cudaSuccess) ::ringattn::cuda::throw_cuda_error(ra_err_, #call, __FILE__, __LINE__); \
-  } while (0)
-
-// After a <<<...>>> launch: a bad configuration shows up in cudaGetLastError; `what` names the
-// kernel in the message.
-#define RA_CUDA_CHECK_LAUNCH(what)                                                        \
-  do {                                                                                    \
-    const cudaError_t ra_err_ = cudaGetLastError();                                       \
-    if (ra_err_ != cudaSuccess) ::ringattn::cuda::throw_cuda_error(ra_err_, "launch of " what, __FILE__, __LINE__); \
-  } while (0)
-
 template <typename Kernel>
 void ringattn::cuda::set_dynamic_smem_once(Kernel kernel, int bytes, std::atomic<uint64_t>& done) {
   int device = 0;
-  RA_CUDA_CHECK(cudaGetDevice(&device));
+  RA_CHECK_CUDA(cudaGetDevice(&device));
   const uint64_t bit = uint64_t(1) << (device & 63);
   if (done.load() & bit) return;
-  RA_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes));
+  RA_CHECK_CUDA(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes));
   done.fetch_or(bit);
 }

@@ -238,7 +238,7 @@ auto decode_kernel_prepared() {
 template <typename T, int D>
 int decode_ctas_per_sm() {
   int n = 0;
-  RA_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, decode_kernel_prepared<T, D>(), kThreads,
+  RA_CHECK_CUDA(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, decode_kernel_prepared<T, D>(), kThreads,
                                                               decode_smem_bytes<D>()));
   return n > 0 ? n : 1;
 }
@@ -248,7 +248,7 @@ void launch_instance(const FlashParams& f, const DecodePlan& plan, const SplitPa
   const dim3 grid(unsigned(plan.splits), unsigned(f.q.batch * f.k.heads), unsigned(plan.row_blocks));
   auto kernel = decode_kernel_prepared<T, D>();
   kernel<<<grid, kThreads, decode_smem_bytes<D>(), stream>>>(DecodeKernelParams{f, out, plan.chunk});
-  RA_CUDA_CHECK_LAUNCH("decode_mma_kernel");
+  RA_CHECK_CUDA_LAUNCH("decode_mma_kernel");
 }
 
 // Calls fn(T{}, std::integral_constant<int, D>{}) for f's dtype and head dim: the one switch over

@@ -227,7 +227,7 @@ void launch_instance(const FlashParams& p, cudaStream_t stream) {
   const unsigned q_tiles = unsigned((p.q.len + Shape::kBM - 1) / Shape::kBM), heads = unsigned(p.q.batch * p.q.heads);
   const dim3 grid = kCausal ? dim3(heads, q_tiles) : dim3(q_tiles, heads);
   kernel<<<grid, Shape::kThreads, smem, stream>>>(p);
-  RA_CUDA_CHECK_LAUNCH("flash_fwd_mma_kernel");
+  RA_CHECK_CUDA_LAUNCH("flash_fwd_mma_kernel");
 }
 
 template <typename T, int D, int kWarps, int kM, int kBN, bool kPosScale = true>

@@ -83,7 +83,7 @@ template <int kPer>
 void launch_per(const FlashParams& p, cudaStream_t stream) {
   const dim3 grid(unsigned((p.q.len + kWarps - 1) / kWarps), unsigned(p.q.batch * p.q.heads));
   flash_simt_kernel<kPer><<<grid, 32 * kWarps, 0, stream>>>(p);
-  RA_CUDA_CHECK_LAUNCH("flash_simt_kernel");
+  RA_CHECK_CUDA_LAUNCH("flash_simt_kernel");
 }
 
 }  // namespace

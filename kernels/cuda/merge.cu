@@ -168,13 +168,13 @@ void launch_merge(const MergeParams& p, cudaStream_t stream) {
   const int64_t rows = p.state.batch * p.state.heads * p.state.len;
   if (rows == 0) return;
   merge_kernel<<<row_blocks(rows), kThreads, 0, stream>>>(p);
-  RA_CUDA_CHECK_LAUNCH("merge_kernel");
+  RA_CHECK_CUDA_LAUNCH("merge_kernel");
 }
 
 void launch_merge_splits(const MergeSplitsParams& p, cudaStream_t stream) {
   if (p.parts.rows == 0) return;
   merge_splits_kernel<<<unsigned(p.parts.rows), kSplitThreads, 0, stream>>>(p);
-  RA_CUDA_CHECK_LAUNCH("merge_splits_kernel");
+  RA_CHECK_CUDA_LAUNCH("merge_splits_kernel");
 }
 
 void launch_finalize(const FinalizeParams& p, cudaStream_t stream) {
@@ -187,14 +187,14 @@ void launch_finalize(const FinalizeParams& p, cudaStream_t stream) {
     case DType::BF16: finalize_kernel<__nv_bfloat16><<<blocks, kThreads, 0, stream>>>(p); break;
     default: fail_no_instance("launch_finalize", "dtype", int(p.out.dtype), "f32, f16 and bf16");
   }
-  RA_CUDA_CHECK_LAUNCH("finalize_kernel");
+  RA_CHECK_CUDA_LAUNCH("finalize_kernel");
 }
 
 void launch_fill_empty(const StateView& s, cudaStream_t stream) {
   const int64_t rows = s.batch * s.heads * s.len;
   if (rows == 0) return;
   fill_empty_kernel<<<grid_stride_row_blocks(rows), kThreads, 0, stream>>>(s);
-  RA_CUDA_CHECK_LAUNCH("fill_empty_kernel");
+  RA_CHECK_CUDA_LAUNCH("fill_empty_kernel");
 }
 
 }  // namespace ringattn::cuda

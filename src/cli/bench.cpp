@@ -14,6 +14,7 @@
 #include "cli/problem.hpp"
 #include "cli/report.hpp"
 #include "cli/run.hpp"
+#include "core/timer.hpp"
 #include "kernels/cpu/cpu_kernels.hpp"
 
 namespace ringattn::cli {
@@ -21,10 +22,6 @@ namespace {
 
 // Sweeps longer than this print a progress line before each size.
 constexpr double kProgressAfterS = 2.0;
-
-double seconds_since(std::chrono::steady_clock::time_point t0) {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-}
 
 // The fp64 oracle as an implementation, for the flash-vs-naive comparison; writes the same
 // (out, lse) a run would.

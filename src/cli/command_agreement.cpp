@@ -10,7 +10,9 @@
 
 #include <fmt/format.h>
 
-#include "ringattn/error.hpp"
+#include "core/error.hpp"
+#include "core/host.hpp"
+#include "core/timer.hpp"
 #include "ringattn/log.hpp"
 
 namespace ringattn::cli {
@@ -196,7 +198,7 @@ void agree_on_command(const CommandLine& cl, const MpiSession& mpi, double timeo
   for (int done = 0;;) {
     MPI_Test(&rq, &done, MPI_STATUS_IGNORE);
     if (done) break;
-    if (std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() > timeout_s)
+    if (seconds_since(t0) > timeout_s)
       fail_runtime("rank {} on {}: not every rank joined the start-up agreement within {:g} s (--timeout, "
                    "RINGATTN_MPI_TIMEOUT_S): some rank runs another program, or stopped before it; start every rank "
                    "with the same ringattn subcommand and flags", rank, host_name(), timeout_s);

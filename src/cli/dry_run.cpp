@@ -16,6 +16,7 @@
 #include "cli/problem.hpp"
 #include "cli/report.hpp"
 #include "cli/run.hpp"
+#include "core/host.hpp"
 #include "ringattn/log.hpp"
 #ifdef RINGATTN_HAVE_CUDA
 #include <cuda_runtime_api.h>

@@ -7,7 +7,7 @@
 
 #include <fmt/format.h>
 
-#include "ringattn/error.hpp"
+#include "core/error.hpp"
 #include "ringattn/ring.hpp"
 
 namespace ringattn::cli {

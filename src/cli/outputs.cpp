@@ -4,7 +4,7 @@
 #include <system_error>
 
 #include "ringattn/atomic_file.hpp"
-#include "ringattn/error.hpp"
+#include "core/error.hpp"
 
 namespace ringattn::cli {
 namespace {

@@ -12,7 +12,7 @@
 
 #include "cli/run.hpp"
 #include "ringattn/checked.hpp"
-#include "ringattn/error.hpp"
+#include "core/error.hpp"
 #include "ringattn/ring.hpp"
 #include "ringattn/schedule.hpp"
 

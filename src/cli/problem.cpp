@@ -4,7 +4,7 @@
 #include <limits>
 
 #include "core/mask.hpp"
-#include "ringattn/error.hpp"
+#include "core/error.hpp"
 #include "ringattn/schedule.hpp"
 
 namespace ringattn::cli {

@@ -52,7 +52,7 @@ struct LocalProblem {
 };
 
 // Which global rows this rank holds: the ring's shard_layout for self-attention, all queries
-// and the kv_shard for decode (DESIGN.md; ring.hpp).
+// and the kv_shard for decode (ARCHITECTURE.md "Sharding"; ringattn/sharding.hpp).
 void layouts_for(const GlobalProblem& p, int rank, int world, ShardLayout& q_layout, ShardLayout& kv_layout);
 
 // Allocates and fills this rank's q, k, v and poisons out and lse with NaN, so that anything the

@@ -8,7 +8,8 @@
 #include <fmt/format.h>
 
 #include "ringattn/atomic_file.hpp"
-#include "ringattn/error.hpp"
+#include "core/error.hpp"
+#include "core/host.hpp"
 #include "ringattn/log.hpp"
 #include "ringattn/peak_memory.hpp"
 

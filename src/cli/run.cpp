@@ -12,6 +12,7 @@
 #include "cli/problem.hpp"
 #include "cli/report.hpp"
 #include "cli/run.hpp"
+#include "core/timer.hpp"
 
 namespace ringattn::cli {
 namespace {
@@ -96,7 +97,7 @@ int run_on(const RunOptions& o, World& w) {
   } catch (const InvalidArgument& e) {
     throw CollectiveError(e.what());  // the runtime validates identically on every rank
   }
-  const double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  const double wall = seconds_since(t0);
   spdlog::debug("run finished in {:.3f} s on this rank", wall);
 
   const HostResult result = copy_result(p, local, *w.backend);

@@ -12,9 +12,10 @@
 
 #include <spdlog/spdlog.h>
 
-#include "ringattn/error.hpp"
+#include "core/error.hpp"
 #include "ringattn/fault_injection.hpp"
 #include "ringattn/log.hpp"
+#include "comm/mpi_transport.hpp"
 #include "ringattn/ring.hpp"
 #ifdef RINGATTN_HAVE_CUDA
 #include <cuda_runtime_api.h>

@@ -10,7 +10,7 @@
 #include "cli/options.hpp"
 #include "comm/transport.hpp"
 #include "kernels/backend.hpp"
-#include "ringattn/error.hpp"
+#include "core/error.hpp"
 
 namespace ringattn::cli {
 

@@ -5,7 +5,8 @@
 #include <cstring>
 #include <vector>
 
-#include "ringattn/error.hpp"
+#include "core/error.hpp"
+#include "core/timer.hpp"
 
 namespace ringattn {
 namespace {
@@ -124,7 +125,7 @@ RankStats begin_run(const GlobalProblem& p, const LocalVerdict& local, Transport
   if (opt.check_agreement) {
     const auto t0 = std::chrono::steady_clock::now();
     agree_on_run(p, local, t);
-    st.agree_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    st.agree_s = seconds_since(t0);
   } else if (!local.error.empty()) {
     fail_arg("rank {}: {}", st.rank, local.error);
   }

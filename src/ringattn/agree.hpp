@@ -1,6 +1,6 @@
-// Problem agreement before the first hop (DESIGN.md "ranks agree or stop"), with room for each
-// rank's local verdict on its own tensors, so a rank whose tensors are wrong stops every rank
-// instead of leaving the others waiting at the first exchange.
+// Problem agreement before the first hop (ranks agree or stop: ARCHITECTURE.md, "Data flow of one
+// ring run"), with room for each rank's local verdict on its own tensors, so a rank whose tensors
+// are wrong stops every rank instead of leaving the others waiting at the first exchange.
 #pragma once
 
 #include <cstdint>

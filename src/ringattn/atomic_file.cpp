@@ -11,7 +11,7 @@
 
 #include <fmt/format.h>
 
-#include "ringattn/error.hpp"
+#include "core/error.hpp"
 
 namespace ringattn {
 namespace {

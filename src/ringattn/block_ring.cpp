@@ -4,7 +4,7 @@
 
 #include <fmt/format.h>
 
-#include "ringattn/error.hpp"
+#include "core/error.hpp"
 #include "ringattn/log.hpp"
 
 namespace ringattn {

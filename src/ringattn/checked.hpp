@@ -9,7 +9,7 @@
 #include <optional>
 #include <string_view>
 
-#include "ringattn/error.hpp"
+#include "core/error.hpp"
 
 namespace ringattn {
 

@@ -7,7 +7,7 @@
 
 #include "core/mask.hpp"
 #include "ringattn/agree.hpp"
-#include "ringattn/error.hpp"
+#include "core/error.hpp"
 #include "ringattn/ring.hpp"
 #include "ringattn/ring_buffers.hpp"
 

@@ -2,7 +2,7 @@
 
 #include <cstdlib>
 
-#include "ringattn/error.hpp"
+#include "core/error.hpp"
 
 namespace ringattn {
 

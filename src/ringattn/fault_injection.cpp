@@ -7,7 +7,7 @@
 
 #include <spdlog/spdlog.h>
 
-#include "ringattn/error.hpp"
+#include "core/error.hpp"
 
 namespace ringattn {
 

@@ -5,7 +5,7 @@
 
 #include <cstdint>
 
-#include "ringattn/types.hpp"
+#include "core/types.hpp"
 
 namespace ringattn {
 

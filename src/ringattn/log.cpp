@@ -8,7 +8,8 @@
 #include <fmt/format.h>
 #include <spdlog/sinks/stdout_color_sinks.h>
 
-#include "ringattn/error.hpp"
+#include "core/error.hpp"
+#include "core/host.hpp"
 #include "ringattn/flight_recorder.hpp"
 
 namespace ringattn {
@@ -32,14 +33,6 @@ std::string resolve_log_level(const std::string& flag) {
   return "info";
 }
 
-std::string host_name() {
-  char buf[256] = {0};
-  if (gethostname(buf, sizeof(buf) - 1) != 0) return "unknown-host";
-  std::string h(buf);
-  if (const auto dot = h.find('.'); dot != std::string::npos) h.resize(dot);
-  return h.empty() ? "unknown-host" : h;
-}
-
 void log_flight_recorder() {
   std::string events = flight_recorder().dump();
   if (events.empty()) return;
@@ -49,6 +42,7 @@ void log_flight_recorder() {
 
 void init_logging(int rank, int size, const std::string& level) {
   auto lvl = parse_log_level(level);
+  core::set_identity(rank);
   // Progress is rank 0's job; the others would only repeat it P times.
   if (rank != 0 && lvl < spdlog::level::warn) lvl = spdlog::level::warn;
   spdlog::drop("ringattn");

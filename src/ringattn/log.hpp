@@ -24,7 +24,4 @@ void init_logging(int rank, int size, const std::string& level);
 // the message that ends a job says what the rank was doing; nothing when no hop was recorded.
 void log_flight_recorder();
 
-// This machine's host name (short form, without the domain).
-std::string host_name();
-
 }  // namespace ringattn

@@ -5,7 +5,7 @@
 #include <cstring>
 #include <limits>
 
-#include "ringattn/error.hpp"
+#include "core/error.hpp"
 
 namespace ringattn {
 

@@ -9,7 +9,7 @@
 #include <string>
 #include <vector>
 
-#include "ringattn/types.hpp"
+#include "core/types.hpp"
 
 #include "ringattn/atomic_file.hpp"
 

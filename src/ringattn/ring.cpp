@@ -9,7 +9,8 @@
 
 #include "ringattn/agree.hpp"
 #include "ringattn/block_ring.hpp"
-#include "ringattn/error.hpp"
+#include "core/error.hpp"
+#include "core/host.hpp"
 #include "ringattn/flight_recorder.hpp"
 #include "ringattn/log.hpp"
 #include "ringattn/ring.hpp"

@@ -7,13 +7,10 @@
 #include <string>
 
 #include "kernels/backend.hpp"
+#include "core/timer.hpp"
 #include "ringattn/ring.hpp"
 
 namespace ringattn {
-
-inline double seconds_since(std::chrono::steady_clock::time_point t0) {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-}
 
 // How a K or V view is laid out in its block: dense [B,H,T,D] and dense [B,T,H,D] travel as they
 // are (one copy); anything else is packed into [B,H,T,D] row by row.

@@ -1,7 +1,7 @@
 #include "ringattn/schedule.hpp"
 
 #include "core/mask.hpp"
-#include "ringattn/error.hpp"
+#include "core/error.hpp"
 
 namespace ringattn {
 namespace {

@@ -6,7 +6,7 @@
 #include "core/mask.hpp"
 #include "ringattn/agree.hpp"
 #include "ringattn/checked.hpp"
-#include "ringattn/error.hpp"
+#include "core/error.hpp"
 #include "ringattn/ring.hpp"
 
 namespace ringattn {

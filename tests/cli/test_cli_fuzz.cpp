@@ -12,7 +12,7 @@
 
 #include "cli/options.hpp"
 #include "common/test_util.hpp"
-#include "ringattn/error.hpp"
+#include "core/error.hpp"
 
 namespace ringattn::cli {
 namespace {

@@ -12,7 +12,7 @@
 #include "cli/outputs.hpp"
 #include "common/test_util.hpp"
 #include "ringattn/atomic_file.hpp"
-#include "ringattn/error.hpp"
+#include "core/error.hpp"
 #include "ringattn/npy.hpp"
 
 namespace ringattn::cli {

@@ -13,7 +13,7 @@
 #include "cli/problem.hpp"
 #include "common/test_util.hpp"
 #include "kernels/params.hpp"
-#include "ringattn/error.hpp"
+#include "core/error.hpp"
 
 namespace ringattn::cli {
 namespace {

@@ -8,6 +8,7 @@
 
 #include <kernels/cpu/cpu_kernels.hpp>
 #include <ringattn/inputs.hpp>
+#include <comm/mpi_transport.hpp>
 #include <ringattn/ring.hpp>
 
 int main() {

@@ -73,7 +73,7 @@ __global__ void fill_normal(T* x, int64_t n, uint64_t seed) {
 void fill(void* p, DType dt, int64_t n, uint64_t seed) {
   if (dt == DType::F16) fill_normal<__half><<<1024, 256>>>(static_cast<__half*>(p), n, seed);
   else fill_normal<__nv_bfloat16><<<1024, 256>>>(static_cast<__nv_bfloat16*>(p), n, seed);
-  RA_CUDA_CHECK_LAUNCH("fill_normal");
+  RA_CHECK_CUDA_LAUNCH("fill_normal");
 }
 
 struct Inputs {
@@ -130,7 +130,7 @@ Result bench_shape(Backend& be, const Shape& sh, DType dt, int reps, bool& ok, s
   const int64_t q_elems = sh.b * sh.hq * sh.t * sh.d, kv_elems = sh.b * sh.hkv * sh.s * sh.d;
   const size_t in_bytes = size_t(q_elems + 2 * kv_elems) * 2;
   int l2 = 0;
-  RA_CUDA_CHECK(cudaDeviceGetAttribute(&l2, cudaDevAttrL2CacheSize, 0));
+  RA_CHECK_CUDA(cudaDeviceGetAttribute(&l2, cudaDevAttrL2CacheSize, 0));
   // Enough input copies that one pass over all of them is 4x the L2: no timed call finds its
   // inputs still cached from the previous one.
   const int sets = int(std::clamp<int64_t>(int64_t(4.0 * l2 / double(in_bytes)) + 1, 1, 8));
@@ -145,7 +145,7 @@ Result bench_shape(Backend& be, const Shape& sh, DType dt, int reps, bool& ok, s
   }
   // The fills ran on the legacy default stream, which the backend's non-blocking stream does
   // not wait for.
-  RA_CUDA_CHECK(cudaDeviceSynchronize());
+  RA_CHECK_CUDA(cudaDeviceSynchronize());
   DeviceBuffer o(be, size_t(q_elems) * 4), lse(be, size_t(sh.b * sh.hq * sh.t) * 4), out(be, size_t(q_elems) * 2);
   FlashParams p;
   p.scale = 1.f / std::sqrt(float(sh.d));
@@ -169,20 +169,20 @@ Result bench_shape(Backend& be, const Shape& sh, DType dt, int reps, bool& ok, s
   };
   cudaStream_t stream = static_cast<cudaStream_t>(be.stream());
   cudaEvent_t e0, e1;
-  RA_CUDA_CHECK(cudaEventCreate(&e0));
-  RA_CUDA_CHECK(cudaEventCreate(&e1));
+  RA_CHECK_CUDA(cudaEventCreate(&e0));
+  RA_CHECK_CUDA(cudaEventCreate(&e1));
   Result res{};
   for (int with_finalize = 1; with_finalize >= 0; --with_finalize) {
     for (int i = 0; i < 5; ++i) set_inputs(i % sets), run(with_finalize);  // warm-up
     std::vector<double> times;
     for (int i = 0; i < reps; ++i) {
       set_inputs(i % sets);
-      RA_CUDA_CHECK(cudaEventRecord(e0, stream));
+      RA_CHECK_CUDA(cudaEventRecord(e0, stream));
       run(with_finalize);
-      RA_CUDA_CHECK(cudaEventRecord(e1, stream));
-      RA_CUDA_CHECK(cudaEventSynchronize(e1));
+      RA_CHECK_CUDA(cudaEventRecord(e1, stream));
+      RA_CHECK_CUDA(cudaEventSynchronize(e1));
       float ms = 0;
-      RA_CUDA_CHECK(cudaEventElapsedTime(&ms, e0, e1));
+      RA_CHECK_CUDA(cudaEventElapsedTime(&ms, e0, e1));
       times.push_back(ms);
     }
     (with_finalize ? res.ms_full : res.ms_state) = median(times);

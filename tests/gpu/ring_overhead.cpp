@@ -18,6 +18,7 @@
 
 #include "kernels/backend.hpp"
 #include "ringattn/inputs.hpp"
+#include "comm/mpi_transport.hpp"
 #include "ringattn/ring.hpp"
 #ifdef RINGATTN_HAVE_NCCL
 #include "comm/nccl_transport.hpp"

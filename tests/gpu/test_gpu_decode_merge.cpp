@@ -8,7 +8,7 @@
 
 #include "gpu/gpu_test_util.hpp"
 #include "kernels/cpu/cpu_kernels.hpp"
-#include "ringattn/error.hpp"
+#include "core/error.hpp"
 
 namespace ringattn {
 namespace {

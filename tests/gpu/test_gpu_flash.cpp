@@ -11,7 +11,7 @@
 #include "gpu/gpu_test_util.hpp"
 #include "kernels/cpu/cpu_kernels.hpp"
 #include "kernels/cuda/flash_dispatch.hpp"
-#include "ringattn/error.hpp"
+#include "core/error.hpp"
 
 namespace ringattn {
 namespace {

@@ -10,7 +10,7 @@ RINGATTN="$1"
 WORK="$(mktemp -d)"
 trap 'rm -rf "$WORK"' EXIT
 PLOT="$ROOT/launch/plot.py"
-RUNS="$ROOT/kernels/cuda/runs"
+RUNS="$ROOT/launch/results/kernels"
 fail() { echo "FAIL: $*" >&2; exit 1; }
 command -v python3 >/dev/null || { echo "no python3: skipped"; exit 77; }
 

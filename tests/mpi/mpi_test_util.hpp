@@ -16,6 +16,7 @@
 #include "common/test_util.hpp"
 #include "kernels/cpu/cpu_kernels.hpp"
 #include "ringattn/inputs.hpp"
+#include "comm/mpi_transport.hpp"
 #include "ringattn/ring.hpp"
 
 namespace ringattn::test {

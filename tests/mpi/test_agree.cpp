@@ -3,7 +3,7 @@
 // fit it, makes every rank throw the same InvalidArgument naming it; lengths a scheme cannot split
 // are rejected on every rank before any communication.
 #include "mpi_test_util.hpp"
-#include "ringattn/error.hpp"
+#include "core/error.hpp"
 
 namespace ringattn {
 namespace {

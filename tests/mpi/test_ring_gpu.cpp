@@ -8,7 +8,7 @@
 #include <memory>
 
 #include "mpi_test_util.hpp"
-#include "ringattn/error.hpp"
+#include "core/error.hpp"
 #ifdef RINGATTN_HAVE_NCCL
 #include <cuda_runtime.h>
 

@@ -7,7 +7,7 @@
 #include <stdexcept>
 
 #include "common/throwing_backend.hpp"
-#include "ringattn/error.hpp"
+#include "core/error.hpp"
 #include "mpi_test_util.hpp"
 
 namespace ringattn {

@@ -11,7 +11,7 @@
 #include <vector>
 
 #include "comm/transport.hpp"
-#include "ringattn/error.hpp"
+#include "core/error.hpp"
 #include "ringattn/ring.hpp"
 
 namespace ringattn::test {

@@ -9,7 +9,7 @@
 #include "common/test_util.hpp"
 #include "kernels/cpu/cpu_kernels.hpp"
 #include "ringattn/checked.hpp"
-#include "ringattn/error.hpp"
+#include "core/error.hpp"
 #include "ringattn/schedule.hpp"
 
 namespace ringattn {

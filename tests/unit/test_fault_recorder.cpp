@@ -1,7 +1,7 @@
 // Fault-plan parsing and the flight recorder.
 #include <gtest/gtest.h>
 
-#include "ringattn/error.hpp"
+#include "core/error.hpp"
 #include "ringattn/fault.hpp"
 #include "ringattn/flight_recorder.hpp"
 

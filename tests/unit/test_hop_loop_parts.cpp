@@ -9,7 +9,7 @@
 #include "comm/staging_transport.hpp"
 #include "common/test_util.hpp"
 #include "ringattn/block_ring.hpp"
-#include "ringattn/error.hpp"
+#include "core/error.hpp"
 #include "ringattn/fault_injection.hpp"
 #include "ringattn/ring.hpp"
 #include "unit/faulty_transport.hpp"

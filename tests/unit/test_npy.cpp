@@ -12,7 +12,7 @@
 #include <string>
 
 #include "common/test_util.hpp"
-#include "ringattn/error.hpp"
+#include "core/error.hpp"
 #include "ringattn/npy.hpp"
 
 namespace ringattn {

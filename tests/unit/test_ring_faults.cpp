@@ -6,7 +6,7 @@
 #include <random>
 
 #include "common/test_util.hpp"
-#include "ringattn/error.hpp"
+#include "core/error.hpp"
 #include "ringattn/flight_recorder.hpp"
 #include "common/throwing_backend.hpp"
 #include "ringattn/ring.hpp"

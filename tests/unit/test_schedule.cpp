@@ -8,7 +8,7 @@
 #include <set>
 
 #include "common/test_util.hpp"
-#include "ringattn/error.hpp"
+#include "core/error.hpp"
 #include "ringattn/schedule.hpp"
 
 namespace ringattn {

@@ -3,7 +3,7 @@
 
 #include <vector>
 
-#include "ringattn/error.hpp"
+#include "core/error.hpp"
 #include "ringattn/ring.hpp"
 
 namespace ringattn {

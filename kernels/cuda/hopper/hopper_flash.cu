@@ -60,7 +60,7 @@ void launch_config(const HopperParams& hp, int sms, cudaStream_t stream) {
   set_dynamic_smem_once(kernel, C::kSmemBytes, configured);
   const int grid = hp.num_tiles < sms ? hp.num_tiles : sms;
   kernel<<<grid, C::kThreads, C::kSmemBytes, stream>>>(hp);
-  RA_CUDA_CHECK_LAUNCH("hopper_flash_kernel");
+  RA_CHECK_CUDA_LAUNCH("hopper_flash_kernel");
 }
 
 template <typename T>

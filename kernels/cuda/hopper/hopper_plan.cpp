@@ -10,7 +10,7 @@
 
 #include "kernels/cuda/cuda_check.hpp"
 #include "kernels/cuda/hopper/hopper_launch.hpp"
-#include "ringattn/error.hpp"
+#include "core/error.hpp"
 
 namespace ringattn::cuda::hopper_detail {
 namespace {

@@ -16,7 +16,7 @@
 #include "common/test_util.hpp"
 #include "kernels/cpu/cpu_kernels.hpp"
 #include "kernels/cuda/flash_dispatch.hpp"
-#include "ringattn/error.hpp"
+#include "core/error.hpp"
 
 namespace ringattn::test {
 namespace {

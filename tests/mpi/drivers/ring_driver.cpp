@@ -15,6 +15,7 @@
 
 #include "ringattn/fault_injection.hpp"
 #include "ringattn/inputs.hpp"
+#include "comm/mpi_transport.hpp"
 #include "ringattn/ring.hpp"
 
 namespace ringattn {

@@ -1,0 +1,31 @@
+// The MPI transport: ring exchanges and the small collectives over a duplicate of an MPI
+// communicator. The only public header that includes <mpi.h>.
+#pragma once
+
+#include <mpi.h>
+
+#include <cstdint>
+#include <memory>
+
+#include "comm/transport.hpp"
+
+namespace ringattn {
+
+// MPI. Call MPI_Init_thread asking for MPI_THREAD_SERIALIZED (or more) so the transport can
+// progress exchanges on a helper thread; with less it falls back to MPI_Isend/MPI_Irecv.
+
+enum class MpiProgress : uint8_t {
+  Auto = 0,         // helper thread when the thread level allows; env RINGATTN_MPI_PROGRESS overrides
+  HelperThread = 1, // MPI_Sendrecv on a helper thread: progresses while the rank computes
+  Nonblocking = 2,  // MPI_Isend/MPI_Irecv, completed in wait_exchange
+};
+
+// A transport over a duplicate of `comm` (errors returned, checked, and thrown as RuntimeError
+// naming the call, file, line and rank). Host buffers only (accepts_device_memory() is false).
+// Every wait for another rank is bounded by `timeout_s` (the transport's first exchange, which
+// pays connection set-up, by 3x that); a wait past it throws RuntimeError. 0: the
+// RINGATTN_MPI_TIMEOUT_S environment variable, else 300 s.
+std::unique_ptr<Transport> make_mpi_transport(MPI_Comm comm, MpiProgress progress = MpiProgress::Auto,
+                                              double timeout_s = 0);
+
+}  // namespace ringattn

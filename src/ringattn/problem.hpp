@@ -1,0 +1,48 @@
+// The global problem every rank passes (shape, dtype, mask, sharding) and its checks: the local
+// validation and the agreement across ranks.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+
+#include "comm/transport.hpp"
+#include "core/types.hpp"
+#include "ringattn/sharding.hpp"
+
+namespace ringattn {
+
+// ---------------------------------------------------------------------------------------------
+// The global problem. Every rank passes the same one; agree_on_problem checks that they do.
+
+inline constexpr uint32_t kProblemVersion = 1;
+
+struct GlobalProblem {
+  int64_t batch = 1;
+  int64_t q_heads = 1;
+  int64_t kv_heads = 1;        // q_heads must be a multiple (GQA; MQA when 1)
+  int64_t q_len = 0;           // global query tokens (ring: = kv_len; decode: replicated on all ranks)
+  int64_t kv_len = 0;          // global key/value tokens
+  int64_t head_dim = 0;
+  DType dtype = DType::F32;
+  bool causal = false;
+  // pos(q_0) - pos(k_0); unset: kv_len - q_len. The ring needs 0 (self-attention). Any int64 for
+  // which the last query's position q_offset + q_len - 1 is an int64 (validate_problem).
+  std::optional<int64_t> q_offset;
+  Sharding sharding = Sharding::Contiguous;  // ring only; decode always splits KV contiguously
+  float scale = 0.f;           // softmax scale; 0 means 1/sqrt(head_dim)
+
+  int64_t resolved_q_offset() const { return q_offset.value_or(kv_len - q_len); }
+  float resolved_scale() const;
+  // The ring runs self-attention (q_len == kv_len, q_offset 0); anything else is a decode problem.
+  bool is_ring() const { return q_len == kv_len && resolved_q_offset() == 0; }
+};
+
+// Checks shapes and values on this rank alone (no communication). Throws InvalidArgument.
+void validate_problem(const GlobalProblem& p, int world);
+
+// Allgathers a fixed-size description of `p` (shape, dtype, causal, sharding, q_offset, scale,
+// operation, version, world size) and compares. When any rank differs, every rank throws
+// InvalidArgument with the same message, naming the rank(s) that differ and the first field.
+void agree_on_problem(const GlobalProblem& p, Transport& t);
+
+}  // namespace ringattn

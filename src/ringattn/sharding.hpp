@@ -1,0 +1,58 @@
+// How a sequence is sharded over ranks: the schemes, the tokens each rank holds, and the KV split
+// of distributed decode. Pure arithmetic: no backend, no transport.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace ringattn {
+
+// ---------------------------------------------------------------------------------------------
+// Sharding: which global tokens each rank holds.
+
+enum class Sharding : uint8_t {
+  Contiguous = 0,  // rank r holds tokens [r*N/P, (r+1)*N/P)
+  Zigzag = 1,      // N in 2P chunks; rank r holds chunks r and 2P-1-r (balances causal work)
+  Striped = 2,     // token t on rank t mod P
+};
+
+const char* sharding_name(Sharding s);  // "contiguous", "zigzag", "striped"
+// Parses "contiguous|zigzag|striped"; throws InvalidArgument naming the allowed values.
+Sharding parse_sharding(const std::string& name);
+
+// An arithmetic run of global token positions: start, start + stride, ..., len of them.
+struct Segment {
+  int64_t start = 0;
+  int64_t len = 0;
+  int64_t stride = 1;
+  int64_t position(int64_t i) const { return start + i * stride; }
+};
+
+// The tokens one rank holds, in local row order: the segments one after another (local row 0 is
+// segments[0].start, and so on). Fill a local tensor segment by segment with
+// fill_input(view.rows(row0, seg.len), seed, which, seg.start, seg.stride).
+struct ShardLayout {
+  std::vector<Segment> segments;
+  int64_t tokens() const;                         // sum of segment lengths
+  int64_t global_position(int64_t local_row) const;  // throws InvalidArgument when out of range
+  int64_t first_row(size_t segment) const;        // local row where segments[segment] begins
+};
+
+// The smallest length unit a scheme can split across `world` ranks: P for contiguous and
+// striped, 2P for zigzag. The ring needs seq_len to be a multiple of it.
+int64_t required_multiple(Sharding s, int world);
+
+// Throws InvalidArgument (the same message on every rank, before any communication) when
+// `seq_len` cannot be split by `s` over `world` ranks; the message names the required multiple.
+void check_shardable(Sharding s, int64_t seq_len, int world);
+
+// The layout of `rank` out of `world` for a sequence of `seq_len` tokens. Calls check_shardable.
+ShardLayout shard_layout(Sharding s, int64_t seq_len, int rank, int world);
+
+// The contiguous KV split of distributed decode: rank r holds keys [r*S/P, (r+1)*S/P) (floor
+// division, so any S works; a rank may hold none when S < P).
+Segment kv_shard(int64_t kv_len, int rank, int world);
+
+}  // namespace ringattn
