@@ -5,6 +5,7 @@
 #include <fmt/format.h>
 
 #include "core/error.hpp"
+#include "core/host.hpp"
 #include "ringattn/log.hpp"
 
 namespace ringattn {
