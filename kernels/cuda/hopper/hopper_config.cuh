@@ -122,9 +122,7 @@ template <typename C>
 __device__ __forceinline__ bool block_needs_mask(const HopperParams& p, const Tile& t, int nb) {
   const long long end = (long long)(nb + 1) * C::kBlockN;
   if (end > p.kv_len) return true;
-  // Full when the tile's first row already sees the block's last key (the visible ranges grow
-  // with the row): the classify_block rule, in the form the kernel compiled fastest to.
-  return !is_visible(p.mask, t.m0, end - 1);
+  return classify_block(p.mask, t.m0, C::kBlockM, end - C::kBlockN, C::kBlockN) != BlockVisibility::Full;
 }
 
 }  // namespace ringattn::cuda::hopper

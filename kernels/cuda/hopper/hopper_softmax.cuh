@@ -27,16 +27,15 @@ struct RowStats {
 
 // Sets invisible scores to -inf: keys at or past kv_len and keys the mask hides. row0 is this
 // thread's first row (absolute; its second is row0 + 8), key0 its first key column (absolute).
-// Per score, as the kernel did before the mask primitive existed: precomputing each row's end
-// instead made the 192x128 head-dim-64 kernel 7% slower on full masks (H200, 2026-11-30).
+// Each row's visible keys end at one column, found once; every score then costs one compare.
 template <int NS>
 __device__ __forceinline__ void mask_scores(float (&s)[NS], long long row0, int key0, int kv_len,
                                             const MaskSpec& mask) {
+  const int end[2] = {int(visible_range(mask, row0, kv_len).end), int(visible_range(mask, row0 + 8, kv_len).end)};
 #pragma unroll
   for (int i = 0; i < NS; ++i) {
     const int key = key0 + 8 * (i >> 2) + (i & 1);
-    const long long row = row0 + 8 * ((i >> 1) & 1);
-    if (!(key < kv_len && is_visible(mask, row, key))) s[i] = neg_inf();
+    if (key >= end[(i >> 1) & 1]) s[i] = neg_inf();
   }
 }
 
