@@ -17,11 +17,10 @@ mkdir -p "$OUT"
 args=""; for s in $SHAPES; do args="$args --shape $s"; done
 for pair in "$BASE_SRC:$BASE_B" ".:$NEW_B"; do
   src=${pair%%:*}; b=${pair##*:}
-  if [ ! -x "$b/tests/gpu/ringattn_gpu_bench" ]; then
-    cmake -S "$src" -B "$b" -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES=90a >"$OUT/build_$(basename "$b").log" 2>&1 &&
-      cmake --build "$b" -j"$(nproc)" --target ringattn_gpu_bench >>"$OUT/build_$(basename "$b").log" 2>&1 ||
-      { echo "build of $src failed (see $OUT/build_$(basename "$b").log)"; tail -20 "$OUT/build_$(basename "$b").log"; exit 1; }
-  fi
+  # Always (incrementally) built: a build folder left by an earlier call may hold another tree's state.
+  cmake -S "$src" -B "$b" -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES=90a >"$OUT/build_$(basename "$b").log" 2>&1 &&
+    cmake --build "$b" -j"$(nproc)" --target ringattn_gpu_bench >>"$OUT/build_$(basename "$b").log" 2>&1 ||
+    { echo "build of $src failed (see $OUT/build_$(basename "$b").log)"; tail -20 "$OUT/build_$(basename "$b").log"; exit 1; }
 done
 echo "pass,tree,shape,impl,tflops,ms,kv_gbps" >"$OUT/ab.csv"
 for pass in $(seq 1 "$PASSES"); do

@@ -122,7 +122,9 @@ template <typename C>
 __device__ __forceinline__ bool block_needs_mask(const HopperParams& p, const Tile& t, int nb) {
   const long long end = (long long)(nb + 1) * C::kBlockN;
   if (end > p.kv_len) return true;
-  return classify_block(p.mask, t.m0, C::kBlockM, end - C::kBlockN, C::kBlockN) != BlockVisibility::Full;
+  // Full when the tile's first row already sees the block's last key (visible ranges grow with
+  // the row): classify_block's Full test, written as the one comparison it needs here.
+  return !is_visible(p.mask, t.m0, end - 1);
 }
 
 }  // namespace ringattn::cuda::hopper
