@@ -5,6 +5,7 @@
 
 #include <cstdlib>
 #include <exception>
+#include <functional>
 #include <string>
 
 #include <fmt/format.h>
@@ -61,6 +62,32 @@ int report_early_error(const CommandLine& cl, const std::string& error, int rank
   return 1;
 }
 
+// --help and --version: printed by rank 0. Under a launcher of several ranks they first join
+// the start-up agreement as their own subcommand, so that ranks started with another command
+// stop with the usual message naming the ranks instead of waiting for this one in MPI_Init.
+int report_help_or_version(CommandLine& cl, const std::string& what, int rank, const std::function<void()>& print) {
+  if (!launched_by_launcher() || launcher_world_size() <= 1) {
+    if (rank == 0) print();
+    return 0;
+  }
+  cl.command = what;
+  MpiSession mpi;
+  try {
+    agree_on_command(cl, mpi, resolve_timeout(ProblemOptions{}));
+  } catch (const CollectiveError& e) {
+    if (rank == 0) spdlog::error("{}", e.what());
+    mpi.finish();
+    return 1;
+  } catch (const std::exception& e) {
+    spdlog::error("{}", e.what());
+    spdlog::default_logger()->flush();
+    mpi.abort(1);
+  }
+  if (rank == 0) print();
+  mpi.finish();
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -73,10 +100,10 @@ int main(int argc, char** argv) {
     if (argc <= 1 && rank == 0)
       spdlog::info("no arguments: running the default problem, as `ringattn {}`", kDefaultArgs);
     parse_command_line(*app, cl, argc, argv);
-    if (cl.show_version) {
-      if (rank == 0) fmt::print("ringattn (cuda {}, nccl {})\n", kHaveCuda ? "yes" : "no", kHaveNccl ? "yes" : "no");
-      return 0;
-    }
+    if (cl.show_version)
+      return report_help_or_version(cl, "--version", rank, [] {
+        fmt::print("ringattn (cuda {}, nccl {})\n", kHaveCuda ? "yes" : "no", kHaveNccl ? "yes" : "no");
+      });
     if (cl.command == "plan" && launcher_world_size() <= 1) return plan_command(cl.plan);
     const ProblemOptions& po = cl.command == "run" ? cl.run.problem : cl.bench.problem;
     if (cl.command != "plan") {
@@ -85,10 +112,8 @@ int main(int argc, char** argv) {
     }
     resolve_timeout(po);  // a malformed RINGATTN_MPI_TIMEOUT_S stops every rank here, alike
   } catch (const CLI::ParseError& e) {
-    if (e.get_exit_code() == 0 || dynamic_cast<const CLI::CallForHelp*>(&e) != nullptr) {
-      if (rank == 0) app->exit(e);
-      return 0;
-    }
+    if (e.get_exit_code() == 0 || dynamic_cast<const CLI::CallForHelp*>(&e) != nullptr)
+      return report_help_or_version(cl, "--help", rank, [&] { app->exit(e); });
     early_error = fmt::format("{} (see ringattn --help, ringattn run --help, ringattn bench --help)", e.what());
   } catch (const std::exception& e) {
     early_error = e.what();

@@ -13,7 +13,8 @@ namespace fs = std::filesystem;
 
 // True when `a` and `b` name one file: the same canonical path, or (both existing) the same
 // device and inode, which also catches hard links.
-bool same_file(const std::string& a, const std::string& b) {
+bool same_file(const std::string& a_given, const std::string& b_given) {
+  const std::string a = resolve_output_path(a_given), b = resolve_output_path(b_given);  // dangling links too
   std::error_code ea, eb, ee;
   const fs::path ca = fs::weakly_canonical(fs::absolute(a, ea), ea).lexically_normal();
   const fs::path cb = fs::weakly_canonical(fs::absolute(b, eb), eb).lexically_normal();

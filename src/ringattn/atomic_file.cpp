@@ -8,6 +8,8 @@
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
+#include <filesystem>
+#include <system_error>
 
 #include <fmt/format.h>
 
@@ -22,10 +24,7 @@ std::string directory_of(const std::string& path) {
   return slash == 0 ? "/" : path.substr(0, slash);
 }
 
-}  // namespace
-
-std::string output_path_problem(const std::string& path) {
-  if (path.empty()) return "the path is empty";
+std::string path_problem(const std::string& path) {
   if (path.back() == '/') return "the path names a directory, not a file";
   const std::string dir = directory_of(path);
   struct stat st {};
@@ -39,12 +38,38 @@ std::string output_path_problem(const std::string& path) {
   return "";
 }
 
+}  // namespace
+
+std::string resolve_output_path(const std::string& path) {
+  namespace fs = std::filesystem;
+  fs::path p = path;
+  std::error_code ec;
+  for (int hops = 0; hops < 40 && fs::is_symlink(fs::symlink_status(p, ec)); ++hops) {
+    const fs::path target = fs::read_symlink(p, ec);
+    if (ec) break;
+    p = target.is_absolute() ? target : p.parent_path() / target;
+  }
+  return p.string();
+}
+
+std::string output_path_problem(const std::string& path) {
+  if (path.empty()) return "the path is empty";
+  // The path as given (stat follows its links: a link to a device or pipe is refused), then the
+  // file its links end at, which is the one written.
+  if (std::string why = path_problem(path); !why.empty()) return why;
+  const std::string target = resolve_output_path(path);
+  if (target == path) return "";
+  if (std::string why = path_problem(target); !why.empty()) return fmt::format("it links to '{}': {}", target, why);
+  return "";
+}
+
 AtomicFile::AtomicFile(std::string path) : path_(std::move(path)) {
   if (const std::string why = output_path_problem(path_); !why.empty())
     fail_arg("cannot write '{}': {}", path_, why);
+  target_ = resolve_output_path(path_);
   static std::atomic<unsigned> counter{0};
   for (int attempt = 0; fd_ < 0; ++attempt) {
-    tmp_ = fmt::format("{}.partial-{}-{}", path_, ::getpid(), counter++);
+    tmp_ = fmt::format("{}.partial-{}-{}", target_, ::getpid(), counter++);
     fd_ = ::open(tmp_.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0666);
     if (fd_ < 0 && (errno != EEXIST || attempt > 100))
       fail_arg("cannot write '{}': creating '{}' failed: {}", path_, tmp_, std::strerror(errno));
@@ -96,7 +121,7 @@ void AtomicFile::commit() {
   if (committed_) return;
   if (tmp_.empty()) fail_runtime("'{}': commit after a failed write", path_);
   finish();
-  if (::rename(tmp_.c_str(), path_.c_str()) != 0) {
+  if (::rename(tmp_.c_str(), target_.c_str()) != 0) {
     const int err = errno;
     discard();
     fail_runtime("writing '{}' failed: renaming the finished temporary file onto it: {}", path_, std::strerror(err));

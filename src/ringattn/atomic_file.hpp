@@ -1,6 +1,7 @@
 // Files written whole or not at all: the bytes go to a temporary file beside the destination
 // (same directory, so the final rename is atomic), which commit() flushes to disk, closes and
-// renames over the destination. Until then nothing at the destination changes; an AtomicFile
+// renames over the destination. A destination that is a symbolic link is followed: the file it
+// links to is replaced, never the link itself. Until then nothing at the destination changes; an AtomicFile
 // destroyed without commit() removes its temporary file.
 #pragma once
 
@@ -28,7 +29,7 @@ class AtomicFile {
 
  private:
   void discard() noexcept;
-  std::string path_, tmp_;
+  std::string path_, target_, tmp_;  // target_: path_ with its links followed
   int fd_ = -1;
   bool committed_ = false;
 };
@@ -36,7 +37,12 @@ class AtomicFile {
 // Why `path` cannot be an output file, "" when it can: its directory is missing, not a directory
 // or not writable, or `path` is a directory or another non-regular file (a device: a rename
 // would replace it).
+// Checks `path` as given and the file its links end at.
 std::string output_path_problem(const std::string& path);
+
+// `path` with the symbolic links of its last component followed (dangling ones too): the file a
+// write through `path` replaces. Its directories' links need no following: rename resolves them.
+std::string resolve_output_path(const std::string& path);
 
 // Writes `text` to `path` through an AtomicFile.
 void write_file_atomically(const std::string& path, const std::string& text);

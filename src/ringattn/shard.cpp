@@ -152,7 +152,8 @@ void validate_problem_values(const GlobalProblem& p, int world) {
   if (!std::isfinite(p.scale)) fail_arg("softmax scale must be finite (got {})", p.scale);
   check_positions(p);
   const int64_t off = p.resolved_q_offset();
-  if (visible_range(MaskSpec{p.causal, off}, 0, p.kv_len).empty())
+  // Clamped first (core/mask.hpp clamp_offset): row + q_offset + 1 cannot overflow.
+  if (visible_range(clamp_offset(MaskSpec{p.causal, off}, p.q_len, p.kv_len), 0, p.kv_len).empty())
     fail_arg("causal attention with q_offset={} leaves query 0 with no visible key; it needs q_offset >= 0 (the "
              "default is kv_len - q_len = {})", off, p.kv_len - p.q_len);
 }

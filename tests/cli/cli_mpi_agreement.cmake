@@ -15,6 +15,20 @@ step(EXPECT_RC 1 COMMAND ${MPMD} -np 1 ${RINGATTN} bench -b 64 -e 64 -n 2 : -np 
      STDERR "rank 1 has --iters 3 where rank 0 has --iters 2")
 step(EXPECT_RC 1 COMMAND ${MPMD} -np 1 ${RINGATTN} run --seq 64 --out o.npy : -np 1 ${RINGATTN} run --seq 64
      STDERR "rank 1 has --out given no where rank 0 has --out given yes")
+# Only rank 0 writes the --json report: a rank that alone was given it stops every rank (it used
+# to exit 0 with no report written).
+step(EXPECT_RC 1 COMMAND ${MPMD} -np 1 ${RINGATTN} run --seq 64 : -np 1 ${RINGATTN} run --seq 64 --json j1.json
+     STDERR "rank 1 has --json given yes where rank 0 has --json given no")
+step(EXPECT_RC 1 COMMAND ${MPMD} -np 1 ${RINGATTN} bench -b 64 -e 64 --json j2.json : -np 1 ${RINGATTN} bench -b 64 -e 64
+     STDERR "rank 1 has --json given no where rank 0 has --json given yes")
+# --version and --help join the agreement under a launcher as their own subcommand (they used to
+# exit before MPI_Init, leaving rank 0 waiting past --timeout); all ranks asking prints once, exit 0.
+step(EXPECT_RC 1 COMMAND ${MPMD} -np 1 ${RINGATTN} run --seq 128 --timeout 5 : -np 1 ${RINGATTN} --version
+     STDERR "rank 1 runs `ringattn --version` where rank 0 runs `ringattn run`")
+step(EXPECT_RC 1 COMMAND ${MPMD} -np 1 ${RINGATTN} run --seq 128 --timeout 5 : -np 1 ${RINGATTN} run --help
+     STDERR "rank 1 runs `ringattn --help` where rank 0 runs `ringattn run`")
+step(EXPECT_RC 0 COMMAND ${MPIRUN} ${RINGATTN} --version STDOUT "^ringattn \\(cuda (yes|no), nccl (yes|no)\\)\n$")
+step(EXPECT_RC 0 COMMAND ${MPIRUN} ${RINGATTN} run --help STDOUT "--seq")
 # The same command on every rank passes; plan under mpirun prints once.
 step(EXPECT_RC 0 COMMAND ${MPMD} -np 1 ${RINGATTN} run --seq 064 : -np 1 ${RINGATTN} run --seq 64 STDOUT "world 2")
 step(EXPECT_RC 0 COMMAND ${MPIRUN} ${RINGATTN} plan --seq 64 --ranks 2 STDOUT "zigzag")

@@ -26,6 +26,18 @@ step(EXPECT_RC 1 COMMAND ${RINGATTN} run --seq 64 --json /dev/full
 step(EXPECT_RC 1 COMMAND ${RINGATTN} bench -b 64 -e 64 -n 1 --json /dev/full
      STDERR "--json /dev/full: cannot write the output there")
 step(EXPECT_RC 1 COMMAND ${RINGATTN} run --seq 64 --out . STDERR "--out .: cannot write the output there: it is a directory")
+# An output that is a symbolic link is written through it: the link stays (the rename used to
+# replace the link itself with a regular file); /dev/stdout, here a pipe, is refused like a device.
+file(MAKE_DIRECTORY ${WORK_DIR}/real)
+file(WRITE ${WORK_DIR}/real/target.json "old")
+file(CREATE_LINK real/target.json ${WORK_DIR}/link.json SYMBOLIC)
+step(EXPECT_RC 0 COMMAND ${RINGATTN} run --seq 128 --heads 2 --kv-heads 1 --dim 16 --json link.json)
+file(READ ${WORK_DIR}/real/target.json written)
+if(NOT IS_SYMLINK ${WORK_DIR}/link.json OR NOT written MATCHES "^{")
+  message(FATAL_ERROR "--json link.json did not write through the link: link kept? target holds: ${written}")
+endif()
+step(EXPECT_RC 1 COMMAND ${RINGATTN} run --seq 128 --heads 2 --kv-heads 1 --dim 16 --json /dev/stdout
+     STDERR "--json /dev/stdout: cannot write the output there: it exists and is not a regular file")
 # Outputs that alias each other or an input are refused, and the input survives.
 step(EXPECT_RC 1 COMMAND ${RINGATTN} run --seq 64 --out same.npy --lse same.npy
      STDERR "--out same.npy and --lse same.npy name the same file")

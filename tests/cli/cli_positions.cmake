@@ -17,6 +17,10 @@ step(EXPECT_RC 0 COMMAND ${RINGATTN} run --seq 64 --kv-seq 100 --causal --q-offs
      STDOUT "check +512 of 512 rows .*over tolerance 0 -> OK")
 step(EXPECT_RC 0 COMMAND ${RINGATTN} run --seq 64 --kv-seq 100 --out full.npy)
 step(EXPECT_RC 0 COMMAND ${NPY_TOOL} compare huge.npy full.npy 1e-6)
+# With q_len 1 INT64_MAX itself is accepted (the query sits at 2^63 - 1) and sees every key (the
+# visibility check used to overflow at row + q_offset + 1 and refuse it).
+step(EXPECT_RC 0 COMMAND ${RINGATTN} run --heads 2 --kv-heads 1 --dim 16 --seq 1 --kv-seq 5 --causal
+     --q-offset 9223372036854775807 --check STDOUT "check +2 of 2 rows .*over tolerance 0 -> OK")
 # INT64_MIN is a value like any other, not "no offset given": with --causal it leaves every query
 # without a key, which is refused.
 step(EXPECT_RC 1 COMMAND ${RINGATTN} run --seq 64 --causal --q-offset -9223372036854775808 --check

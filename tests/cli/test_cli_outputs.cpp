@@ -77,6 +77,33 @@ TEST(AtomicFile, RefusesMissingDirectoriesAndDevices) {
             fmt::format("cannot write '{}': it is a directory", d.dir.string()));
 }
 
+// A destination that is a symbolic link: the file it links to is replaced (created when the link
+// dangles), the link stays a link; a link to a device is refused like the device.
+TEST(AtomicFile, WritesThroughSymbolicLinks) {
+  TempDir d("links");
+  fs::create_directories(d / "real");
+  std::ofstream(d / "real/target.json") << "old";
+  fs::create_symlink("real/target.json", d / "link.json");
+  fs::create_symlink(d / "link.json", d / "link2.json");  // a link to a link
+  write_file_atomically(d / "link2.json", "new");
+  EXPECT_TRUE(fs::is_symlink(d / "link.json"));
+  EXPECT_TRUE(fs::is_symlink(d / "link2.json"));
+  EXPECT_EQ(slurp(d / "real/target.json"), "new");
+  fs::create_symlink("real/fresh.json", d / "dangling.json");
+  write_file_atomically(d / "dangling.json", "fresh");
+  EXPECT_TRUE(fs::is_symlink(d / "dangling.json"));
+  EXPECT_EQ(slurp(d / "real/fresh.json"), "fresh");
+  EXPECT_EQ(resolve_output_path(d / "link2.json"), d / "real/target.json");
+  fs::create_symlink("/dev/null", d / "null.json");
+  EXPECT_EQ(error_of([&] { AtomicFile f(d / "null.json"); }),
+            fmt::format("cannot write '{}': it exists and is not a regular file (a device or pipe)", d / "null.json"));
+  EXPECT_TRUE(fs::is_symlink(d / "null.json"));
+  fs::create_symlink("nodir/x.json", d / "nowhere.json");
+  EXPECT_EQ(error_of([&] { AtomicFile f(d / "nowhere.json"); }),
+            fmt::format("cannot write '{}': it links to '{}': its directory '{}' does not exist", d / "nowhere.json",
+                        d / "nodir/x.json", d / "nodir"));
+}
+
 TEST(AtomicFile, AFailedRenameLeavesNothing) {
   TempDir d("rename");
   const std::string path = d / "x.npy";
