@@ -1,10 +1,15 @@
 #include "cli/problem.hpp"
 
+#include <sys/stat.h>
+
 #include <algorithm>
+#include <cerrno>
+#include <cstring>
 #include <limits>
 
 #include "core/mask.hpp"
 #include "core/error.hpp"
+#include "ringattn/fault.hpp"
 #include "ringattn/schedule.hpp"
 
 namespace ringattn::cli {
@@ -16,6 +21,25 @@ void expect_4d(const NpyHeader& h, const char* flag, const std::string& path, co
     fail_arg("{} {}: expected 4 dimensions {} but the file holds shape {}", flag, path, layout, h.shape_string());
   for (int64_t d : h.shape)
     if (d < 1) fail_arg("{} {}: every dimension must be >= 1, the file holds shape {}", flag, path, h.shape_string());
+}
+
+// What a path that is not a regular file is, in words ("a FIFO").
+const char* file_kind(mode_t m) {
+  if (S_ISDIR(m)) return "a directory";
+  if (S_ISFIFO(m)) return "a FIFO";
+  if (S_ISCHR(m)) return "a character device";
+  if (S_ISBLK(m)) return "a block device";
+  if (S_ISSOCK(m)) return "a socket";
+  return "not a regular file";
+}
+
+// Refuses an input that is not a regular file before it is opened: opening a FIFO for reading
+// blocks until a writer appears, past every --timeout.
+void expect_regular_file(const char* flag, const std::string& path) {
+  struct stat st {};
+  if (::stat(path.c_str(), &st) != 0) fail_arg("{}: cannot open '{}' for reading: {}", flag, path, std::strerror(errno));
+  if (!S_ISREG(st.st_mode))
+    fail_arg("{} '{}' is not a regular file ({}); give a .npy file", flag, path, file_kind(st.st_mode));
 }
 
 }  // namespace
@@ -86,6 +110,9 @@ ProblemSetup setup_problem(const ProblemOptions& o) {
     p.dtype = o.dtype.empty() ? default_dtype(o) : parse_dtype(o.dtype);
     s.source = std::make_unique<InputSource>(o.seed);
   } else {
+    expect_regular_file("--q", o.q_file);
+    expect_regular_file("--k", o.k_file);
+    expect_regular_file("--v", o.v_file);
     s.source = std::make_unique<InputSource>(o.q_file, o.k_file, o.v_file);
     NpyHeader hq = read_npy_header(o.q_file), hk = read_npy_header(o.k_file), hv = read_npy_header(o.v_file);
     expect_4d(hq, "--q", o.q_file, "[batch, heads, q_len, dim]");

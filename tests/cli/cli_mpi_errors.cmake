@@ -9,3 +9,7 @@ step(EXPECT_RC nonzero COMMAND ${MPIRUN} ${RINGATTN} run --q q.npy --k k.npy --v
 step(EXPECT_RC nonzero COMMAND ${MPIRUN} ${RINGATTN} run --seq 64 --out /nonexistent-dir/o.npy
      STDERR "/nonexistent-dir/o.npy")
 step(EXPECT_RC nonzero COMMAND ${MPIRUN} ${RINGATTN} bench --impl naive -b 64 -e 64 STDERR "one CPU process")
+# A FIFO as input: refused on every rank before it is opened, never a hang.
+step(EXPECT_RC 0 COMMAND mkfifo qfifo)
+step(EXPECT_RC nonzero COMMAND ${MPIRUN} ${RINGATTN} run --q qfifo --k q.npy --v q.npy --timeout 3
+     STDERR "--q 'qfifo' is not a regular file \\(a FIFO\\)")

@@ -22,3 +22,13 @@ step(EXPECT_RC 1 COMMAND ${RINGATTN} run --q qd.npy --k k.npy --v v.npy STDERR "
 step(EXPECT_RC 0 COMMAND ${NPY_TOOL} random v2.npy fp32 1 2 65 32 ${SEED})
 step(EXPECT_RC 1 COMMAND ${RINGATTN} run --q q3.npy --k k.npy --v v2.npy STDERR "v2.npy has shape")
 step(EXPECT_RC 1 COMMAND ${RINGATTN} run --q missing.npy --k k.npy --v v.npy STDERR "cannot open 'missing.npy'")
+# Inputs that are not regular files are refused before they are opened (opening a FIFO for
+# reading blocks until a writer appears): the message names the flag, the path and what it is.
+step(EXPECT_RC 0 COMMAND mkfifo qfifo)
+step(EXPECT_RC 1 COMMAND ${RINGATTN} run --q qfifo --k k.npy --v v.npy --timeout 3
+     STDERR "--q 'qfifo' is not a regular file \\(a FIFO\\)")
+file(MAKE_DIRECTORY ${WORK_DIR}/qdir)
+step(EXPECT_RC 1 COMMAND ${RINGATTN} run --q qdir --k k.npy --v v.npy STDERR "--q 'qdir' is not a regular file \\(a directory\\)")
+step(EXPECT_RC 1 COMMAND ${RINGATTN} run --q k.npy --k /dev/null --v v.npy
+     STDERR "--k '/dev/null' is not a regular file \\(a character device\\)")
+step(EXPECT_RC 1 COMMAND ${RINGATTN} run --dry-run --q k.npy --k k.npy --v qfifo STDERR "--v 'qfifo' is not a regular file \\(a FIFO\\)")
