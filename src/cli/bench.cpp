@@ -16,6 +16,7 @@
 #include "cli/run.hpp"
 #include "core/timer.hpp"
 #include "kernels/cpu/cpu_kernels.hpp"
+#include "ringattn/fault.hpp"
 
 namespace ringattn::cli {
 namespace {
@@ -140,6 +141,7 @@ int bench_on(const BenchOptions& o, World& w) {
   std::string error;
   try {
     if (w.rank == 0) check_bench_outputs(o);  // only rank 0 writes; its verdict is shared below
+    check_fault_plan(fault_plan(), w.size, "");  // every size is a ring run
   } catch (const InvalidArgument& e) {
     error = e.what();
   }

@@ -62,6 +62,10 @@ LocalProblem load_local(const GlobalProblem& p, InputSource& src, Backend& b, in
 // Query-key pairs of the global problem (the causal mask applied): 4 * dim * pairs * batch * heads
 // is the flop count of a run.
 double visible_pairs(const GlobalProblem& p);
+// Refuses a RINGATTN_FAULT plan that could not fire in this problem over `world` ranks
+// (ringattn::check_fault_plan); a decode (not a ring run) has no hops at all.
+void check_fault_for(const GlobalProblem& p, int world);
+
 double attention_flops(const GlobalProblem& p);
 
 // The ordinary dtype for a device when neither --dtype nor files say otherwise.

@@ -2,6 +2,8 @@
 
 #include <cstdlib>
 
+#include <fmt/format.h>
+
 #include "core/error.hpp"
 
 namespace ringattn {
@@ -41,6 +43,22 @@ FaultPlan parse_fault_plan(const std::string& text) {
   else if (kind == "throw") plan.kind = FaultKind::Throw;
   else bad();
   return plan;
+}
+
+void check_fault_plan(const FaultPlan& plan, int world, const std::string& not_ring) {
+  if (!plan.active()) return;
+  const std::string value = fmt::format("RINGATTN_FAULT={}:{}:{}", plan.rank, plan.hop, fault_kind_name(plan.kind));
+  if (plan.rank >= world)
+    fail_arg("{} names rank {}, but the world has {} rank{} (0..{})", value, plan.rank, world, world == 1 ? "" : "s",
+             world - 1);
+  if (!not_ring.empty()) fail_arg("{} applies to ring runs; this is {}", value, not_ring);
+  const bool compute = plan.kind == FaultKind::Throw;
+  const int last = compute ? world - 1 : world - 2;
+  if (plan.hop > last) {
+    const std::string exchange = world == 1 ? std::string("no exchange hops") : fmt::format("exchange hops 0..{}", world - 2);
+    fail_arg("{} names hop {}, but a ring of {} rank{} has {} (kind throw: 0..{})", value, plan.hop, world,
+             world == 1 ? "" : "s", exchange, world - 1);
+  }
 }
 
 const FaultPlan& fault_plan() {

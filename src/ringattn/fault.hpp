@@ -35,6 +35,12 @@ struct FaultPlan {
 // allowed form.
 FaultPlan parse_fault_plan(const std::string& text);
 
+// Refuses a plan that could never fire, naming RINGATTN_FAULT, its value and the allowed range:
+// a rank outside 0..world-1, a hop past the ring's last (exchange hops 0..world-2, compute hops
+// 0..world-1 for throw), or any plan when the run has no ring hops (`not_ring` says why, e.g. a
+// distributed decode; empty for a ring run). Throws InvalidArgument.
+void check_fault_plan(const FaultPlan& plan, int world, const std::string& not_ring);
+
 // The plan from the RINGATTN_FAULT environment variable, parsed once.
 const FaultPlan& fault_plan();
 

@@ -13,3 +13,10 @@ step(EXPECT_RC nonzero COMMAND ${MPIRUN} ${RINGATTN} bench --impl naive -b 64 -e
 step(EXPECT_RC 0 COMMAND mkfifo qfifo)
 step(EXPECT_RC nonzero COMMAND ${MPIRUN} ${RINGATTN} run --q qfifo --k q.npy --v q.npy --timeout 3
      STDERR "--q 'qfifo' is not a regular file \\(a FIFO\\)")
+# A RINGATTN_FAULT that could never fire is refused on every rank at start-up (issue M3).
+step(EXPECT_RC nonzero COMMAND ${MPIRUN} -x RINGATTN_FAULT=5:0:exit ${RINGATTN} run --seq 64
+     STDERR "RINGATTN_FAULT=5:0:exit names rank 5, but the world has 2 ranks \\(0..1\\)")
+step(EXPECT_RC nonzero COMMAND ${MPIRUN} -x RINGATTN_FAULT=1:1:exit ${RINGATTN} run --seq 64
+     STDERR "RINGATTN_FAULT=1:1:exit names hop 1, but a ring of 2 ranks has exchange hops 0..0 \\(kind throw: 0..1\\)")
+step(EXPECT_RC nonzero COMMAND ${MPIRUN} -x RINGATTN_FAULT=1:0:exit ${RINGATTN} run --seq 4 --kv-seq 64
+     STDERR "applies to ring runs; this is a distributed decode \\(q_len 4 != kv_len 64\\)")
