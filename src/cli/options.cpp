@@ -8,27 +8,28 @@
 #include <fmt/format.h>
 
 #include "core/error.hpp"
+#include "kernels/params.hpp"
 #include "ringattn/ring.hpp"
 
 namespace ringattn::cli {
 namespace {
 
-// An integer flag bounded below, with a message that names the bound ("--seq: must be an integer
-// >= 1 (got 0)"); CLI11's own number validators print the whole double range.
-CLI::Validator at_least(long long lo) {
+// An integer flag with its real allowed range, lo..hi (hi: the largest value of the flag's type
+// unless the program allows less), in one message for every bad value ("--iters: must be an
+// integer in 1..2147483647 (got '2147483648')"); CLI11's own checks print the double range or
+// "Could not convert". Runs after decimal_integer, which leaves out-of-range digits to it.
+template <class T>
+CLI::Validator int_range(T lo, T hi = std::numeric_limits<T>::max()) {
   return CLI::Validator(
-      [lo](std::string& s) -> std::string {
-        size_t used = 0;
-        long long v = 0;
-        try {
-          v = std::stoll(s, &used);
-        } catch (const std::exception&) {
-          used = 0;
-        }
-        if (used == 0 || used != s.size() || v < lo) return fmt::format("must be an integer >= {} (got '{}')", lo, s);
+      [lo, hi](std::string& s) -> std::string {
+        T v{};
+        const char* b = s.data() + (!s.empty() && s[0] == '+' ? 1 : 0);
+        const auto r = std::from_chars(b, s.data() + s.size(), v);
+        if (b == s.data() + s.size() || r.ec != std::errc() || r.ptr != s.data() + s.size() || v < lo || v > hi)
+          return fmt::format("must be an integer in {}..{} (got '{}')", lo, hi, s);
         return std::string();
       },
-      lo == 1 ? std::string("POSITIVE") : lo == 0 ? std::string("NON-NEGATIVE") : fmt::format(">= {}", lo));
+      fmt::format("{}..{}", lo, hi));
 }
 
 // A wait bound in seconds: positive and finite; 1e6 s (11 days) keeps deadlines far from the
@@ -59,6 +60,7 @@ CLI::Validator decimal_integer(bool is_unsigned) {
       [is_unsigned](std::string& s) -> std::string {
         const char* b = s.data() + (!s.empty() && s[0] == '+' ? 1 : 0);
         const char* e = s.data() + s.size();
+        const bool digits = b != e && (std::isdigit(static_cast<unsigned char>(*b)) || (!is_unsigned && *b == '-'));
         std::from_chars_result r{};
         std::string canon;
         if (is_unsigned) {
@@ -70,10 +72,9 @@ CLI::Validator decimal_integer(bool is_unsigned) {
           r = std::from_chars(b, e, v);
           canon = std::to_string(v);
         }
-        const bool digits = b != e && (std::isdigit(static_cast<unsigned char>(*b)) || (!is_unsigned && *b == '-'));
-        if (r.ec == std::errc::result_out_of_range)
-          return is_unsigned ? fmt::format("must be an integer in 0..{} (got '{}')", UINT64_MAX, s)
-                             : fmt::format("must be an integer in {}..{} (got '{}')", INT64_MIN, INT64_MAX, s);
+        // Too many digits for 64 bits: every integer option has an int_range check, which names
+        // the option's real range.
+        if (r.ec == std::errc::result_out_of_range && digits && r.ptr == e) return std::string();
         if (!digits || r.ec != std::errc() || r.ptr != e)
           return is_unsigned ? fmt::format("must be a decimal integer in 0..{} (got '{}')", UINT64_MAX, s)
                              : fmt::format("must be a decimal integer (got '{}')", s);
@@ -113,29 +114,30 @@ void make_numbers_decimal(CLI::App& app) {
 }  // namespace
 
 void add_problem_flags(CLI::App& app, ProblemOptions& o, bool with_seq) {
-  app.add_option("--batch", o.batch, "batch size")->check(at_least(1))->capture_default_str();
-  app.add_option("--heads", o.heads, "query heads")->check(at_least(1))->capture_default_str();
+  app.add_option("--batch", o.batch, "batch size")->check(int_range<int64_t>(1))->capture_default_str();
+  app.add_option("--heads", o.heads, "query heads")->check(int_range<int64_t>(1))->capture_default_str();
   app.add_option("--kv-heads", o.kv_heads, "key/value heads (heads must be a multiple: GQA, MQA when 1)")
-      ->check(at_least(1))
+      ->check(int_range<int64_t>(1))
       ->capture_default_str();
   if (with_seq) {
-    app.add_option("--seq", o.seq, "query tokens (global)")->check(at_least(1))->capture_default_str();
-    app.add_option("--kv-seq", o.kv_seq, "key/value tokens (global; default: --seq)")->check(at_least(1));
-    app.add_option("--q-offset", o.q_offset, "position of query 0 minus position of key 0 (default kv-seq - seq)");
+    app.add_option("--seq", o.seq, "query tokens (global)")->check(int_range<int64_t>(1))->capture_default_str();
+    app.add_option("--kv-seq", o.kv_seq, "key/value tokens (global; default: --seq)")->check(int_range<int64_t>(1));
+    app.add_option("--q-offset", o.q_offset, "position of query 0 minus position of key 0 (default kv-seq - seq)")
+        ->check(int_range<int64_t>(std::numeric_limits<int64_t>::min()));
     app.add_option("--q", o.q_file, "queries: .npy [batch, heads, q_len, dim], <f4 or <f2");
     app.add_option("--k", o.k_file, "keys: .npy [batch, kv_heads, kv_len, dim]");
     app.add_option("--v", o.v_file, "values: .npy [batch, kv_heads, kv_len, dim]");
   }
-  app.add_option("--dim", o.dim, "head dimension")->check(at_least(1))->capture_default_str();
-  app.add_option("--seed", o.seed, "seed of the random inputs")->capture_default_str();
+  app.add_option("--dim", o.dim, "head dimension")->check(int_range<int64_t>(1))->capture_default_str();
+  app.add_option("--seed", o.seed, "seed of the random inputs")->check(int_range<uint64_t>(0))->capture_default_str();
   app.add_flag("--causal", o.causal, "causal mask (key j visible to query i when pos(j) <= pos(i))");
   app.add_option("--device", o.device, "compute device")
       ->check(CLI::IsMember({"cpu", "cuda"}))
       ->capture_default_str();
   app.add_option("--dtype", o.dtype, "input/output dtype (default: fp32 on cpu, bf16 on cuda, the files' dtype)")
       ->check(CLI::IsMember({"fp32", "fp16", "bf16"}));
-  app.add_option("--tile-q", o.tile_q, "CPU query tile, 1 to 4096 rows (0: default)")->check(at_least(0));
-  app.add_option("--tile-k", o.tile_k, "CPU key tile, 1 to 4096 rows (0: default)")->check(at_least(0));
+  app.add_option("--tile-q", o.tile_q, "CPU query tile, 1 to 4096 rows (0: default)")->check(int_range<int>(0, kMaxTile));
+  app.add_option("--tile-k", o.tile_k, "CPU key tile, 1 to 4096 rows (0: default)")->check(int_range<int>(0, kMaxTile));
   app.add_option("--shard", o.shard, "sequence sharding over ranks")
       ->check(CLI::IsMember({"contiguous", "zigzag", "striped"}))
       ->capture_default_str();
@@ -143,7 +145,7 @@ void add_problem_flags(CLI::App& app, ProblemOptions& o, bool with_seq) {
       ->check(CLI::IsMember({"auto", "mpi", "nccl", "local"}))
       ->capture_default_str();
   app.add_option("--check-rows", o.check_rows, "rows per rank the check compares (0: all when small, else a sample)")
-      ->check(at_least(0));
+      ->check(int_range<int64_t>(0));
   app.add_option("--log-level", o.log_level, "trace|debug|info|warn|error|off (default: $RINGATTN_LOG_LEVEL or info)");
   app.add_option("--timeout", o.timeout_s,
                  "bound in seconds on every wait for another rank (the first hop gets 3x); on expiry every rank exits "
@@ -166,13 +168,13 @@ void add_run_flags(CLI::App& app, RunOptions& o) {
 
 void add_bench_flags(CLI::App& app, BenchOptions& o) {
   add_problem_flags(app, o.problem, false);
-  app.add_option("-b,--seq-min", o.seq_min, "smallest sequence length")->check(at_least(1))->capture_default_str();
-  app.add_option("-e,--seq-max", o.seq_max, "largest sequence length")->check(at_least(1))->capture_default_str();
+  app.add_option("-b,--seq-min", o.seq_min, "smallest sequence length")->check(int_range<int64_t>(1))->capture_default_str();
+  app.add_option("-e,--seq-max", o.seq_max, "largest sequence length")->check(int_range<int64_t>(1))->capture_default_str();
   app.add_option("-f,--seq-factor", o.seq_factor, "multiply the length by this between sizes")
       ->check(CLI::Range(1.01, 1e6))
       ->capture_default_str();
-  app.add_option("-n,--iters", o.iters, "timed iterations per size")->check(at_least(1))->capture_default_str();
-  app.add_option("-w,--warmup", o.warmup, "untimed iterations per size")->check(at_least(0))->capture_default_str();
+  app.add_option("-n,--iters", o.iters, "timed iterations per size")->check(int_range<int>(1))->capture_default_str();
+  app.add_option("-w,--warmup", o.warmup, "untimed iterations per size")->check(int_range<int>(0))->capture_default_str();
   app.add_option("--impl", o.impl, "flash (the runtime), naive (the fp64 oracle; cpu, one process) or both (the ratio in one run)")
       ->check(CLI::IsMember({"flash", "naive", "both"}))
       ->capture_default_str();
@@ -186,15 +188,15 @@ void add_bench_flags(CLI::App& app, BenchOptions& o) {
 }
 
 void add_plan_flags(CLI::App& app, PlanOptions& o) {
-  app.add_option("--seq", o.seq, "tokens (global)")->check(at_least(1))->capture_default_str();
-  app.add_option("--ranks", o.ranks, "ranks of the ring")->check(CLI::Range(1, 1 << 20))->capture_default_str();
+  app.add_option("--seq", o.seq, "tokens (global)")->check(int_range<int64_t>(1))->capture_default_str();
+  app.add_option("--ranks", o.ranks, "ranks of the ring")->check(int_range<int>(1, 1 << 20))->capture_default_str();
   app.add_option("--shard", o.shard, "sequence sharding over ranks")
       ->check(CLI::IsMember({"contiguous", "zigzag", "striped"}))
       ->capture_default_str();
   app.add_flag("--causal", o.causal, "causal mask");
-  app.add_option("--batch", o.batch, "batch size (scales the FLOP column)")->check(at_least(1));
-  app.add_option("--heads", o.heads, "query heads (scales the FLOP column)")->check(at_least(1));
-  app.add_option("--dim", o.dim, "head dimension (scales the FLOP column)")->check(at_least(1));
+  app.add_option("--batch", o.batch, "batch size (scales the FLOP column)")->check(int_range<int64_t>(1));
+  app.add_option("--heads", o.heads, "query heads (scales the FLOP column)")->check(int_range<int64_t>(1));
+  app.add_option("--dim", o.dim, "head dimension (scales the FLOP column)")->check(int_range<int64_t>(1));
 }
 
 std::unique_ptr<CLI::App> make_app(CommandLine& cl) {

@@ -9,6 +9,21 @@ foreach(seed -1 18446744073709551616 1e23)
   step(EXPECT_RC 1 COMMAND ${RINGATTN} run --seed ${seed}
        STDERR "--seed: must be (a decimal integer|an integer) in 0..18446744073709551615 \\(got '${seed}'\\)")
 endforeach()
+# Integer flags name their real range, the flag and the value (int, int64 and the program's limits).
+set(bench_small bench --heads 2 --kv-heads 1 --dim 16 -b 128 -e 128)
+step(EXPECT_RC 1 COMMAND ${RINGATTN} ${bench_small} -n 2147483648
+     STDERR "--iters: must be an integer in 1..2147483647 \\(got '2147483648'\\)")
+step(EXPECT_RC 1 COMMAND ${RINGATTN} ${bench_small} -w 1000000000000
+     STDERR "--warmup: must be an integer in 0..2147483647 \\(got '1000000000000'\\)")
+step(EXPECT_RC 1 COMMAND ${RINGATTN} ${bench_small} -w 99999999999999999999
+     STDERR "--warmup: must be an integer in 0..2147483647 \\(got '99999999999999999999'\\)")
+step(EXPECT_RC 1 COMMAND ${RINGATTN} run --tile-q 2147483648 STDERR "--tile-q: must be an integer in 0..4096 \\(got '2147483648'\\)")
+step(EXPECT_RC 1 COMMAND ${RINGATTN} run --tile-k 5000 STDERR "--tile-k: must be an integer in 0..4096 \\(got '5000'\\)")
+step(EXPECT_RC 1 COMMAND ${RINGATTN} run --dim 99999999999999999999
+     STDERR "--dim: must be an integer in 1..9223372036854775807 \\(got '99999999999999999999'\\)")
+step(EXPECT_RC 1 COMMAND ${RINGATTN} plan --ranks 99999999999 STDERR "--ranks: must be an integer in 1..1048576 \\(got '99999999999'\\)")
+step(EXPECT_RC 1 COMMAND ${RINGATTN} run --seq 64 --causal --q-offset 99999999999999999999
+     STDERR "--q-offset: must be an integer in -9223372036854775808..9223372036854775807")
 step(EXPECT_RC 1 COMMAND ${CMAKE_COMMAND} -E env RINGATTN_MPI_TIMEOUT_S=0x10 ${RINGATTN} run --dry-run
      STDERR "RINGATTN_MPI_TIMEOUT_S='0x10' must be a number of seconds")
 # A malformed RINGATTN_FAULT is refused in one process too, not only under mpirun.
@@ -16,6 +31,15 @@ step(EXPECT_RC 1 COMMAND ${CMAKE_COMMAND} -E env RINGATTN_FAULT=garbage ${RINGAT
      STDERR "RINGATTN_FAULT='garbage' is not RANK:HOP:KIND")
 step(EXPECT_RC 1 COMMAND ${CMAKE_COMMAND} -E env RINGATTN_FAULT=010:0:exitt ${RINGATTN} bench -b 64 -e 64
      STDERR "RINGATTN_FAULT='010:0:exitt'")
+# A RINGATTN_FAULT that could never fire is refused, naming the value and the allowed range.
+step(EXPECT_RC 1 COMMAND ${CMAKE_COMMAND} -E env RINGATTN_FAULT=1:0:exit ${RINGATTN} run --seq 64
+     STDERR "RINGATTN_FAULT=1:0:exit names rank 1, but the world has 1 rank \\(0..0\\)")
+step(EXPECT_RC 1 COMMAND ${CMAKE_COMMAND} -E env RINGATTN_FAULT=0:0:exit ${RINGATTN} run --seq 64
+     STDERR "RINGATTN_FAULT=0:0:exit names hop 0, but a ring of 1 rank has no exchange hops \\(kind throw: 0..0\\)")
+step(EXPECT_RC 1 COMMAND ${CMAKE_COMMAND} -E env RINGATTN_FAULT=0:1:throw ${RINGATTN} bench -b 64 -e 64
+     STDERR "RINGATTN_FAULT=0:1:throw names hop 1")
+step(EXPECT_RC 1 COMMAND ${CMAKE_COMMAND} -E env RINGATTN_FAULT=0:0:throw ${RINGATTN} run --seq 4 --kv-seq 64 --dry-run
+     STDERR "RINGATTN_FAULT=0:0:throw applies to ring runs; this is a distributed decode \\(q_len 4 != kv_len 64\\)")
 # Flags a combination would silently ignore.
 step(EXPECT_RC 1 COMMAND ${RINGATTN} run --seq 64 --q-offset 3
      STDERR "--q-offset 3 only shifts the causal mask and does nothing without --causal")
