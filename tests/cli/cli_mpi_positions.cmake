@@ -6,9 +6,9 @@ include(${HELPERS})
 set(MPIRUN4 ${MPIEXEC} -np 4 --oversubscribe --allow-run-as-root --bind-to none -x OMP_NUM_THREADS=1)
 foreach(flag --tile-q --tile-k)
   step(EXPECT_RC 1 COMMAND ${MPIRUN4} ${RINGATTN} run --seq 64 ${flag} 1000000000
-       STDERR "${flag} 1000000000 is out of range: a CPU tile is 1 to 4096 rows, or 0 for the default")
+       STDERR "${flag}: must be an integer in 0..4096 \\(got '1000000000'\\)")
   step(EXPECT_RC 1 COMMAND ${MPIRUN} ${RINGATTN} run --seq 64 ${flag} 4097
-       STDERR "${flag} 4097 is out of range: a CPU tile is 1 to 4096 rows")
+       STDERR "${flag}: must be an integer in 0..4096 \\(got '4097'\\)")
 endforeach()
 step(EXPECT_RC 0 COMMAND ${MPIRUN} ${RINGATTN} run --seq 64 --causal --tile-q 4096 --tile-k 4096 --check
      STDOUT "over tolerance 0 -> OK")
