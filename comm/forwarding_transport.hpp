@@ -22,9 +22,11 @@ class ForwardingTransport : public Transport {
     return inner_.check_backend_device(backend_device);
   }
   void set_stream(void* stream) override { inner_.set_stream(stream); }
-  void start_exchange(const void* send, void* recv, size_t bytes) override { inner_.start_exchange(send, recv, bytes); }
-  void forward_exchange(const void* send, void* recv, size_t bytes) override {
-    inner_.forward_exchange(send, recv, bytes);
+  void start_exchange(const void* send, size_t send_bytes, void* recv, size_t recv_bytes) override {
+    inner_.start_exchange(send, send_bytes, recv, recv_bytes);
+  }
+  void forward_exchange(const void* send, size_t send_bytes, void* recv, size_t recv_bytes) override {
+    inner_.forward_exchange(send, send_bytes, recv, recv_bytes);
   }
   void wait_exchange() override { inner_.wait_exchange(); }
   bool abandon_exchange() noexcept override { return inner_.abandon_exchange(); }

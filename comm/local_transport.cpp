@@ -3,6 +3,7 @@
 #include <cstring>
 
 #include "comm/transport.hpp"
+#include "core/error.hpp"
 
 namespace ringattn {
 namespace {
@@ -13,9 +14,12 @@ class LocalTransport final : public Transport {
   int rank() const override { return 0; }
   int size() const override { return 1; }
   bool accepts_device_memory() const override { return false; }
-  void start_exchange(const void* send, void* recv, size_t bytes) override {
-    std::memcpy(recv, send, bytes);
-    bytes_sent_ += bytes;
+  void start_exchange(const void* send, size_t send_bytes, void* recv, size_t recv_bytes) override {
+    if (send_bytes != recv_bytes)
+      fail_arg("local transport: a rank sending to itself must receive what it sends ({} bytes sent, {} expected)",
+               send_bytes, recv_bytes);
+    if (send_bytes > 0) std::memcpy(recv, send, send_bytes);
+    bytes_sent_ += send_bytes;
   }
   void wait_exchange() override {}
   bool abandon_exchange() noexcept override { return true; }  // the copy is done when start returns

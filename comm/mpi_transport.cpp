@@ -122,19 +122,20 @@ class MpiTransport final : public Transport {
   int size() const override { return size_; }
   bool accepts_device_memory() const override { return false; }
 
-  void start_exchange(const void* send, void* recv, size_t bytes) override {
+  void start_exchange(const void* send, size_t send_bytes, void* recv, size_t recv_bytes) override {
     if (in_flight_) fail_runtime("rank {}: start_exchange while an exchange is in flight (call wait_exchange first)", rank_);
     if (send == recv) fail_arg("rank {}: start_exchange needs distinct send and receive buffers", rank_);
     if (stuck_) fail_runtime("rank {}: start_exchange after an exchange or collective timed out", rank_);
     in_flight_ = true;  // from here on: whatever part of the exchange got posted is outstanding
     ++exchanges_;
-    pending_bytes_ = bytes;
-    bytes_sent_ += bytes;
+    pending_send_ = send_bytes;
+    pending_recv_ = recv_bytes;
+    bytes_sent_ += send_bytes;
     posted_ = std::chrono::steady_clock::now();
     if (mode_ == MpiProgress::HelperThread) {
       {
         std::lock_guard<std::mutex> lk(mu_);
-        job_ = Job{send, recv, bytes};
+        job_ = Job{send, send_bytes, recv, recv_bytes};
         has_job_ = true;
         done_ = false;
         error_ = nullptr;
@@ -145,14 +146,18 @@ class MpiTransport final : public Transport {
     requests_.clear();
     expected_.clear();
     const int next = (rank_ + 1) % size_, prev = (rank_ + size_ - 1) % size_;
-    for (size_t off = 0, piece = 0; off < bytes; off += kMaxPiece, ++piece) {
-      const int n = int(std::min(kMaxPiece, bytes - off));
-      // Receive first, so the matching send finds a posted buffer. Each request is kept as soon as
-      // it exists, so a failure half-way leaves no posted request unknown to abandon_exchange.
+    // Receives first (requests_[0, pieces)), so the matching sends find posted buffers. Each
+    // request is kept as soon as it exists, so a failure half-way leaves no posted request
+    // unknown to abandon_exchange. A size of 0 posts nothing, on both sides.
+    for (size_t off = 0, piece = 0; off < recv_bytes; off += kMaxPiece, ++piece) {
+      const int n = int(std::min(kMaxPiece, recv_bytes - off));
       expected_.push_back(n);
       requests_.push_back(MPI_REQUEST_NULL);
       RA_CHECK_MPI(MPI_Irecv(static_cast<char*>(recv) + off, n, MPI_BYTE, prev, kExchangeTag + int(piece), comm_,
                              &requests_.back()));
+    }
+    for (size_t off = 0, piece = 0; off < send_bytes; off += kMaxPiece, ++piece) {
+      const int n = int(std::min(kMaxPiece, send_bytes - off));
       requests_.push_back(MPI_REQUEST_NULL);
       RA_CHECK_MPI(MPI_Isend(static_cast<const char*>(send) + off, n, MPI_BYTE, next, kExchangeTag + int(piece),
                              comm_, &requests_.back()));
@@ -186,7 +191,7 @@ class MpiTransport final : public Transport {
       std::this_thread::sleep_for(std::chrono::microseconds(20));
     }
     in_flight_ = false;
-    for (size_t i = 0; i < expected_.size(); ++i) check_received(statuses_[2 * i], expected_[i]);
+    for (size_t i = 0; i < expected_.size(); ++i) check_received(statuses_[i], expected_[i]);
     last_seconds_ = -1.0;  // completion was only observed here, after the compute: not a transfer time
   }
 
@@ -235,8 +240,9 @@ class MpiTransport final : public Transport {
  private:
   struct Job {
     const void* send = nullptr;
+    size_t send_bytes = 0;
     void* recv = nullptr;
-    size_t bytes = 0;
+    size_t recv_bytes = 0;
   };
 
   void helper_loop() {
@@ -264,13 +270,21 @@ class MpiTransport final : public Transport {
 
   void run_sendrecv(const Job& job) {
     const int next = (rank_ + 1) % size_, prev = (rank_ + size_ - 1) % size_;
-    for (size_t off = 0, piece = 0; off < job.bytes; off += kMaxPiece, ++piece) {
-      const int n = int(std::min(kMaxPiece, job.bytes - off));
+    // Piece i of the send pairs with piece i of the receive; the shorter side sends or receives
+    // nothing (count 0 on no tag) once it runs out.
+    for (size_t off = 0, piece = 0; off < std::max(job.send_bytes, job.recv_bytes); off += kMaxPiece, ++piece) {
+      const int ns = off < job.send_bytes ? int(std::min(kMaxPiece, job.send_bytes - off)) : 0;
+      const int nr = off < job.recv_bytes ? int(std::min(kMaxPiece, job.recv_bytes - off)) : 0;
+      const int tag = kExchangeTag + int(piece);
       MPI_Status status;
-      RA_CHECK_MPI(MPI_Sendrecv(static_cast<const char*>(job.send) + off, n, MPI_BYTE, next,
-                                kExchangeTag + int(piece), static_cast<char*>(job.recv) + off, n, MPI_BYTE, prev,
-                                kExchangeTag + int(piece), comm_, &status));
-      check_received(status, n);
+      if (ns > 0 && nr > 0)
+        RA_CHECK_MPI(MPI_Sendrecv(static_cast<const char*>(job.send) + off, ns, MPI_BYTE, next, tag,
+                                  static_cast<char*>(job.recv) + off, nr, MPI_BYTE, prev, tag, comm_, &status));
+      else if (ns > 0)
+        RA_CHECK_MPI(MPI_Send(static_cast<const char*>(job.send) + off, ns, MPI_BYTE, next, tag, comm_));
+      else
+        RA_CHECK_MPI(MPI_Recv(static_cast<char*>(job.recv) + off, nr, MPI_BYTE, prev, tag, comm_, &status));
+      if (nr > 0) check_received(status, nr);
     }
   }
 
@@ -312,7 +326,7 @@ class MpiTransport final : public Transport {
     const std::string peers = next == prev ? fmt::format("rank {}", prev) : fmt::format("rank {} or rank {}", prev, next);
     fail_runtime("rank {} on {}: exchange {} (send {} bytes to rank {}, receive {} bytes from rank {}) did not "
                  "complete within {} s{} (--timeout, RINGATTN_MPI_TIMEOUT_S): {} has stopped or hangs", rank_,
-                 host_name(), exchanges_, pending_bytes_, next, pending_bytes_, prev, exchange_limit_s(),
+                 host_name(), exchanges_, pending_send_, next, pending_recv_, prev, exchange_limit_s(),
                  exchanges_ == 1 ? " (the first exchange's allowance)" : "", peers);
   }
 
@@ -328,7 +342,7 @@ class MpiTransport final : public Transport {
   std::vector<int> expected_;
   double timeout_s_ = 300.0;
   uint64_t exchanges_ = 0;
-  size_t pending_bytes_ = 0;
+  size_t pending_send_ = 0, pending_recv_ = 0;
   bool stuck_ = false;
   CollectiveBuffers coll_;
 

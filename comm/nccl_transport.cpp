@@ -140,26 +140,31 @@ class NcclTransport final : public Transport {
     compute_ = s;
   }
 
-  void start_exchange(const void* send, void* recv, size_t bytes) override {
+  void start_exchange(const void* send, size_t send_bytes, void* recv, size_t recv_bytes) override {
     if (pending_) fail_runtime("rank {}: start_exchange called twice without wait_exchange", rank_);
     RA_CHECK_CUDA(cudaEventRecord(ready_, compute_));
     RA_CHECK_CUDA(cudaStreamWaitEvent(comm_stream_, ready_, 0));
     RA_CHECK_CUDA(cudaEventRecord(started_, comm_stream_));
     if (size_ == 1) {
-      RA_CHECK_CUDA(cudaMemcpyAsync(recv, send, bytes, cudaMemcpyDeviceToDevice, comm_stream_));
-    } else {
+      if (send_bytes != recv_bytes)
+        fail_arg("rank 0: a world of one receives what it sends ({} bytes sent, {} expected)", send_bytes, recv_bytes);
+      if (send_bytes > 0)
+        RA_CHECK_CUDA(cudaMemcpyAsync(recv, send, send_bytes, cudaMemcpyDeviceToDevice, comm_stream_));
+    } else if (send_bytes > 0 || recv_bytes > 0) {
+      // A side of 0 bytes posts nothing: its peer's matching side is 0 bytes too (the contract).
       const int next = (rank_ + 1) % size_, prev = (rank_ + size_ - 1) % size_;
       check(ncclGroupStart(), "ncclGroupStart", __LINE__);
-      check(ncclSend(send, bytes, ncclInt8, next, comm_, comm_stream_), "ncclSend", __LINE__);
-      check(ncclRecv(recv, bytes, ncclInt8, prev, comm_, comm_stream_), "ncclRecv", __LINE__);
+      if (send_bytes > 0) check(ncclSend(send, send_bytes, ncclInt8, next, comm_, comm_stream_), "ncclSend", __LINE__);
+      if (recv_bytes > 0) check(ncclRecv(recv, recv_bytes, ncclInt8, prev, comm_, comm_stream_), "ncclRecv", __LINE__);
       const ncclResult_t r = ncclGroupEnd();
       if (r != ncclInProgress) check(r, "ncclGroupEnd", __LINE__);
       poll_until_ready("ncclGroupEnd", timeout());
-      bytes_sent_ += bytes;
+      bytes_sent_ += send_bytes;
     }
     RA_CHECK_CUDA(cudaEventRecord(done_, comm_stream_));
     pending_ = true;
-    pending_bytes_ = bytes;
+    pending_send_ = send_bytes;
+    pending_recv_ = recv_bytes;
   }
 
   void wait_exchange() override {
@@ -176,9 +181,9 @@ class NcclTransport final : public Transport {
       if (st != ncclSuccess && st != ncclInProgress) check(st, "ncclCommGetAsyncError (exchange)", __LINE__);
       if (seconds_since(t0) > limit) {
         failed_ = true;
-        fail_runtime("rank {} on {}: hop {}: timed out after {:.0f} s waiting for the NCCL exchange of {} bytes "
-                     "(send to rank {}, receive from rank {})",
-                     rank_, host_name(), hops_, limit, pending_bytes_, (rank_ + 1) % size_, (rank_ + size_ - 1) % size_);
+        fail_runtime("rank {} on {}: hop {}: timed out after {:.0f} s waiting for the NCCL exchange (send {} bytes to "
+                     "rank {}, receive {} bytes from rank {})", rank_, host_name(), hops_, limit, pending_send_,
+                     (rank_ + 1) % size_, pending_recv_, (rank_ + size_ - 1) % size_);
       }
       std::this_thread::sleep_for(std::chrono::microseconds(20));
     }
@@ -296,7 +301,7 @@ class NcclTransport final : public Transport {
   cudaEvent_t ready_ = nullptr, started_ = nullptr, done_ = nullptr;
   double last_seconds_ = -1.0;
   bool pending_ = false, failed_ = false;
-  size_t pending_bytes_ = 0;
+  size_t pending_send_ = 0, pending_recv_ = 0;
   uint64_t bytes_sent_ = 0;
   int hops_ = 0;
   CollectiveBuffers coll_;

@@ -33,13 +33,13 @@ class StagingTransport final : public ForwardingTransport {
   StagingTransport& operator=(const StagingTransport&) = delete;
 
   bool accepts_device_memory() const override { return true; }
-  void start_exchange(const void* send, void* recv, size_t bytes) override;
-  void forward_exchange(const void* send, void* recv, size_t bytes) override;
+  void start_exchange(const void* send, size_t send_bytes, void* recv, size_t recv_bytes) override;
+  void forward_exchange(const void* send, size_t send_bytes, void* recv, size_t recv_bytes) override;
   void wait_exchange() override;
   bool abandon_exchange() noexcept override;
 
  private:
-  void post(int send_slot, void* recv, size_t bytes, bool forward);
+  void post(int send_slot, size_t send_bytes, void* recv, size_t recv_bytes, bool forward);
 
   DeviceCopies copies_;
   std::vector<unsigned char> host_[2];

@@ -29,10 +29,13 @@ class Transport {
   // A stream of another device than the transport's is refused (RuntimeError).
   virtual void set_stream(void* /*stream*/) {}
 
-  // Posts one ring hop: send `bytes` from `send` to rank (r + 1) mod P and receive `bytes` from
-  // rank (r - 1) mod P into `recv` (a different buffer). Returns at once; wait_exchange()
-  // completes it (for stream-ordered transports: orders later compute after the receive).
-  virtual void start_exchange(const void* send, void* recv, size_t bytes) = 0;
+  // Posts one ring hop: send `send_bytes` from `send` to rank (r + 1) mod P and receive
+  // `recv_bytes` from rank (r - 1) mod P into `recv` (a different buffer). The sizes may differ
+  // (uneven shards) and may be 0; the caller guarantees that each rank's `send_bytes` is its
+  // next rank's `recv_bytes` (a mismatch fails the exchange where the transport can tell).
+  // Returns at once; wait_exchange() completes it (for stream-ordered transports: orders later
+  // compute after the receive).
+  virtual void start_exchange(const void* send, size_t send_bytes, void* recv, size_t recv_bytes) = 0;
   virtual void wait_exchange() = 0;
   // Posts an exchange whose `send` is the `recv` of the previous exchange on this transport,
   // unchanged since that exchange completed: the ring passing a received block on. A transport
@@ -40,7 +43,9 @@ class Transport {
   // host copy it already holds instead of copying the block back; a decorator that counts hops
   // (src/ringattn/fault_injection.hpp) knows the pass goes on. Otherwise the same as
   // start_exchange, which is the default.
-  virtual void forward_exchange(const void* send, void* recv, size_t bytes) { start_exchange(send, recv, bytes); }
+  virtual void forward_exchange(const void* send, size_t send_bytes, void* recv, size_t recv_bytes) {
+    start_exchange(send, send_bytes, recv, recv_bytes);
+  }
 
   // The error path of a hop (an exception between start_exchange and a successful
   // wait_exchange, or from either): ends the outstanding exchange, if any, before its buffers are

@@ -148,9 +148,8 @@ int bench_on(const BenchOptions& o, World& w) {
   if (agree_on_errors(t, error.empty() ? kExitOk : kExitError, error) != kExitOk) return kExitError;
   std::vector<int64_t> sizes;
   for (double s = double(o.seq_min); s <= double(o.seq_max) * (1 + 1e-9); s *= o.seq_factor) {
-    // Round to the sharding's multiple so that every size splits over the ranks.
-    const int64_t m = required_multiple(parse_sharding(o.problem.shard), w.size);
-    const int64_t n = std::max<int64_t>(m, int64_t(std::llround(s / double(m))) * m);
+    // Every length splits over every world (uneven shards), so a size is just rounded to a token.
+    const int64_t n = std::max<int64_t>(1, int64_t(std::llround(s)));
     if (sizes.empty() || sizes.back() != n) sizes.push_back(n);
   }
   ProblemSetup setup = setup_problem(o.problem);

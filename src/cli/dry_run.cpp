@@ -87,12 +87,12 @@ std::string ring_exchange(World& w) {
     b.copy_from_host(send.get(), &mine, sizeof(mine));
     b.synchronize();
     if (b.stream() != nullptr) w.transport->set_stream(b.stream());
-    w.transport->start_exchange(send.get(), recv.get(), sizeof(int64_t));
+    w.transport->start_exchange(send.get(), sizeof(int64_t), recv.get(), sizeof(int64_t));
     w.transport->wait_exchange();
     b.copy_to_host(&got, recv.get(), sizeof(got));
     b.synchronize();
   } else {
-    w.transport->start_exchange(&mine, &got, sizeof(int64_t));
+    w.transport->start_exchange(&mine, sizeof(int64_t), &got, sizeof(int64_t));
     w.transport->wait_exchange();
   }
   const int prev = (w.rank + w.size - 1) % w.size;
@@ -149,12 +149,18 @@ int dry_run_on(const RunOptions& o, World& w) {
   if (agree_on_errors(t, ring_error.empty() ? kExitOk : kExitError, ring_error) != kExitOk) return kExitError;
 
   if (w.rank == 0) {
-    ShardLayout q_layout, kv_layout;
-    layouts_for(p, 0, w.size, q_layout, kv_layout);
+    // Ranks' query tokens: the smallest and largest shard (uneven shards differ by a token or two).
+    int64_t tmin = 0, tmax = 0;
+    for (int r = 0; r < w.size; ++r) {
+      ShardLayout q_layout, kv_layout;
+      layouts_for(p, r, w.size, q_layout, kv_layout);
+      if (r == 0 || q_layout.tokens() < tmin) tmin = q_layout.tokens();
+      if (r == 0 || q_layout.tokens() > tmax) tmax = q_layout.tokens();
+    }
     fmt::print(f, "problem  ok: {}\n", problem_line(p));
-    fmt::print(f, "shards   ok: {} over {} ranks, {} query tokens on rank 0 ({} segment(s))\n",
+    fmt::print(f, "shards   ok: {} over {} ranks, {} query tokens per rank\n",
                p.is_ring() ? fmt::format("{} sharding", sharding_name(p.sharding)) : std::string("decode KV split"),
-               w.size, q_layout.tokens(), q_layout.segments.size());
+               w.size, tmin == tmax ? std::to_string(tmin) : fmt::format("{} to {}", tmin, tmax));
     fmt::print(f, "agree    ok: every rank describes the same problem and loaded the same libraries\n");
     if (!o.out_file.empty() || !o.lse_file.empty() || (!o.json_file.empty() && o.json_file != "-"))
       fmt::print(f, "outputs  ok: every output file can be created and names a file of its own\n");

@@ -1,5 +1,6 @@
 #include "cli/gather.hpp"
 
+#include <algorithm>
 #include <memory>
 
 #include <spdlog/spdlog.h>
@@ -34,8 +35,12 @@ int write_global_outputs(const GlobalProblem& p, const LocalProblem& l, const Ho
     ShardLayout kv;
     layouts_for(p, q, P, layouts[size_t(q)], kv);
   }
-  // One (batch, head) at a time: tq rows of o and lse per rank, converted to fp32.
-  const int64_t per_rank = tq * D + tq;
+  // One (batch, head) at a time: the rows of o and lse of every rank, converted to fp32, each
+  // rank's part padded to the largest shard (shards may differ by a token or two): o rows first,
+  // then lse.
+  int64_t tmax = tq;
+  for (const ShardLayout& l : layouts) tmax = std::max(tmax, l.tokens());
+  const int64_t per_rank = tmax * D + tmax;
   std::vector<float> mine(static_cast<size_t>(per_rank)), all(spread ? static_cast<size_t>(per_rank * P) : 0),
       o_row(static_cast<size_t>(T * D)), l_row(static_cast<size_t>(T));
   // Only rank 0 writes; a write error stops its writing but not its part in the gathers, so the
@@ -54,16 +59,17 @@ int write_global_outputs(const GlobalProblem& p, const LocalProblem& l, const Ho
     for (int64_t h = 0; h < H; ++h) {
       const int64_t o0 = (b * H + h) * tq * D, l0 = (b * H + h) * tq;
       for (int64_t i = 0; i < tq * D; ++i) mine[size_t(i)] = load_as_float(r.out.data(), p.dtype, o0 + i);
-      for (int64_t i = 0; i < tq; ++i) mine[size_t(tq * D + i)] = r.lse[size_t(l0 + i)];
+      for (int64_t i = 0; i < tq; ++i) mine[size_t(tmax * D + i)] = r.lse[size_t(l0 + i)];
       const float* src = mine.data();
       if (spread) t.allgather(mine.data(), all.data(), size_t(per_rank) * sizeof(float));
       if (me != 0) continue;
       for (int q = 0; q < (spread ? P : 1); ++q) {
         if (spread) src = all.data() + q * per_rank;
-        for (int64_t i = 0; i < tq; ++i) {
-          const int64_t g = layouts[size_t(q)].global_position(i);
+        const ShardLayout& lq = layouts[size_t(q)];
+        for (int64_t i = 0; i < lq.tokens(); ++i) {
+          const int64_t g = lq.global_position(i);
           std::copy_n(src + i * D, D, o_row.data() + g * D);
-          l_row[size_t(g)] = src[tq * D + i];
+          l_row[size_t(g)] = src[tmax * D + i];
         }
       }
       guarded([&] {

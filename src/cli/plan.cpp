@@ -55,12 +55,16 @@ PairCount rank_pairs(const ShardLayout& l, int64_t seq, bool causal) {
 struct PairStats {
   PairCount max = 0, min = 0, sum = 0;
   int max_rank = 0, min_rank = 0;
+  int64_t min_tokens = 0, max_tokens = 0;  // shards may be uneven (by one token per chunk)
 };
 
 PairStats pair_stats(Sharding s, int64_t seq, bool causal, int world) {
   PairStats st;
   for (int r = 0; r < world; ++r) {
-    const PairCount v = rank_pairs(shard_layout(s, seq, r, world), seq, causal);
+    const ShardLayout l = shard_layout(s, seq, r, world);
+    const PairCount v = rank_pairs(l, seq, causal);
+    if (r == 0 || l.tokens() < st.min_tokens) st.min_tokens = l.tokens();
+    if (r == 0 || l.tokens() > st.max_tokens) st.max_tokens = l.tokens();
     if (r == 0 || v > st.max) st.max = v, st.max_rank = r;
     if (r == 0 || v < st.min) st.min = v, st.min_rank = r;
     st.sum += v;
@@ -91,7 +95,10 @@ void print_rank_rows(const PlanOptions& o, Sharding sharding, PairCount total, d
 
 void print_summary(const PlanOptions& o, const PairStats& st, double flop_per_pair) {
   fmt::print("# {} ranks: one row per rank is printed up to {} ranks; the ranks in summary:\n", o.ranks, kPlanRowRanks);
-  fmt::print("  tokens per rank {}\n", o.seq / o.ranks);
+  if (st.min_tokens == st.max_tokens)
+    fmt::print("  tokens per rank {}\n", st.min_tokens);
+  else
+    fmt::print("  tokens per rank {} to {} (uneven shards)\n", st.min_tokens, st.max_tokens);
   fmt::print("  GFLOP per rank: max {:.3f} (rank {}), min {:.3f} (rank {}), mean {:.3f}\n",
              flop_per_pair * to_double(st.max) / 1e9, st.max_rank, flop_per_pair * to_double(st.min) / 1e9, st.min_rank,
              flop_per_pair * to_double(st.sum) / 1e9 / o.ranks);
@@ -112,14 +119,9 @@ int plan_command(const PlanOptions& o) {
   else
     print_summary(o, mine, flop_per_pair);
   fmt::print("# balance (max / mean visible pairs per rank; 1.00 is perfect):");
-  for (Sharding s : {Sharding::Contiguous, Sharding::Zigzag, Sharding::Striped}) {
-    if (o.seq % required_multiple(s, o.ranks) != 0) {
-      fmt::print(" {} n/a", sharding_name(s));
-      continue;
-    }
+  for (Sharding s : {Sharding::Contiguous, Sharding::Zigzag, Sharding::Striped})
     fmt::print(" {} {:.2f}", sharding_name(s),
                imbalance(s == sharding ? mine : pair_stats(s, o.seq, o.causal, o.ranks), o.ranks));
-  }
   fmt::print("\n");
   return kExitOk;
 }

@@ -1,5 +1,6 @@
 #include "ringattn/block_ring.hpp"
 
+#include <algorithm>
 #include <string>
 
 #include <fmt/format.h>
@@ -23,25 +24,29 @@ namespace {
 
 }  // namespace
 
-BlockRing::BlockRing(Backend& b, Transport& t, const TensorView& k, const TensorView& v, FlightRecorder& recorder)
+BlockRing::BlockRing(Backend& b, Transport& t, const TensorView& k, const TensorView& v, std::vector<int64_t> tokens,
+                     FlightRecorder& recorder)
     : t_(t), recorder_(recorder), k_(k), v_(v), k_layout_(layout_of(k)), v_layout_(layout_of(v)), rank_(t.rank()),
-      world_(t.size()) {
+      world_(t.size()), tokens_(std::move(tokens)) {
+  if (tokens_.size() != size_t(world_) || tokens_[size_t(rank_)] != k.len || v.len != k.len)
+    fail_arg("rank {}: the block ring needs the token count of each of the {} ranks, this rank's equal to the "
+             "{} rows of k and the {} of v (got {} counts)", rank_, world_, k.len, v.len, tokens_.size());
   if (b.stream() != nullptr) t.set_stream(b.stream());
   if (world_ <= 1) return;  // nothing to send: hop 0 reads k and v in place
-  const size_t es = size_t(dtype_size(k.dtype));
-  k_bytes_ = size_t(block_elems(k)) * es;
-  block_bytes_ = 2 * k_bytes_;
-  for (DeviceBuffer& blk : blocks_) blk = DeviceBuffer(b, block_bytes_);
+  token_bytes_ = size_t(k.batch * k.heads * k.dim) * size_t(dtype_size(k.dtype));
+  const size_t capacity = 2 * token_bytes_ * size_t(*std::max_element(tokens_.begin(), tokens_.end()));
+  for (DeviceBuffer& blk : blocks_) blk = DeviceBuffer(b, capacity);
   if (b.device_memory() && !t.accepts_device_memory()) {
     DeviceCopies copies{[&b](void* host, const void* dev, size_t n) { b.copy_to_host(host, dev, n); },
                         [&b](void* dev, const void* host, size_t n) {
                           b.copy_from_host(dev, host, n);
                           b.synchronize();
                         }};
-    staging_ = std::make_unique<StagingTransport>(t, std::move(copies), block_bytes_);
+    staging_ = std::make_unique<StagingTransport>(t, std::move(copies), capacity);
   }
+  if (k.len == 0) return;  // this rank holds no tokens: its block is empty
   pack_block(b, blocks_[0].get(), k);
-  pack_block(b, static_cast<char*>(blocks_[0].get()) + k_bytes_, v);
+  pack_block(b, static_cast<char*>(blocks_[0].get()) + token_bytes_ * size_t(k.len), v);
 }
 
 BlockRing::~BlockRing() {
@@ -52,17 +57,18 @@ BlockRing::~BlockRing() {
 uint64_t BlockRing::post(int hop) {
   const int next = (rank_ + 1) % world_;
   const uint64_t before = t_.bytes_sent();
-  recorder_.record(hop, HopEvent::Posted, next, block_bytes_);
+  const size_t send = block_bytes(hop), recv = block_bytes(hop + 1);
+  recorder_.record(hop, HopEvent::Posted, next, send);
   outstanding_ = true;  // before the call: a partial post counts
   try {
     // Hop 0 sends this rank's packed block; every later hop passes on the block it received.
     if (hop == 0)
-      exchange().start_exchange(block(hop), block(hop + 1), block_bytes_);
+      exchange().start_exchange(block(hop), send, block(hop + 1), recv);
     else
-      exchange().forward_exchange(block(hop), block(hop + 1), block_bytes_);
+      exchange().forward_exchange(block(hop), send, block(hop + 1), recv);
   } catch (const std::exception& e) {
-    recorder_.record(hop, HopEvent::Failed, next, block_bytes_);
-    hop_failed(rank_, world_, hop, block_bytes_, "posting the exchange", e);
+    recorder_.record(hop, HopEvent::Failed, next, send);
+    hop_failed(rank_, world_, hop, send, "posting the exchange", e);
   }
   return t_.bytes_sent() - before;
 }
@@ -73,16 +79,24 @@ void BlockRing::complete(int hop) {
     exchange().wait_exchange();
   } catch (const std::exception& e) {
     recorder_.record(hop, HopEvent::Failed, prev);
-    hop_failed(rank_, world_, hop, block_bytes_, "waiting for the exchange", e);
+    hop_failed(rank_, world_, hop, block_bytes(hop), "waiting for the exchange", e);
   }
   outstanding_ = false;
-  recorder_.record(hop, HopEvent::Completed, prev, block_bytes_);
+  recorder_.record(hop, HopEvent::Completed, prev, block_bytes(hop + 1));
 }
 
-TensorView BlockRing::k(int hop) const { return hop == 0 ? k_ : block_view(block(hop), k_, k_layout_); }
+TensorView BlockRing::shaped(const TensorView& x, int hop) const {
+  TensorView s = x;
+  s.len = tokens_[size_t(source(hop))];
+  return s;
+}
+
+TensorView BlockRing::k(int hop) const { return hop == 0 ? k_ : block_view(block(hop), shaped(k_, hop), k_layout_); }
 
 TensorView BlockRing::v(int hop) const {
-  return hop == 0 ? v_ : block_view(static_cast<char*>(block(hop)) + k_bytes_, v_, v_layout_);
+  if (hop == 0) return v_;
+  const TensorView shape = shaped(v_, hop);
+  return block_view(static_cast<char*>(block(hop)) + token_bytes_ * size_t(shape.len), shape, v_layout_);
 }
 
 }  // namespace ringattn

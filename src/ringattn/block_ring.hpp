@@ -14,6 +14,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <vector>
 
 #include "comm/staging_transport.hpp"
 #include "kernels/backend.hpp"
@@ -25,9 +26,12 @@ namespace ringattn {
 class BlockRing {
  public:
   // Packs `k` and `v` into the first block when the world has more than one rank (a world of one
-  // reads them in place). Device blocks travel through host memory (StagingTransport) when `t`
-  // cannot take device pointers; device-side exchanges are ordered after `b`'s stream.
-  BlockRing(Backend& b, Transport& t, const TensorView& k, const TensorView& v, FlightRecorder& recorder);
+  // reads them in place). `tokens[r]` is how many tokens rank r holds (shards may be uneven, and
+  // empty); k.len must be tokens[rank]. Every block travels with exactly its source's tokens, in
+  // buffers sized for the largest. Device blocks travel through host memory (StagingTransport)
+  // when `t` cannot take device pointers; device-side exchanges are ordered after `b`'s stream.
+  BlockRing(Backend& b, Transport& t, const TensorView& k, const TensorView& v, std::vector<int64_t> tokens,
+            FlightRecorder& recorder);
   ~BlockRing();
   BlockRing(const BlockRing&) = delete;
   BlockRing& operator=(const BlockRing&) = delete;
@@ -39,6 +43,10 @@ class BlockRing {
   // Posts hop `hop`'s exchange: the block held now goes to rank r + 1, the next one arrives from
   // rank r - 1. Returns the bytes the transport sent. Failures name the hop (RuntimeError).
   uint64_t post(int hop);
+  // The rank whose block hop `hop` holds: (r - hop) mod P.
+  int source(int hop) const { return ((rank_ - hop) % world_ + world_) % world_; }
+  // The bytes of the block that hop `hop` holds (K and V of its source's tokens).
+  size_t block_bytes(int hop) const { return 2 * token_bytes_ * size_t(tokens_[size_t(source(hop))]); }
   // Completes hop `hop`'s exchange: the next hop's block is then ready.
   void complete(int hop);
   // The transport's measure of the last completed exchange (-1: unknown).
@@ -52,13 +60,15 @@ class BlockRing {
  private:
   Transport& exchange() const { return staging_ ? *staging_ : t_; }
   void* block(int hop) const { return blocks_[hop % 2].get(); }
+  TensorView shaped(const TensorView& x, int hop) const;  // x with the token count of hop's source
 
   Transport& t_;
   FlightRecorder& recorder_;
   TensorView k_, v_;
   BlockLayout k_layout_, v_layout_;
   int rank_, world_;
-  size_t k_bytes_ = 0, block_bytes_ = 0;
+  std::vector<int64_t> tokens_;
+  size_t token_bytes_ = 0;  // bytes of one token of K (or of V): batch x kv_heads x dim x dtype size
   DeviceBuffer blocks_[2];
   std::unique_ptr<StagingTransport> staging_;  // after the blocks: destroyed first
   bool outstanding_ = false;                   // posting started and no wait returned yet

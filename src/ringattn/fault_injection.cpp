@@ -16,7 +16,7 @@ FaultInjectingTransport::FaultInjectingTransport(std::unique_ptr<Transport> inne
   tracker_->world = owned_->size();
 }
 
-size_t FaultInjectingTransport::inject(int hop, size_t bytes) {
+bool FaultInjectingTransport::inject(int hop) {
   const int r = rank();
   if (plan_.fires(FaultKind::Exit, r, hop)) {
     spdlog::warn("injected fault (RINGATTN_FAULT): rank {} exits at hop {}", r, hop);
@@ -31,20 +31,24 @@ size_t FaultInjectingTransport::inject(int hop, size_t bytes) {
   // An injected error stands for a transport that fails to post.
   if (plan_.fires(FaultKind::Error, r, hop))
     fail_runtime("injected transport error (RINGATTN_FAULT={}:{}:error)", r, hop);
-  // An injected corrupt block is short, which the receiving rank must detect.
-  return plan_.fires(FaultKind::Corrupt, r, hop) ? bytes / 2 : bytes;
+  // An injected corrupt block is short (both sides halved), which the receiving rank must detect.
+  return plan_.fires(FaultKind::Corrupt, r, hop);
 }
 
-void FaultInjectingTransport::start_exchange(const void* send, void* recv, size_t bytes) {
+void FaultInjectingTransport::start_exchange(const void* send, size_t send_bytes, void* recv, size_t recv_bytes) {
   tracker_->posted = 0;  // a new pass of the ring
   tracker_->in_flight = true;
-  ForwardingTransport::start_exchange(send, recv, inject(0, bytes));
+  const bool shorten = inject(0);
+  ForwardingTransport::start_exchange(send, shorten ? send_bytes / 2 : send_bytes, recv,
+                                      shorten ? recv_bytes / 2 : recv_bytes);
 }
 
-void FaultInjectingTransport::forward_exchange(const void* send, void* recv, size_t bytes) {
+void FaultInjectingTransport::forward_exchange(const void* send, size_t send_bytes, void* recv, size_t recv_bytes) {
   const int hop = ++tracker_->posted;
   tracker_->in_flight = true;
-  ForwardingTransport::forward_exchange(send, recv, inject(hop, bytes));
+  const bool shorten = inject(hop);
+  ForwardingTransport::forward_exchange(send, shorten ? send_bytes / 2 : send_bytes, recv,
+                                        shorten ? recv_bytes / 2 : recv_bytes);
 }
 
 void FaultInjectingTransport::wait_exchange() {

@@ -30,15 +30,15 @@ struct HopTracker {
 class FaultInjectingTransport final : public ForwardingTransport {
  public:
   FaultInjectingTransport(std::unique_ptr<Transport> inner, const FaultPlan& plan);
-  void start_exchange(const void* send, void* recv, size_t bytes) override;
-  void forward_exchange(const void* send, void* recv, size_t bytes) override;
+  void start_exchange(const void* send, size_t send_bytes, void* recv, size_t recv_bytes) override;
+  void forward_exchange(const void* send, size_t send_bytes, void* recv, size_t recv_bytes) override;
   void wait_exchange() override;
   bool abandon_exchange() noexcept override;
   std::shared_ptr<const HopTracker> tracker() const { return tracker_; }
 
  private:
   // Exit, hang, error and corrupt at posting time; returns the bytes to send.
-  size_t inject(int hop, size_t bytes);
+  bool inject(int hop);  // exit, hang or throw as planned; true when this hop's block is to be shortened
 
   std::unique_ptr<Transport> owned_;  // what the base forwards to
   FaultPlan plan_;

@@ -118,10 +118,13 @@ void validate_run_options(const RunOptions& opt) {
   if (opt.decode_splits < 0) fail_arg("decode splits {} must be >= 0 (0: the default)", opt.decode_splits);
 }
 
-uint64_t expected_ring_bytes(const GlobalProblem& p, int world) {
-  const uint64_t block = 2ull * uint64_t(p.batch * p.kv_heads * (p.kv_len / world) * p.head_dim) *
-                         uint64_t(dtype_size(p.dtype));
-  return uint64_t(world - 1) * block;
+uint64_t expected_ring_bytes(const GlobalProblem& p, int rank, int world) {
+  // Hop s (s < P - 1) passes on the block of rank (r - s) mod P: K and V of its tokens.
+  const std::vector<int64_t> tokens = shard_tokens(p.sharding, p.kv_len, world);
+  const uint64_t per_token = 2ull * uint64_t(p.batch * p.kv_heads * p.head_dim) * uint64_t(dtype_size(p.dtype));
+  uint64_t bytes = 0;
+  for (int s = 0; s + 1 < world; ++s) bytes += per_token * uint64_t(tokens[size_t(((rank - s) % world + world) % world)]);
+  return bytes;
 }
 
 double RankStats::hidden_fraction() const {
@@ -145,7 +148,7 @@ RankStats run_ring_attention(const GlobalProblem& p, const LocalTensors& x, Back
   // Every buffer is allocated before the hop loop.
   const auto t_setup = Clock::now();
   RowState rows(b, sched, x.out, x.lse);
-  BlockRing ring(b, t, x.k, x.v, flight_recorder());
+  BlockRing ring(b, t, x.k, x.v, shard_tokens(p.sharding, p.q_len, P), flight_recorder());
   b.synchronize();
   st.setup_s = seconds_since(t_setup);
 

@@ -8,8 +8,14 @@ BlockLayout layout_of(const TensorView& x) {
   const int64_t B = x.batch, H = x.heads, T = x.len, D = x.dim;
   // A dimension of extent 1 may carry any stride; only the others decide the layout.
   auto eq = [](int64_t n, int64_t stride, int64_t want) { return n <= 1 || stride == want; };
-  if (eq(T, x.stride_t, D) && eq(H, x.stride_h, T * D) && eq(B, x.stride_b, H * T * D)) return BlockLayout::Bhtd;
-  if (eq(H, x.stride_h, D) && eq(T, x.stride_t, H * D) && eq(B, x.stride_b, T * H * D)) return BlockLayout::Bthd;
+  const bool bhtd = eq(T, x.stride_t, D) && eq(H, x.stride_h, T * D) && eq(B, x.stride_b, H * T * D);
+  const bool bthd = eq(H, x.stride_h, D) && eq(T, x.stride_t, H * D) && eq(B, x.stride_b, T * H * D);
+  // A one-token shard (uneven shards) is dense in both layouts, but it must name the layout that
+  // the other ranks' blocks travel in (the agreement compares them): bthd_view gives it away by
+  // its token stride. (With one head the two layouts are the same memory at any length: bhtd.)
+  if (bhtd && bthd && H > 1 && T == 1 && x.stride_t == H * D) return BlockLayout::Bthd;
+  if (bhtd) return BlockLayout::Bhtd;
+  if (bthd) return BlockLayout::Bthd;
   return BlockLayout::Strided;
 }
 
@@ -42,7 +48,7 @@ void pack_block(Backend& b, void* dst, const TensorView& x) {
 
 std::string check_view(const char* what, const TensorView& x, int64_t batch, int64_t heads, int64_t len,
                        int64_t dim, DType dtype) {
-  if (x.data == nullptr) return fmt::format("{} has no data", what);
+  if (x.data == nullptr && x.numel() > 0) return fmt::format("{} has no data", what);
   if (x.batch != batch || x.heads != heads || x.len != len || x.dim != dim)
     return fmt::format("{} is [{}, {}, {}, {}] but this rank needs [{}, {}, {}, {}] (batch, heads, tokens, head_dim)",
                        what, x.batch, x.heads, x.len, x.dim, batch, heads, len, dim);

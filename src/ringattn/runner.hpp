@@ -47,8 +47,8 @@ RankStats run_distributed_decode(const GlobalProblem& p, const LocalTensors& x, 
 RankStats run_attention(const GlobalProblem& p, const LocalTensors& x, Backend& b, Transport& t,
                         const RunOptions& opt = {});
 
-// Bytes one rank sends through the ring exchange for `p` over `world` ranks: (P - 1) hops of one
-// packed K and V block each.
-uint64_t expected_ring_bytes(const GlobalProblem& p, int world);
+// Bytes rank `rank` sends through the ring exchange for `p` over `world` ranks: P - 1 hops, hop s
+// passing on the K and V of the tokens of rank (rank - s) mod P (shards may be uneven).
+uint64_t expected_ring_bytes(const GlobalProblem& p, int rank, int world);
 
 }  // namespace ringattn

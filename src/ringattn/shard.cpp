@@ -1,6 +1,5 @@
 // Sharding of a global sequence over ranks: the segments of global positions each rank holds.
 #include <cmath>
-#include <optional>
 #include <string>
 
 #include "core/mask.hpp"
@@ -51,61 +50,62 @@ int64_t ShardLayout::first_row(size_t segment) const {
   return row;
 }
 
-int64_t required_multiple(Sharding s, int world) {
-  return s == Sharding::Zigzag ? 2 * int64_t(world) : int64_t(world);
+namespace {
+
+// Boundary c of `chunks` near-equal chunks of n tokens: floor(c * n / chunks). Consecutive
+// chunks differ in size by at most one token (128-bit product: c * n may pass int64).
+int64_t chunk_begin(int64_t c, int64_t n, int64_t chunks) { return int64_t(PairCount(c) * n / chunks); }
+
+Segment chunk(int64_t c, int64_t n, int64_t chunks) {
+  const int64_t b = chunk_begin(c, n, chunks);
+  return {b, chunk_begin(c + 1, n, chunks) - b, 1};
 }
 
-void check_shardable(Sharding s, int64_t seq_len, int world) {
+}  // namespace
+
+void check_shardable(Sharding /*s*/, int64_t seq_len, int world) {
   if (world < 1) fail_arg("the world must have at least one rank (got {})", world);
   if (seq_len < 1) fail_arg("sequence length must be >= 1 (got {})", seq_len);
-  const int64_t m = required_multiple(s, world);
-  if (seq_len % m != 0) {
-    // The multiples either side, where they are lengths (> 0 and an int64).
-    const int64_t down = seq_len / m * m;
-    const std::optional<int64_t> up = try_add(down, m);
-    std::string nearest = down > 0 ? std::to_string(down) : "";
-    if (up) nearest += fmt::format("{}{}", nearest.empty() ? "" : " or ", *up);
-    if (s == Sharding::Zigzag)
-      fail_arg("sequence length {} cannot be split by zigzag sharding over {} ranks: it must be a multiple of 2 x "
-               "ranks = {} (nearest: {})", seq_len, world, m, nearest);
-    fail_arg("sequence length {} cannot be split by {} sharding over {} ranks: it must be a multiple of the rank "
-             "count {} (nearest: {})", seq_len, sharding_name(s), world, m, nearest);
-  }
 }
 
 ShardLayout shard_layout(Sharding s, int64_t seq_len, int rank, int world) {
   check_shardable(s, seq_len, world);
   if (rank < 0 || rank >= world) fail_arg("rank {} is outside the world of {} ranks", rank, world);
   const int64_t P = world, r = rank;
-  ShardLayout l;
+  std::vector<Segment> raw;
   switch (s) {
     case Sharding::Contiguous:
-      l.segments.push_back({r * (seq_len / P), seq_len / P, 1});  // P divides seq_len: no overflow
+      raw.push_back(chunk(r, seq_len, P));
       break;
-    case Sharding::Zigzag: {
-      const int64_t c = seq_len / (2 * P);
-      l.segments.push_back({r * c, c, 1});
-      l.segments.push_back({(2 * P - 1 - r) * c, c, 1});
+    case Sharding::Zigzag:
+      raw.push_back(chunk(r, seq_len, 2 * P));
+      raw.push_back(chunk(2 * P - 1 - r, seq_len, 2 * P));
       break;
-    }
-    case Sharding::Striped:
-      l.segments.push_back({r, seq_len / P, P});
+    case Sharding::Striped:  // tokens r, r + P, ...: ceil((seq_len - r) / P) of them, none when r >= seq_len
+      raw.push_back({r, r < seq_len ? (seq_len - r - 1) / P + 1 : 0, P});
       break;
   }
-  // Runs that continue each other become one segment (zigzag's last rank holds chunks P-1 and P;
+  // Empty segments go (a rank may hold no tokens when the sequence is shorter than the chunks);
+  // runs that continue each other become one segment (zigzag's last rank holds chunks P-1 and P;
   // at P = 1 every scheme is one run): one kernel call instead of several, and no fold between
   // them. Row order is unchanged.
-  std::vector<Segment> merged;
-  for (const Segment& g : l.segments) {
-    Segment* last = merged.empty() ? nullptr : &merged.back();
-    if (last && (last->stride == g.stride || last->len == 1) && g.stride == 1 && last->position(last->len) == g.start &&
-        last->stride == 1)
+  ShardLayout l;
+  for (Segment g : raw) {
+    if (g.len <= 0) continue;
+    if (g.len == 1) g.stride = 1;
+    Segment* last = l.segments.empty() ? nullptr : &l.segments.back();
+    if (last && last->stride == 1 && g.stride == 1 && last->position(last->len) == g.start)
       last->len += g.len;
     else
-      merged.push_back(g);
+      l.segments.push_back(g);
   }
-  l.segments = std::move(merged);
   return l;
+}
+
+std::vector<int64_t> shard_tokens(Sharding s, int64_t seq_len, int world) {
+  std::vector<int64_t> n(size_t(world > 0 ? world : 0));
+  for (int r = 0; r < world; ++r) n[size_t(r)] = shard_layout(s, seq_len, r, world).tokens();
+  return n;
 }
 
 Segment kv_shard(int64_t kv_len, int rank, int world) {

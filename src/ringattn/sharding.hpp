@@ -40,16 +40,19 @@ struct ShardLayout {
   int64_t first_row(size_t segment) const;        // local row where segments[segment] begins
 };
 
-// The smallest length unit a scheme can split across `world` ranks: P for contiguous and
-// striped, 2P for zigzag. The ring needs seq_len to be a multiple of it.
-int64_t required_multiple(Sharding s, int world);
-
-// Throws InvalidArgument (the same message on every rank, before any communication) when
-// `seq_len` cannot be split by `s` over `world` ranks; the message names the required multiple.
+// Every length splits over every world: contiguous cuts the sequence into P chunks and zigzag
+// into 2P chunks (rank r holds chunks r and 2P-1-r), chunk c being [floor(c N / n), floor((c+1)
+// N / n)), so chunk sizes differ by at most one token; striped gives token t to rank t mod P.
+// A rank may hold no tokens (P > N): it still takes part in the ring and contributes nothing.
+// Throws InvalidArgument when `world` < 1 or `seq_len` < 1 (the same on every rank).
 void check_shardable(Sharding s, int64_t seq_len, int world);
 
 // The layout of `rank` out of `world` for a sequence of `seq_len` tokens. Calls check_shardable.
+// Segments are never empty; a world of one is one segment [0, seq_len) under every scheme.
 ShardLayout shard_layout(Sharding s, int64_t seq_len, int rank, int world);
+
+// The tokens every rank holds (shard_layout(...).tokens() for rank 0 .. world - 1).
+std::vector<int64_t> shard_tokens(Sharding s, int64_t seq_len, int world);
 
 // The contiguous KV split of distributed decode: rank r holds keys [r*S/P, (r+1)*S/P) (floor
 // division, so any S works; a rank may hold none when S < P).

@@ -1,6 +1,7 @@
 # Errors under mpirun end every rank with a message, never a hang (each step is bounded).
 include(${HELPERS})
-step(EXPECT_RC nonzero COMMAND ${MPIRUN} ${RINGATTN} run --seq 1001 --shard zigzag STDERR "multiple of")
+step(EXPECT_RC nonzero COMMAND ${MPIRUN} ${RINGATTN} run --seq 0 --shard zigzag
+     STDERR "--seq: must be an integer in 1..9223372036854775807 \\(got '0'\\)")
 step(EXPECT_RC nonzero COMMAND ${MPIRUN} ${RINGATTN} run --heads 7 --kv-heads 2 STDERR "--heads 7")
 step(EXPECT_RC 0 COMMAND ${NPY_TOOL} random q.npy fp32 1 2 64 32 ${SEED})
 step(EXPECT_RC 0 COMMAND ${NPY_TOOL} random k.npy fp32 1 2 64 32 ${SEED})

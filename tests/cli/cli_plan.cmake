@@ -5,4 +5,9 @@ step(EXPECT_RC 0 COMMAND ${RINGATTN} plan --seq 8192 --ranks 4 --causal
      STDOUT "\n +3 +2048 +[0-9]+ +[0-9.]+ +[0-9]+ hops +25.0%  .3072,5120."
             "contiguous 1.75 zigzag 1.00")
 step(EXPECT_RC 0 COMMAND ${RINGATTN} plan --seq 12 --ranks 3 --shard striped STDOUT "0\\+3k")
-step(EXPECT_RC 1 COMMAND ${RINGATTN} plan --seq 13 --ranks 3 STDERR "multiple of 2 x ranks = 6")
+# Any length: uneven shards (13 over 3 ranks in 6 zigzag chunks of 2 or 3 tokens), and more
+# ranks than tokens (a rank with none).
+step(EXPECT_RC 0 COMMAND ${RINGATTN} plan --seq 13 --ranks 3 --causal
+     STDOUT "\n +0 +5 [^\n]+ .0,2. .10,13." "\n +1 +4 [^\n]+ .2,4. .8,10." "\n +2 +4 [^\n]+ .4,8."
+            "contiguous [0-9.]+ zigzag [0-9.]+ striped [0-9.]+")
+step(EXPECT_RC 0 COMMAND ${RINGATTN} plan --seq 3 --ranks 4 --shard contiguous STDOUT "\n +0 +0 +0 ")

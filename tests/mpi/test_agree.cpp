@@ -1,7 +1,7 @@
 // ranks: 1 2 3 4
 // Ranks agree or stop: a rank that describes a different problem, or passes tensors that do not
-// fit it, makes every rank throw the same InvalidArgument naming it; lengths a scheme cannot split
-// are rejected on every rank before any communication.
+// fit it, makes every rank throw the same InvalidArgument naming it; values that cannot work are
+// rejected on every rank before any communication, and every length splits.
 #include "mpi_test_util.hpp"
 #include "core/error.hpp"
 
@@ -16,7 +16,9 @@ class CountingTransport final : public Transport {
   int rank() const override { return inner_.rank(); }
   int size() const override { return inner_.size(); }
   bool accepts_device_memory() const override { return false; }
-  void start_exchange(const void* s, void* r, size_t n) override { ++calls, inner_.start_exchange(s, r, n); }
+  void start_exchange(const void* s, size_t ns, void* r, size_t nr) override {
+    ++calls, inner_.start_exchange(s, ns, r, nr);
+  }
   void wait_exchange() override { ++calls, inner_.wait_exchange(); }
   void allgather(const void* s, void* r, size_t n) override { ++calls, inner_.allgather(s, r, n); }
   void barrier() override { ++calls, inner_.barrier(); }
@@ -102,19 +104,23 @@ TEST(Agreement, RankWithWrongTensorsStopsEveryRank) {
   EXPECT_TRUE(test::same_on_all_ranks(msg)) << msg;
 }
 
-TEST(Agreement, IndivisibleLengthIsRejectedBeforeAnyCommunication) {
+// Every length splits over every world (uneven shards, ranks with no tokens); a length that
+// cannot work is still refused by name, on every rank, before any communication.
+TEST(Agreement, AnyLengthRunsAndZeroLengthIsRejectedBeforeAnyCommunication) {
   const int P = test::world_size();
   auto mpi = make_mpi_transport(MPI_COMM_WORLD);
   for (Sharding sh : {Sharding::Zigzag, Sharding::Contiguous, Sharding::Striped}) {
-    if (sh != Sharding::Zigzag && P == 1) continue;  // every length splits over one rank
-    CountingTransport t(*mpi);
     GlobalProblem p = small_ring(P);
     p.sharding = sh;
-    p.q_len = p.kv_len = required_multiple(sh, P) * 3 + 1;
+    for (int64_t n : {int64_t(1), int64_t(2 * P + 1), int64_t(4 * P - 1)}) {
+      p.q_len = p.kv_len = n;
+      const std::string msg = ring_error(p, *mpi);
+      EXPECT_EQ(msg, "") << sharding_name(sh) << " N=" << n;
+    }
+    CountingTransport t(*mpi);
+    p.q_len = p.kv_len = 0;
     const std::string msg = ring_error(p, t);
-    const std::string want = sh == Sharding::Zigzag ? fmt::format("multiple of 2 x ranks = {}", 2 * P)
-                                                    : fmt::format("multiple of the rank count {}", P);
-    EXPECT_NE(msg.find(want), std::string::npos) << msg;
+    EXPECT_NE(msg.find("q_len must be >= 1 (got 0)"), std::string::npos) << msg;
     EXPECT_EQ(t.calls, 0);
     EXPECT_TRUE(test::same_on_all_ranks(msg)) << msg;
   }

@@ -54,7 +54,7 @@ Measured run_once(MpiProgress mode) {
   SleepyBackend backend(std::chrono::milliseconds(150));
   auto t = make_mpi_transport(MPI_COMM_WORLD, mode);
   const RankStats st = run_ring_attention(p, LocalTensors{q.view, k.view, v.view, out.view, nullptr}, backend, *t);
-  EXPECT_EQ(st.bytes_sent, expected_ring_bytes(p, P));
+  EXPECT_EQ(st.bytes_sent, expected_ring_bytes(p, r, P));
   Measured m;
   for (const HopStats& h : st.hops)
     if (h.hop + 1 < P) m.exposed += h.exposed_comm_s, m.compute += h.compute_s;

@@ -1,7 +1,8 @@
 // ranks: 1 2 3 4
 // Ring attention over real MPI ranks with the CPU backend: every sharding, causal and full, GQA
-// and odd head counts, checked against the fp64 oracle and a world-of-one run of the same inputs,
-// bitwise determinism, and the bytes each rank must have sent.
+// and odd head counts, any length (uneven shards, ranks with no tokens), checked against the fp64
+// oracle and a world-of-one run of the same inputs, bitwise determinism, and the exact bytes each
+// rank must have sent.
 #include <cstring>
 #include <tuple>
 
@@ -17,10 +18,11 @@ using test::ShardTensor;
 struct RingCase {
   Sharding sharding;
   bool causal;
-  int64_t batch, q_heads, kv_heads, units, dim;  // seq_len = units * required multiple
+  int64_t batch, q_heads, kv_heads, units, dim;  // seq_len = units * 2P (zigzag) or units * P (others)
   DType dtype = DType::F32;
   bool bthd = false;
   MpiProgress progress = MpiProgress::Auto;
+  int64_t len = 0;  // > 0: seq_len itself, any length (uneven shards, ranks with no tokens)
 };
 
 void PrintTo(const RingCase& c, std::ostream* os) {
@@ -30,9 +32,10 @@ void PrintTo(const RingCase& c, std::ostream* os) {
 
 std::string case_name(const ::testing::TestParamInfo<RingCase>& i) {
   const RingCase& c = i.param;
-  return fmt::format("{}_{}_b{}h{}kv{}d{}_{}{}{}_{}", sharding_name(c.sharding), c.causal ? "causal" : "full", c.batch,
-                     c.q_heads, c.kv_heads, c.dim, dtype_name(c.dtype), c.bthd ? "_bthd" : "",
-                     c.progress == MpiProgress::Nonblocking ? "_nonblocking" : "", i.index);
+  return fmt::format("{}_{}_b{}h{}kv{}d{}_{}{}{}{}_{}", sharding_name(c.sharding), c.causal ? "causal" : "full",
+                     c.batch, c.q_heads, c.kv_heads, c.dim, dtype_name(c.dtype), c.bthd ? "_bthd" : "",
+                     c.progress == MpiProgress::Nonblocking ? "_nonblocking" : "",
+                     c.len > 0 ? fmt::format("_n{}", c.len) : "", i.index);
 }
 
 // One rank's tensors for a ring problem, inputs filled from the deterministic global inputs.
@@ -66,7 +69,7 @@ TEST_P(RingAttention, MatchesOracleAndWorldOfOneAndIsDeterministic) {
   p.batch = c.batch;
   p.q_heads = c.q_heads;
   p.kv_heads = c.kv_heads;
-  p.q_len = p.kv_len = c.units * required_multiple(c.sharding, P);
+  p.q_len = p.kv_len = c.len > 0 ? c.len : c.units * (c.sharding == Sharding::Zigzag ? 2 * P : P);
   p.head_dim = c.dim;
   p.dtype = c.dtype;
   p.causal = c.causal;
@@ -82,14 +85,20 @@ TEST_P(RingAttention, MatchesOracleAndWorldOfOneAndIsDeterministic) {
   const uint64_t sent_before = transport->bytes_sent();
   const RankStats st = run_ring_attention(p, shard.tensors(), *backend, *transport, opt);
 
-  // Bytes: (P - 1) packed K/V blocks; a ring that silently did not exchange fails here.
-  EXPECT_EQ(st.bytes_sent, expected_ring_bytes(p, P));
-  EXPECT_EQ(transport->bytes_sent() - sent_before, expected_ring_bytes(p, P));
+  // Bytes: (P - 1) packed K/V blocks, hop s passing on exactly the tokens of rank r - s; a ring
+  // that silently did not exchange, or padded uneven blocks, fails here.
+  uint64_t want_bytes = 0;
+  for (int s = 0; s + 1 < P; ++s)
+    want_bytes += uint64_t(shard_layout(p.sharding, p.q_len, (r - s + P) % P, P).tokens()) * 2 *
+                  uint64_t(p.batch * p.kv_heads * p.head_dim * dtype_size(p.dtype));
+  EXPECT_EQ(st.bytes_sent, want_bytes);
+  EXPECT_EQ(expected_ring_bytes(p, r, P), want_bytes);
+  EXPECT_EQ(transport->bytes_sent() - sent_before, expected_ring_bytes(p, r, P));
   ASSERT_EQ(int(st.hops.size()), P);
   uint64_t hop_bytes = 0;
   for (const HopStats& h : st.hops) hop_bytes += h.bytes_sent;
   EXPECT_EQ(hop_bytes, st.bytes_sent);
-  if (P > 1) EXPECT_GT(st.bytes_sent, 0u);
+  if (P > 1 && p.q_len >= P) EXPECT_GT(st.bytes_sent, 0u);
 
   // The oracle on the gathered inputs, row by row at this rank's global positions.
   const GlobalInputs g(p, seed);
@@ -144,6 +153,14 @@ std::vector<RingCase> ring_cases() {
   v.push_back({Sharding::Striped, true, 1, 4, 2, 11, 8, DType::F32, false, MpiProgress::Nonblocking});
   v.push_back({Sharding::Contiguous, false, 1, 6, 3, 7, 32, DType::F32, true, MpiProgress::HelperThread});
   v.push_back({Sharding::Zigzag, true, 1, 2, 1, 8, 16, DType::F16});
+  // Any length at every P: lengths below P (ranks with no tokens), odd, and one off a power of two.
+  for (Sharding sh : {Sharding::Contiguous, Sharding::Zigzag, Sharding::Striped})
+    for (bool causal : {true, false})
+      for (int64_t n : {1, 2, 3, 77, 1023, 1025}) {
+        const bool bthd = n == 77;  // the [B,T,H,D] layout with uneven shards (one-token shards too)
+        v.push_back({sh, causal, 1, 4, 2, 0, 8, DType::F32, bthd, MpiProgress::Auto, n});
+      }
+  v.push_back({Sharding::Zigzag, true, 1, 2, 1, 0, 16, DType::F16, true, MpiProgress::Nonblocking, 5});
   return v;
 }
 

@@ -46,20 +46,20 @@ TEST(StagingTransport, StagesOncePerPassAndDeliversToTheDevice) {
   EXPECT_TRUE(t.accepts_device_memory());
   std::vector<unsigned char> a = random_bytes(n, rng), b(n, 0), other = random_bytes(n, rng);
   const std::vector<unsigned char> sent = a;
-  t.start_exchange(a.data(), b.data(), n);
+  t.start_exchange(a.data(), n, b.data(), n);
   t.wait_exchange();
   EXPECT_EQ(b, sent);
   EXPECT_EQ(c.to_host, 1);
   EXPECT_EQ(c.from_host, 1);
   // Passing the received block on sends the host copy: no copy back from the device.
   std::fill(a.begin(), a.end(), 0);
-  t.forward_exchange(b.data(), a.data(), n);
+  t.forward_exchange(b.data(), n, a.data(), n);
   t.wait_exchange();
   EXPECT_EQ(a, sent);
   EXPECT_EQ(c.to_host, 1);
   EXPECT_EQ(c.from_host, 2);
   // A block that this decorator did not receive is copied from the device.
-  t.forward_exchange(other.data(), b.data(), n);
+  t.forward_exchange(other.data(), n, b.data(), n);
   t.wait_exchange();
   EXPECT_EQ(b, other);
   EXPECT_EQ(c.to_host, 2);
@@ -76,7 +76,7 @@ TEST(StagingTransport, AnExchangeThatCannotEndKeepsTheHostBuffers) {
   std::vector<unsigned char> a(64, 7), b(64, 0);
   {
     StagingTransport t(inner, c.copies(), 64);
-    t.start_exchange(a.data(), b.data(), 64);
+    t.start_exchange(a.data(), 64, b.data(), 64);
     EXPECT_FALSE(t.abandon_exchange());
   }
   EXPECT_TRUE(inner.in_flight());
@@ -95,7 +95,9 @@ TEST(BlockRing, TwoRingsAtOnceKeepTheirOwnBlocks) {
   test::HostTensor k2(DType::BF16, 2, 1, 4, 8, rng, true), v2(DType::BF16, 2, 1, 4, 8, rng, true);
   FaultyTransport t1(1, world, TransportFault::None, -1), t2(1, world, TransportFault::None, -1);
   FlightRecorder rec;
-  BlockRing r1(*cpu, t1, k1.view, v1.view, rec), r2(*cpu, t2, k2.view, v2.view, rec);
+  // Every rank holds as many tokens as this one (the double echoes this rank's block).
+  BlockRing r1(*cpu, t1, k1.view, v1.view, std::vector<int64_t>(world, 8), rec),
+      r2(*cpu, t2, k2.view, v2.view, std::vector<int64_t>(world, 4), rec);
   const auto same = [](const TensorView& a, const test::HostTensor& b) {
     const size_t bytes = b.bytes.size();
     std::vector<unsigned char> dense(bytes);

@@ -71,8 +71,8 @@ TEST(RingSchedule, UnequalStridesAreRejected) {
 TEST(RingSchedule, CoversTheMaskExactlyOnce) {
   for (Sharding sh : {Sharding::Contiguous, Sharding::Zigzag, Sharding::Striped})
     for (int P = 1; P <= 5; ++P)
+      for (const int64_t N : {int64_t(1), int64_t(2), int64_t(3), int64_t(7), int64_t(6 * P), int64_t(6 * P + 5)})
       for (bool causal : {false, true}) {
-        const int64_t N = required_multiple(sh, P) * 3;
         std::map<std::pair<int64_t, int64_t>, int> count;
         int64_t total = 0;
         for (int r = 0; r < P; ++r) {
@@ -97,7 +97,7 @@ TEST(RingSchedule, CoversTheMaskExactlyOnce) {
           total += s.visible_pairs();
         }
         const int64_t want = causal ? N * (N + 1) / 2 : N * N;
-        EXPECT_EQ(int64_t(count.size()), want) << sharding_name(sh) << " P=" << P << " causal=" << causal;
+        EXPECT_EQ(int64_t(count.size()), want) << sharding_name(sh) << " P=" << P << " N=" << N << " causal=" << causal;
         EXPECT_EQ(total, want);
         for (const auto& [pair, n] : count) ASSERT_EQ(n, 1) << pair.first << "," << pair.second;
       }

@@ -1,7 +1,10 @@
 // Sharding layouts, the lengths each scheme accepts, and the problem checks.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <vector>
+
+#include <fmt/format.h>
 
 #include "core/error.hpp"
 #include "ringattn/ring.hpp"
@@ -9,33 +12,61 @@
 namespace ringattn {
 namespace {
 
-TEST(Shard, LayoutsPartitionTheSequence) {
+// Every length over every world: the shards partition [0, N); chunk sizes differ by at most one
+// token; each token is where its scheme puts it; segments are never empty.
+TEST(Shard, LayoutsPartitionEveryLength) {
   for (Sharding sh : {Sharding::Contiguous, Sharding::Zigzag, Sharding::Striped})
-    for (int P = 1; P <= 6; ++P) {
-      const int64_t N = required_multiple(sh, P) * 5;
-      std::vector<int> owner(size_t(N), -1);
-      for (int r = 0; r < P; ++r) {
-        const ShardLayout l = shard_layout(sh, N, r, P);
-        EXPECT_EQ(l.tokens(), N / P);
-        for (int64_t i = 0; i < l.tokens(); ++i) {
-          const int64_t pos = l.global_position(i);
-          ASSERT_GE(pos, 0);
-          ASSERT_LT(pos, N);
-          ASSERT_EQ(owner[size_t(pos)], -1) << sharding_name(sh) << " token " << pos << " held twice";
-          owner[size_t(pos)] = r;
+    for (int P = 1; P <= 6; ++P)
+      for (int64_t N = 1; N <= 40; ++N) {
+        SCOPED_TRACE(fmt::format("{} P={} N={}", sharding_name(sh), P, N));
+        const int64_t chunks = sh == Sharding::Zigzag ? 2 * P : P;
+        std::vector<int> owner(size_t(N), -1);
+        int64_t min_tokens = N, max_tokens = 0;
+        for (int r = 0; r < P; ++r) {
+          const ShardLayout l = shard_layout(sh, N, r, P);
+          for (const Segment& g : l.segments) ASSERT_GT(g.len, 0);
+          min_tokens = std::min(min_tokens, l.tokens());
+          max_tokens = std::max(max_tokens, l.tokens());
+          for (int64_t i = 0; i < l.tokens(); ++i) {
+            const int64_t pos = l.global_position(i);
+            ASSERT_GE(pos, 0);
+            ASSERT_LT(pos, N);
+            ASSERT_EQ(owner[size_t(pos)], -1) << "token " << pos << " held twice";
+            owner[size_t(pos)] = r;
+          }
         }
-      }
-      for (int64_t t = 0; t < N; ++t) {
-        ASSERT_NE(owner[size_t(t)], -1);
-        const int r = owner[size_t(t)];
-        if (sh == Sharding::Contiguous) EXPECT_EQ(r, t / (N / P));
-        if (sh == Sharding::Striped) EXPECT_EQ(r, t % P);
-        if (sh == Sharding::Zigzag) {
-          const int64_t chunk = t / (N / (2 * P));
-          EXPECT_TRUE(chunk == r || chunk == 2 * P - 1 - r);
+        // One token per chunk at most: P chunks (contiguous, striped) or two per rank (zigzag).
+        EXPECT_LE(max_tokens - min_tokens, sh == Sharding::Zigzag ? 2 : 1);
+        std::vector<int64_t> chunk_size(size_t(chunks), 0);
+        for (int64_t t = 0; t < N; ++t) {
+          ASSERT_NE(owner[size_t(t)], -1) << "token " << t << " held by no rank";
+          const int r = owner[size_t(t)];
+          // Chunk c of n is [floor(c N / n), floor((c + 1) N / n)): found by scanning, as defined.
+          int64_t c = 0;
+          while (c + 1 < chunks && (c + 1) * N / chunks <= t) ++c;
+          ++chunk_size[size_t(c)];
+          if (sh == Sharding::Contiguous) EXPECT_EQ(r, c);
+          if (sh == Sharding::Striped) EXPECT_EQ(r, t % P);
+          if (sh == Sharding::Zigzag) EXPECT_TRUE(c == r || c == 2 * P - 1 - r) << "token " << t;
         }
+        if (sh != Sharding::Striped)
+          for (int64_t n : chunk_size) EXPECT_TRUE(n == N / chunks || n == N / chunks + 1) << n;
+        if (P == 1) ASSERT_EQ(shard_layout(sh, N, 0, 1).segments.size(), 1u);  // a world of one never shards
       }
-    }
+}
+
+TEST(Shard, RanksBeyondTheTokensHoldNothing) {
+  // Three tokens over four ranks: one rank holds none under every scheme, and still has a layout.
+  for (Sharding sh : {Sharding::Contiguous, Sharding::Zigzag, Sharding::Striped}) {
+    const std::vector<int64_t> n = shard_tokens(sh, 3, 4);
+    ASSERT_EQ(n.size(), 4u);
+    EXPECT_EQ(n[0] + n[1] + n[2] + n[3], 3);
+    EXPECT_EQ(*std::min_element(n.begin(), n.end()), 0) << sharding_name(sh);
+  }
+  const ShardLayout empty = shard_layout(Sharding::Striped, 3, 3, 4);
+  EXPECT_TRUE(empty.segments.empty());
+  EXPECT_EQ(empty.tokens(), 0);
+  EXPECT_THROW(empty.global_position(0), InvalidArgument);
 }
 
 TEST(Shard, ZigzagRowOrderIsChunkRThenMirror) {
@@ -63,21 +94,19 @@ TEST(Shard, AdjacentChunksBecomeOneSegment) {
   }
 }
 
-TEST(Shard, IndivisibleLengthsNameTheRequiredMultiple) {
-  try {
-    check_shardable(Sharding::Zigzag, 100, 4);
-    FAIL() << "expected InvalidArgument";
-  } catch (const InvalidArgument& e) {
-    EXPECT_NE(std::string(e.what()).find("multiple of 2 x ranks = 8"), std::string::npos) << e.what();
-  }
-  try {
-    check_shardable(Sharding::Striped, 10, 3);
-    FAIL() << "expected InvalidArgument";
-  } catch (const InvalidArgument& e) {
-    EXPECT_NE(std::string(e.what()).find("multiple of the rank count 3"), std::string::npos) << e.what();
-  }
-  EXPECT_NO_THROW(check_shardable(Sharding::Contiguous, 12, 3));
-  EXPECT_THROW(shard_layout(Sharding::Contiguous, 13, 0, 3), InvalidArgument);
+TEST(Shard, ValuesThatCannotWorkAreNamed) {
+  auto message = [](auto&& f) -> std::string {
+    try {
+      f();
+    } catch (const InvalidArgument& e) {
+      return e.what();
+    }
+    return "";
+  };
+  EXPECT_EQ(message([] { check_shardable(Sharding::Zigzag, 0, 4); }), "sequence length must be >= 1 (got 0)");
+  EXPECT_EQ(message([] { check_shardable(Sharding::Striped, 10, 0); }), "the world must have at least one rank (got 0)");
+  EXPECT_EQ(message([] { shard_layout(Sharding::Contiguous, 13, 3, 3); }), "rank 3 is outside the world of 3 ranks");
+  EXPECT_EQ(message([] { check_shardable(Sharding::Zigzag, 100, 8); }), "");  // 100 is not a multiple of 16
 }
 
 TEST(Shard, ParseSharding) {

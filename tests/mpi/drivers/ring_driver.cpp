@@ -63,7 +63,7 @@ int run(const DriverOptions& o, Transport& t, Backend& backend) {
     p.causal = !o.full;
     p.dtype = parse_dtype(o.dtype);
     p.sharding = parse_sharding(name);
-    validate_problem(p, P);  // local: an indivisible length stops here, before any communication
+    validate_problem(p, P);  // local: a length that cannot work stops here, before any communication
     const ShardLayout l = shard_layout(p.sharding, p.q_len, r, P);
     const int64_t T = l.tokens();
     const size_t es = size_t(dtype_size(p.dtype));
