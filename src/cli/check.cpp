@@ -58,6 +58,12 @@ CheckResult check_rows(const GlobalProblem& p, InputSource& src, const LocalProb
   const int64_t tq = l.q_layout.tokens(), D = p.head_dim, H = p.q_heads, S = p.kv_len;
   // Clamped to what can change visibility (core/mask.hpp clamp_offset): row + off + 1 cannot overflow.
   const int64_t off = clamp_offset(MaskSpec{p.causal, p.resolved_q_offset()}, p.q_len, S).q_offset;
+  const std::vector<int64_t> doc_bounds = p.doc_bounds();
+  const Documents docs = documents_of(doc_bounds);
+  // The keys row `global_row` sees (core/mask.hpp): a prefix under the mask, or its document's.
+  auto row_keys = [&](int64_t global_row) {
+    return docs.none() ? visible_range(MaskSpec{p.causal, off}, global_row, S) : document_keys(docs, p.causal, global_row);
+  };
   // The local rows this rank answers for.
   std::vector<int64_t> mine;
   for (int64_t i = 0; i < tq; ++i)
@@ -106,7 +112,7 @@ CheckResult check_rows(const GlobalProblem& p, InputSource& src, const LocalProb
     const int64_t b = rows[g0].b, hk = rows[g0].h / group;
     int64_t keys = 0;  // the most keys any row of the group sees
     for (size_t i = g0; i < g1; ++i)
-      keys = std::max(keys, visible_range(MaskSpec{p.causal, off}, rows[i].global_row, S).end);
+      keys = std::max(keys, row_keys(rows[i].global_row).end);
     kslab.resize(size_t(std::max<int64_t>(keys, 1) * D * es));
     vslab.resize(kslab.size());
     if (keys > 0) {
@@ -125,10 +131,17 @@ CheckResult check_rows(const GlobalProblem& p, InputSource& src, const LocalProb
       const RowRef& row = rows[i];
       FlashParams fp;
       fp.q = bhtd_view(qrows.data() + (i - g0) * D * es, p.dtype, 1, 1, 1, D);
-      fp.k = bhtd_view(kslab.data(), p.dtype, 1, 1, std::max<int64_t>(keys, 1), D);
-      fp.v = bhtd_view(vslab.data(), p.dtype, 1, 1, std::max<int64_t>(keys, 1), D);
       fp.scale = scale;
-      fp.mask = MaskSpec{p.causal, row.global_row + off};  // row 0 of the one-row view is global row global_row
+      if (docs.none()) {
+        fp.k = bhtd_view(kslab.data(), p.dtype, 1, 1, std::max<int64_t>(keys, 1), D);
+        fp.v = bhtd_view(vslab.data(), p.dtype, 1, 1, std::max<int64_t>(keys, 1), D);
+        fp.mask = MaskSpec{p.causal, row.global_row + off};  // row 0 of the one-row view is global row global_row
+      } else {  // the keys of the row's document up to where it sees: all of them visible
+        const KeyRange kr = row_keys(row.global_row);
+        fp.k = bhtd_view(kslab.data() + kr.begin * D * es, p.dtype, 1, 1, kr.size(), D);
+        fp.v = bhtd_view(vslab.data() + kr.begin * D * es, p.dtype, 1, 1, kr.size(), D);
+        fp.mask = MaskSpec{false, 0};
+      }
       std::vector<double> ref(static_cast<size_t>(D));
       double ref_lse = 0;
       cpu::naive_row(fp, 0, 0, 0, ref.data(), &ref_lse);

@@ -127,6 +127,11 @@ void add_problem_flags(CLI::App& app, ProblemOptions& o, bool with_seq) {
     app.add_option("--q", o.q_file, "queries: .npy [batch, heads, q_len, dim], <f4 or <f2");
     app.add_option("--k", o.k_file, "keys: .npy [batch, kv_heads, kv_len, dim]");
     app.add_option("--v", o.v_file, "values: .npy [batch, kv_heads, kv_len, dim]");
+    app.add_option("--doc-lens", o.doc_lens,
+                   "packed documents: their lengths, comma-separated, summing to the sequence; each attends only to "
+                   "itself (causal within it with --causal)");
+    app.add_option("--cu-seqlens", o.cu_seqlens_file,
+                   "packed documents as a .npy of int32 or int64 boundaries: 0, then the running sums of the lengths");
   }
   app.add_option("--dim", o.dim, "head dimension")->check(int_range<int64_t>(1))->capture_default_str();
   app.add_option("--seed", o.seed, "seed of the random inputs")->check(int_range<uint64_t>(0))->capture_default_str();
@@ -287,6 +292,8 @@ void validate_problem_options(const ProblemOptions& o) {
     fail_arg("--heads {} is not a multiple of --kv-heads {}: grouped-query attention needs heads = g * kv-heads "
              "(e.g. --heads {} --kv-heads {})", o.heads, o.kv_heads, o.kv_heads * std::max<int64_t>(1, o.heads / o.kv_heads),
              o.kv_heads);
+  if (!o.doc_lens.empty() && !o.cu_seqlens_file.empty())
+    fail_arg("--doc-lens and --cu-seqlens both give the documents: use one of them");
   const int nfiles = int(!o.q_file.empty()) + int(!o.k_file.empty()) + int(!o.v_file.empty());
   if (nfiles != 0 && nfiles != 3) fail_arg("--q, --k and --v go together: give all three files or none (got {})", nfiles);
   ringattn::RunOptions tiles;  // checked here, before MPI starts and anything is allocated

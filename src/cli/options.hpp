@@ -20,6 +20,8 @@ struct ProblemOptions {
   std::optional<int64_t> q_offset;  // default: kv_len - q_len
   uint64_t seed = 1;
   std::string q_file, k_file, v_file;
+  std::string doc_lens;         // packed documents: "1000,3000,517" (lengths summing to the sequence)
+  std::string cu_seqlens_file;  // or their boundaries: a .npy of int32/int64 prefix sums from 0
   bool causal = false;
   std::string device = "cpu";       // cpu | cuda
   std::string dtype;                // empty: fp32 on cpu, bf16 on cuda, the files' dtype for files

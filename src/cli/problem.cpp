@@ -3,6 +3,7 @@
 #include <sys/stat.h>
 
 #include <algorithm>
+#include <charconv>
 #include <cerrno>
 #include <cstring>
 #include <limits>
@@ -10,6 +11,7 @@
 #include "core/mask.hpp"
 #include "core/error.hpp"
 #include "ringattn/fault.hpp"
+#include "ringattn/npy.hpp"
 #include "ringattn/schedule.hpp"
 
 namespace ringattn::cli {
@@ -95,6 +97,40 @@ void InputSource::fill(InputTensor which, const TensorView& x, const ShardLayout
 
 DType default_dtype(const ProblemOptions& o) { return o.device == "cuda" ? DType::BF16 : DType::F32; }
 
+// The document lengths of --doc-lens or --cu-seqlens (empty when neither is given). The sum is
+// checked against the sequence by validate_problem.
+std::vector<int64_t> document_lengths(const ProblemOptions& o) {
+  std::vector<int64_t> lens;
+  if (!o.doc_lens.empty()) {
+    size_t at = 0;
+    for (;;) {
+      const size_t comma = o.doc_lens.find(',', at);
+      const std::string item = o.doc_lens.substr(at, comma == std::string::npos ? std::string::npos : comma - at);
+      int64_t n = 0;
+      const auto [end, ec] = std::from_chars(item.data(), item.data() + item.size(), n);
+      if (item.empty() || ec != std::errc() || end != item.data() + item.size() || n < 1)
+        fail_arg("--doc-lens '{}': document {} is '{}', but every length must be a decimal integer >= 1 (e.g. "
+                 "--doc-lens 1000,3000,517)", o.doc_lens, lens.size(), item);
+      lens.push_back(n);
+      if (comma == std::string::npos) break;
+      at = comma + 1;
+    }
+  } else if (!o.cu_seqlens_file.empty()) {
+    expect_regular_file("--cu-seqlens", o.cu_seqlens_file);
+    const std::vector<int64_t> cu = read_npy_int_vector(o.cu_seqlens_file);
+    if (cu.size() < 2 || cu[0] != 0)
+      fail_arg("--cu-seqlens {}: boundaries must start at 0 and hold at least two values (got {} value(s){})",
+               o.cu_seqlens_file, cu.size(), cu.empty() ? "" : fmt::format(", the first {}", cu[0]));
+    for (size_t i = 1; i < cu.size(); ++i) {
+      if (cu[i] <= cu[i - 1])
+        fail_arg("--cu-seqlens {}: boundaries must increase, but value {} is {} after {} (an empty or negative "
+                 "document)", o.cu_seqlens_file, i, cu[i], cu[i - 1]);
+      lens.push_back(cu[i] - cu[i - 1]);
+    }
+  }
+  return lens;
+}
+
 ProblemSetup setup_problem(const ProblemOptions& o) {
   ProblemSetup s;
   GlobalProblem& p = s.problem;
@@ -143,6 +179,7 @@ ProblemSetup setup_problem(const ProblemOptions& o) {
     p.dtype = !o.dtype.empty() ? parse_dtype(o.dtype) : all_half ? DType::F16 : default_dtype(o);
   }
   if (o.q_offset) p.q_offset = *o.q_offset;
+  p.doc_lens = document_lengths(o);
   return s;
 }
 
@@ -200,6 +237,8 @@ LocalProblem load_local(const GlobalProblem& p, InputSource& src, Backend& b, in
 
 double visible_pairs(const GlobalProblem& p) {
   const int64_t T = p.q_len, S = p.kv_len;
+  const std::vector<int64_t> bounds = p.doc_bounds();
+  if (!bounds.empty()) return count_document_pairs<double>(documents_of(bounds), p.causal);
   return count_visible<double>(MaskSpec{p.causal, p.resolved_q_offset()}, 0, T, S);
 }
 

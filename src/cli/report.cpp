@@ -80,7 +80,8 @@ std::string problem_line(const GlobalProblem& p) {
                      p.q_heads, p.kv_heads, kind, p.q_len, p.kv_len, p.head_dim, dtype_name(p.dtype),
                      p.causal ? "causal" : "full", p.resolved_q_offset(),
                      p.is_ring() ? fmt::format("ring, {} sharding", sharding_name(p.sharding))
-                                 : std::string("kv-sharded decode"));
+                                 : std::string("kv-sharded decode")) +
+         (p.doc_lens.empty() ? "" : fmt::format(", {} packed documents", p.doc_lens.size()));
 }
 
 std::string human_bytes(double b) {

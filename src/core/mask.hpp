@@ -99,4 +99,50 @@ RA_HD Acc count_visible(const MaskSpec& m, int64_t row0, int64_t rows, int64_t k
   return Acc(n) * Acc(a) + Acc(lo + hi - 1) * Acc(n) / Acc(2) + Acc(rows - hi) * Acc(kv_len);
 }
 
+// ---------------------------------------------------------------------------------------------
+// Packed documents (FlashAttention's varlen, cu_seqlens): one sequence concatenated from
+// documents with boundaries cu[0] = 0 < cu[1] < ... < cu[count] = sequence length, in absolute
+// positions. A query sees only the keys of its own document: all of them, or (causal) those not
+// after itself. Kernels never see documents: the ring schedule (src/ringattn/schedule.cpp) splits
+// every call at the boundaries, so each kernel call lies inside one document and its MaskSpec
+// above is exact; a tile across documents is never loaded, and a tile on a boundary is the tail
+// tile of a call.
+
+struct Documents {
+  const int64_t* cu = nullptr;  // count + 1 boundaries; null when the sequence is one document
+  int64_t count = 0;
+  RA_HD bool none() const { return count <= 0; }
+};
+
+// The document d with cu[d] <= pos < cu[d + 1], for a position inside the sequence.
+RA_HD int64_t document_of(const Documents& docs, int64_t pos) {
+  int64_t lo = 0, hi = docs.count - 1;  // the answer lies in [lo, hi]
+  while (lo < hi) {
+    const int64_t mid = lo + (hi - lo + 1) / 2;
+    if (docs.cu[mid] <= pos) lo = mid;
+    else hi = mid - 1;
+  }
+  return lo;
+}
+
+// The keys (absolute positions) that the query at absolute position `pos` sees in a
+// self-attention over the packed sequence: its document's keys, cut at pos + 1 when causal.
+RA_HD KeyRange document_keys(const Documents& docs, bool causal, int64_t pos) {
+  const int64_t d = document_of(docs, pos);
+  const int64_t end = docs.cu[d + 1];
+  return {docs.cu[d], causal && pos + 1 < end ? pos + 1 : end};
+}
+
+// Visible query-key pairs of a whole self-attention over the packed sequence: each document is
+// its own full or causal block.
+template <typename Acc = int64_t>
+RA_HD Acc count_document_pairs(const Documents& docs, bool causal) {
+  Acc n = 0;
+  for (int64_t d = 0; d < docs.count; ++d) {
+    const int64_t len = docs.cu[d + 1] - docs.cu[d];
+    n += count_visible<Acc>(MaskSpec{causal, 0}, 0, len, len);
+  }
+  return n;
+}
+
 }  // namespace ringattn

@@ -18,9 +18,18 @@ struct Description {
   uint32_t magic = kMagic, version = kProblemVersion;
   int32_t world = 0, operation = 0;  // operation: 1 ring, 2 decode
   int64_t batch = 0, q_heads = 0, kv_heads = 0, q_len = 0, kv_len = 0, head_dim = 0, q_offset = 0;
+  int64_t doc_count = 0, doc_hash = 0;  // packed documents: how many, and a hash of their lengths
   uint32_t dtype = 0, causal = 0, sharding = 0, scale_bits = 0, k_layout = 0, v_layout = 0;
   char error[224] = {};
 };
+
+// FNV-1a over the document lengths: ranks with different lists disagree (a collision is 2^-64).
+int64_t hash_lengths(const std::vector<int64_t>& lens) {
+  uint64_t h = 1469598103934665603ull;
+  for (int64_t n : lens)
+    for (int i = 0; i < 8; ++i) h = (h ^ ((uint64_t(n) >> (8 * i)) & 0xff)) * 1099511628211ull;
+  return int64_t(h);
+}
 
 Description describe(const GlobalProblem& p, const LocalVerdict& local, int world) {
   Description d;
@@ -32,6 +41,8 @@ Description describe(const GlobalProblem& p, const LocalVerdict& local, int worl
   d.q_len = p.q_len;
   d.kv_len = p.kv_len;
   d.head_dim = p.head_dim;
+  d.doc_count = int64_t(p.doc_lens.size());
+  d.doc_hash = p.doc_lens.empty() ? 0 : hash_lengths(p.doc_lens);
   d.q_offset = p.resolved_q_offset();
   d.dtype = uint32_t(p.dtype);
   d.causal = p.causal ? 1 : 0;
@@ -63,6 +74,8 @@ std::string first_difference(const Description& a, const Description& ref, int r
       {"kv_heads", {a.kv_heads, ref.kv_heads}}, {"q_len", {a.q_len, ref.q_len}},
       {"kv_len", {a.kv_len, ref.kv_len}},       {"head_dim", {a.head_dim, ref.head_dim}},
       {"q_offset", {a.q_offset, ref.q_offset}}, {"causal", {a.causal, ref.causal}},
+      {"documents (count)", {a.doc_count, ref.doc_count}},
+      {"document lengths (hash)", {a.doc_hash, ref.doc_hash}},
       {"k layout (0 bhtd, 1 bthd, 2 strided)", {a.k_layout, ref.k_layout}},
       {"v layout (0 bhtd, 1 bthd, 2 strided)", {a.v_layout, ref.v_layout}}};
   for (const auto& [name, v] : ints)

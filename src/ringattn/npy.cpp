@@ -166,7 +166,8 @@ std::string NpyHeader::shape_string() const {
   return s + "]";
 }
 
-NpyHeader parse_npy_header(const void* data, size_t available, uint64_t file_size, const std::string& name) {
+NpyHeader parse_npy_header(const void* data, size_t available, uint64_t file_size, const std::string& name,
+                           bool integers) {
   const auto* p = static_cast<const uint8_t*>(data);
   if (available > file_size) available = size_t(file_size);
   if (available < kMagicLen + 2 || std::memcmp(p, kMagic, kMagicLen) != 0)
@@ -196,7 +197,12 @@ NpyHeader parse_npy_header(const void* data, size_t available, uint64_t file_siz
   bool fortran = false;
   DictParser(dict, name).parse(descr, fortran, h.shape);
 
-  if (descr == "<f4") {
+  if (integers) {
+    if (descr == "<i4" || descr == "<i8")
+      h.int_bytes = descr == "<i4" ? 4 : 8;
+    else
+      fail_arg("{}: dtype '{}' is not supported here: allowed are '<i4' (int32) and '<i8' (int64)", name, descr);
+  } else if (descr == "<f4") {
     h.dtype = DType::F32;
   } else if (descr == "<f2") {
     h.dtype = DType::F16;
@@ -220,6 +226,34 @@ NpyHeader parse_npy_header(const void* data, size_t available, uint64_t file_siz
     fail_arg("{}: shape {} of {} needs {} bytes of data after a {}-byte header ({} in all) but the file has {} bytes",
              name, h.shape_string(), descr, bytes, h.data_offset, expected, file_size);
   return h;
+}
+
+std::vector<int64_t> read_npy_int_vector(const std::string& path) {
+  std::FILE* f = open_or_fail(path, "rb", "reading");
+  std::vector<uint8_t> bytes;
+  uint8_t buf[1 << 16];
+  for (size_t n; (n = std::fread(buf, 1, sizeof(buf), f)) > 0;) {
+    bytes.insert(bytes.end(), buf, buf + n);
+    if (bytes.size() > (size_t(1) << 30)) {
+      std::fclose(f);
+      fail_arg("{}: more than 1 GiB; an integer vector here is far smaller", path);
+    }
+  }
+  std::fclose(f);
+  const NpyHeader h = parse_npy_header(bytes.data(), bytes.size(), bytes.size(), path, true);
+  if (h.shape.size() != 1) fail_arg("{}: shape {} is not one-dimensional", path, h.shape_string());
+  std::vector<int64_t> v(size_t(h.shape[0]));
+  for (size_t i = 0; i < v.size(); ++i) {
+    const uint8_t* e = bytes.data() + h.data_offset + i * size_t(h.int_bytes);
+    if (h.int_bytes == 4) {
+      int32_t x;
+      std::memcpy(&x, e, 4);
+      v[i] = x;
+    } else {
+      std::memcpy(&v[i], e, 8);
+    }
+  }
+  return v;
 }
 
 NpyHeader read_npy_header(const std::string& path) {

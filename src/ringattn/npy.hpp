@@ -17,12 +17,13 @@ namespace ringattn {
 
 struct NpyHeader {
   DType dtype = DType::F32;      // F32 for '<f4', F16 for '<f2'
+  int int_bytes = 0;             // 4 or 8 for an integer array ('<i4', '<i8'; see read_npy_int_vector)
   std::vector<int64_t> shape;    // C order
   uint64_t data_offset = 0;      // bytes before the first element
   int major = 1, minor = 0;      // format version
 
   int64_t numel() const;
-  int itemsize() const { return dtype_size(dtype); }
+  int itemsize() const { return int_bytes > 0 ? int_bytes : dtype_size(dtype); }
   std::string shape_string() const;  // "[2, 4, 128, 64]"
 };
 
@@ -30,7 +31,13 @@ struct NpyHeader {
 // readable) of a file of `file_size` bytes; `name` appears in error messages. Checks the magic,
 // the version, the header dictionary (descr, fortran_order False, shape, no other keys) and that
 // the file holds exactly the bytes the shape asks for.
-NpyHeader parse_npy_header(const void* data, size_t available, uint64_t file_size, const std::string& name);
+// With `integers`, the array must be '<i4' or '<i8' instead (int_bytes set).
+NpyHeader parse_npy_header(const void* data, size_t available, uint64_t file_size, const std::string& name,
+                           bool integers = false);
+
+// A one-dimensional '<i4' or '<i8' array (e.g. FlashAttention's cu_seqlens), read whole. Errors
+// name the file and what is wrong (the shape, the dtype, a truncated file).
+std::vector<int64_t> read_npy_int_vector(const std::string& path);
 
 // Reads a file's header and validates it against the file's size.
 NpyHeader read_npy_header(const std::string& path);

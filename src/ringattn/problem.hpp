@@ -4,8 +4,10 @@
 
 #include <cstdint>
 #include <optional>
+#include <vector>
 
 #include "comm/transport.hpp"
+#include "core/mask.hpp"
 #include "core/types.hpp"
 #include "ringattn/sharding.hpp"
 
@@ -14,7 +16,7 @@ namespace ringattn {
 // ---------------------------------------------------------------------------------------------
 // The global problem. Every rank passes the same one; agree_on_problem checks that they do.
 
-inline constexpr uint32_t kProblemVersion = 1;
+inline constexpr uint32_t kProblemVersion = 2;  // 2: packed documents in the description
 
 struct GlobalProblem {
   int64_t batch = 1;
@@ -30,12 +32,23 @@ struct GlobalProblem {
   std::optional<int64_t> q_offset;
   Sharding sharding = Sharding::Contiguous;  // ring only; decode always splits KV contiguously
   float scale = 0.f;           // softmax scale; 0 means 1/sqrt(head_dim)
+  // Packed documents (ring only): their lengths in order, summing to q_len; each query attends
+  // only to its own document (core/mask.hpp Documents). Empty: the sequence is one document.
+  std::vector<int64_t> doc_lens;
 
   int64_t resolved_q_offset() const { return q_offset.value_or(kv_len - q_len); }
   float resolved_scale() const;
   // The ring runs self-attention (q_len == kv_len, q_offset 0); anything else is a decode problem.
   bool is_ring() const { return q_len == kv_len && resolved_q_offset() == 0; }
+  // The document boundaries (cu_seqlens: 0, then the running sums of doc_lens); empty without
+  // documents. View them with documents_of.
+  std::vector<int64_t> doc_bounds() const;
 };
+
+// The Documents view of boundaries from doc_bounds() (none when empty); `bounds` must outlive it.
+inline Documents documents_of(const std::vector<int64_t>& bounds) {
+  return bounds.size() < 2 ? Documents{} : Documents{bounds.data(), int64_t(bounds.size()) - 1};
+}
 
 // Checks shapes and values on this rank alone (no communication). Throws InvalidArgument.
 void validate_problem(const GlobalProblem& p, int world);

@@ -142,7 +142,8 @@ RankStats run_ring_attention(const GlobalProblem& p, const LocalTensors& x, Back
   // Rejected locally, before any communication: identical on every rank that has this problem.
   validate_problem(p, P);
   validate_run_options(opt);
-  const RingSchedule sched(p.sharding, p.q_len, p.causal, r, P);
+  const std::vector<int64_t> doc_bounds = p.doc_bounds();
+  const RingSchedule sched(p.sharding, p.q_len, p.causal, r, P, documents_of(doc_bounds));
   RankStats st = agree_on_ring(p, x, b, t, opt, sched);
 
   // Every buffer is allocated before the hop loop.

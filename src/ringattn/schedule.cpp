@@ -1,5 +1,8 @@
 #include "ringattn/schedule.hpp"
 
+#include <algorithm>
+#include <utility>
+
 #include "core/mask.hpp"
 #include "core/error.hpp"
 
@@ -38,22 +41,54 @@ PairClass classify_pair(const Segment& q, const Segment& k, bool causal) {
   return c;
 }
 
-RingSchedule::RingSchedule(Sharding sharding, int64_t seq_len, bool causal, int rank, int world)
-    : local_(shard_layout(sharding, seq_len, rank, world)) {
-  hops_.resize(size_t(world));
-  for (int s = 0; s < world; ++s) {
-    HopPlan& hop = hops_[size_t(s)];
-    hop.source_rank = ((rank - s) % world + world) % world;
-    const ShardLayout remote = shard_layout(sharding, seq_len, hop.source_rank, world);
-    for (size_t a = 0; a < local_.segments.size(); ++a) {
+namespace {
+
+// Indices [i0, i1) of the run g whose positions lie in [lo, hi).
+std::pair<int64_t, int64_t> run_within(const Segment& g, int64_t lo, int64_t hi) {
+  auto first_at_or_after = [&](int64_t x) {  // the first index i with position(i) >= x, in [0, len]
+    if (x <= g.start) return int64_t(0);
+    const int64_t i = (x - g.start + g.stride - 1) / g.stride;
+    return i < g.len ? i : g.len;
+  };
+  return {first_at_or_after(lo), first_at_or_after(hi)};
+}
+
+// The sub-runs of `g` inside each document it touches: (document, first index, count).
+struct DocPiece {
+  int64_t doc, i0, n;
+};
+std::vector<DocPiece> split_by_document(const Segment& g, const Documents& docs) {
+  if (docs.none()) return {{0, 0, g.len}};
+  std::vector<DocPiece> out;
+  const int64_t last = g.position(g.len - 1);
+  for (int64_t d = document_of(docs, g.start); d < docs.count && docs.cu[d] <= last; ++d) {
+    const auto [i0, i1] = run_within(g, docs.cu[d], docs.cu[d + 1]);
+    if (i1 > i0) out.push_back({d, i0, i1 - i0});
+  }
+  return out;
+}
+
+// Adds to `hop` the calls of the local layout's queries against the block of `remote`: one per
+// (query segment, key segment) pair with something visible, split at document boundaries.
+void add_calls(HopPlan& hop, const ShardLayout& local, const ShardLayout& remote, bool causal, const Documents& docs) {
+  std::vector<std::vector<DocPiece>> k_pieces;
+  for (const Segment& g : remote.segments) k_pieces.push_back(split_by_document(g, docs));
+  for (size_t a = 0; a < local.segments.size(); ++a)
+    for (const DocPiece& qp : split_by_document(local.segments[a], docs))
       for (size_t b = 0; b < remote.segments.size(); ++b) {
-        const Segment &qs = local_.segments[a], &ks = remote.segments[b];
+        // Documents never see each other: only the key piece of the query piece's document.
+        const std::vector<DocPiece>& kps = k_pieces[b];
+        const auto kp = std::lower_bound(kps.begin(), kps.end(), qp.doc,
+                                         [](const DocPiece& x, int64_t d) { return x.doc < d; });
+        if (kp == kps.end() || kp->doc != qp.doc) continue;
+        const Segment &qa = local.segments[a], &kb = remote.segments[b];
+        const Segment qs{qa.position(qp.i0), qp.n, qa.stride}, ks{kb.position(kp->i0), kp->n, kb.stride};
         const PairClass c = classify_pair(qs, ks, causal);
         if (c.visibility == PairVisibility::Invisible) continue;
         PairCall call;
-        call.q_row0 = local_.first_row(a);
+        call.q_row0 = local.first_row(a) + qp.i0;
         call.q_rows = qs.len;
-        call.k_row0 = remote.first_row(b);
+        call.k_row0 = remote.first_row(b) + kp->i0;
         call.k_rows = ks.len;
         call.causal = c.visibility == PairVisibility::Diagonal;
         call.q_offset = call.causal ? c.q_offset : 0;
@@ -61,7 +96,19 @@ RingSchedule::RingSchedule(Sharding sharding, int64_t seq_len, bool causal, int 
         hop.calls.push_back(call);
         hop.visible_pairs += c.visible_pairs;
       }
-    }
+}
+
+}  // namespace
+
+RingSchedule::RingSchedule(Sharding sharding, int64_t seq_len, bool causal, int rank, int world, Documents docs)
+    : local_(shard_layout(sharding, seq_len, rank, world)) {
+  if (!docs.none() && docs.cu[docs.count] != seq_len)
+    fail_arg("the documents cover {} tokens but the sequence has {}", docs.cu[docs.count], seq_len);
+  hops_.resize(size_t(world));
+  for (int s = 0; s < world; ++s) {
+    HopPlan& hop = hops_[size_t(s)];
+    hop.source_rank = ((rank - s) % world + world) % world;
+    add_calls(hop, local_, shard_layout(sharding, seq_len, hop.source_rank, world), causal, docs);
   }
 }
 

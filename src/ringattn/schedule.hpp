@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "core/mask.hpp"
 #include "ringattn/checked.hpp"
 #include "ringattn/ring.hpp"
 
@@ -46,8 +47,11 @@ struct HopPlan {
 
 class RingSchedule {
  public:
-  // Validates the sharding of seq_len (check_shardable) first.
-  RingSchedule(Sharding sharding, int64_t seq_len, bool causal, int rank, int world);
+  // Validates the sharding of seq_len (check_shardable) first. With packed documents (`docs`,
+  // core/mask.hpp; boundaries in absolute positions), every (query segment, key segment) pair is
+  // split at the document boundaries: a call never spans two documents, and pairs of different
+  // documents are never computed.
+  RingSchedule(Sharding sharding, int64_t seq_len, bool causal, int rank, int world, Documents docs = {});
 
   const std::vector<HopPlan>& hops() const { return hops_; }
   const ShardLayout& local_layout() const { return local_; }

@@ -1,5 +1,6 @@
 // Sharding of a global sequence over ranks: the segments of global positions each rank holds.
 #include <cmath>
+#include <optional>
 #include <string>
 
 #include "core/mask.hpp"
@@ -115,6 +116,15 @@ Segment kv_shard(int64_t kv_len, int rank, int world) {
   return {b, e - b, 1};
 }
 
+std::vector<int64_t> GlobalProblem::doc_bounds() const {
+  std::vector<int64_t> cu;
+  if (doc_lens.empty()) return cu;
+  cu.reserve(doc_lens.size() + 1);
+  cu.push_back(0);
+  for (int64_t n : doc_lens) cu.push_back(cu.back() + n);  // validate_problem bounds the sum
+  return cu;
+}
+
 float GlobalProblem::resolved_scale() const {
   return scale != 0.f ? scale : float(1.0 / std::sqrt(double(head_dim > 0 ? head_dim : 1)));
 }
@@ -136,6 +146,27 @@ void check_positions(const GlobalProblem& p) {
   checked_product({p.batch, p.q_heads, p.q_len, p.kv_len}, "the query-key pairs (batch x heads x q_len x kv_len)");
 }
 
+// Packed documents: self-attention only, every length >= 1, the lengths summing to q_len.
+void check_documents(const GlobalProblem& p) {
+  if (p.doc_lens.empty()) return;
+  if (!p.is_ring())
+    fail_arg("packed documents need self-attention (q_len == kv_len, q_offset 0); got q_len={}, kv_len={}, "
+             "q_offset={}", p.q_len, p.kv_len, p.resolved_q_offset());
+  int64_t sum = 0;
+  for (size_t d = 0; d < p.doc_lens.size(); ++d) {
+    const int64_t n = p.doc_lens[d];
+    if (n < 1) fail_arg("document {} has length {}: every document needs at least one token", d, n);
+    const std::optional<int64_t> s = try_add(sum, n);
+    if (!s || *s > p.q_len)
+      fail_arg("the document lengths add up to more than the sequence length {} (by document {} of {})", p.q_len, d,
+               p.doc_lens.size());
+    sum = *s;
+  }
+  if (sum != p.q_len)
+    fail_arg("the {} document lengths add up to {}, but the sequence has {} tokens: they must add up to it",
+             p.doc_lens.size(), sum, p.q_len);
+}
+
 }  // namespace
 
 void validate_problem_values(const GlobalProblem& p, int world) {
@@ -151,6 +182,7 @@ void validate_problem_values(const GlobalProblem& p, int world) {
   if (p.kv_len < 1) fail_arg("kv_len must be >= 1 (got {})", p.kv_len);
   if (!std::isfinite(p.scale)) fail_arg("softmax scale must be finite (got {})", p.scale);
   check_positions(p);
+  check_documents(p);
   const int64_t off = p.resolved_q_offset();
   // Clamped first (core/mask.hpp clamp_offset): row + q_offset + 1 cannot overflow.
   if (visible_range(clamp_offset(MaskSpec{p.causal, off}, p.q_len, p.kv_len), 0, p.kv_len).empty())

@@ -7,6 +7,7 @@
 //   npy_tool poison FILE INDEX nan|inf             element INDEX (flat, C order) becomes NaN or +Inf
 //   npy_tool compare A B ATOL                     exit 1 when shapes differ or max|A-B| > ATOL
 //   npy_tool reference Q K V OUT LSE causal|full ATOL
+//   npy_tool ints FILE i4|i8|f4 V0 V1 ...           a one-dimensional array of these values
 #include <cmath>
 #include <cstdio>
 #include <fstream>
@@ -131,6 +132,34 @@ int cmd_reference(char** a) {
   return mo <= tol && ml <= tol ? 0 : 1;
 }
 
+// A one-dimensional .npy of integers (or, for tests of the dtype check, floats), written by hand.
+int cmd_ints(int n, char** a) {
+  const std::string kind = a[1];
+  const std::string descr = kind == "i4" ? "<i4" : kind == "i8" ? "<i8" : "<f4";
+  std::string dict = "{'descr': '" + descr + "', 'fortran_order': False, 'shape': (" + std::to_string(n - 2) + ",), }";
+  while ((10 + dict.size() + 1) % 64 != 0) dict += ' ';
+  dict += '\n';
+  std::ofstream f(a[0], std::ios::binary);
+  f.write("\x93NUMPY\x01\x00", 8);
+  const uint16_t len = uint16_t(dict.size());
+  f.write(reinterpret_cast<const char*>(&len), 2);
+  f << dict;
+  for (int i = 2; i < n; ++i) {
+    const long long v = std::stoll(a[i]);
+    if (kind == "i4") {
+      const int32_t x = int32_t(v);
+      f.write(reinterpret_cast<const char*>(&x), 4);
+    } else if (kind == "i8") {
+      const int64_t x = v;
+      f.write(reinterpret_cast<const char*>(&x), 8);
+    } else {
+      const float x = float(v);
+      f.write(reinterpret_cast<const char*>(&x), 4);
+    }
+  }
+  return f ? 0 : 1;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -142,6 +171,7 @@ int main(int argc, char** argv) {
     if (cmd == "poison" && argc == 5) return cmd_poison(argv + 2);
     if (cmd == "compare" && argc == 5) return cmd_compare(argv + 2);
     if (cmd == "reference" && argc == 9) return cmd_reference(argv + 2);
+    if (cmd == "ints" && argc >= 4) return cmd_ints(argc - 2, argv + 2);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "npy_tool: %s\n", e.what());
     return 1;

@@ -68,6 +68,19 @@ TEST(Agreement, RankWithDifferentProblemIsNamedOnEveryRank) {
   EXPECT_TRUE(test::same_on_all_ranks(msg)) << msg;
 }
 
+// Packed documents are part of the problem: a rank with another list (same sum) is named.
+TEST(Agreement, RankWithOtherDocumentsIsNamedOnEveryRank) {
+  const int P = test::world_size(), r = test::world_rank();
+  if (P < 2) GTEST_SKIP() << "needs two ranks";
+  auto t = make_mpi_transport(MPI_COMM_WORLD);
+  GlobalProblem p = small_ring(P);
+  p.doc_lens = {p.q_len - 3, 3};
+  if (r == 1) p.doc_lens = {p.q_len - 2, 2};
+  const std::string msg = ring_error(p, *t);
+  EXPECT_NE(msg.find("rank 1: document lengths (hash) = "), std::string::npos) << msg;
+  EXPECT_TRUE(test::same_on_all_ranks(msg)) << msg;
+}
+
 TEST(Agreement, OddRankZeroIsNamedWhenTheOthersAgree) {
   const int P = test::world_size(), r = test::world_rank();
   if (P < 3) GTEST_SKIP() << "needs a majority";

@@ -23,6 +23,7 @@ struct RingCase {
   bool bthd = false;
   MpiProgress progress = MpiProgress::Auto;
   int64_t len = 0;  // > 0: seq_len itself, any length (uneven shards, ranks with no tokens)
+  std::vector<int64_t> docs = {};  // packed documents (their lengths sum to len)
 };
 
 void PrintTo(const RingCase& c, std::ostream* os) {
@@ -35,7 +36,8 @@ std::string case_name(const ::testing::TestParamInfo<RingCase>& i) {
   return fmt::format("{}_{}_b{}h{}kv{}d{}_{}{}{}{}_{}", sharding_name(c.sharding), c.causal ? "causal" : "full",
                      c.batch, c.q_heads, c.kv_heads, c.dim, dtype_name(c.dtype), c.bthd ? "_bthd" : "",
                      c.progress == MpiProgress::Nonblocking ? "_nonblocking" : "",
-                     c.len > 0 ? fmt::format("_n{}", c.len) : "", i.index);
+                     c.len > 0 ? fmt::format("_n{}", c.len) : "", i.index) +
+         (c.docs.empty() ? "" : fmt::format("_docs{}", c.docs.size()));
 }
 
 // One rank's tensors for a ring problem, inputs filled from the deterministic global inputs.
@@ -74,6 +76,7 @@ TEST_P(RingAttention, MatchesOracleAndWorldOfOneAndIsDeterministic) {
   p.dtype = c.dtype;
   p.causal = c.causal;
   p.sharding = c.sharding;
+  p.doc_lens = c.docs;
   SCOPED_TRACE(fmt::format("seed {} rank {} of {} N {}", seed, r, P, p.q_len));
 
   const ShardLayout layout = shard_layout(p.sharding, p.q_len, r, P);
@@ -110,7 +113,21 @@ TEST_P(RingAttention, MatchesOracleAndWorldOfOneAndIsDeterministic) {
   for (int64_t b = 0; b < p.batch; ++b)
     for (int64_t h = 0; h < p.q_heads; ++h)
       for (int64_t i = 0; i < T; ++i) {
-        cpu::naive_row(gf, b, h, layout.global_position(i), ro.data(), &rl);
+        const int64_t pos = layout.global_position(i);
+        FlashParams f = gf;
+        if (!c.docs.empty()) {  // the row's document [a, e), found by scanning: only its keys exist
+          int64_t a = 0;
+          for (int64_t n : c.docs) {
+            if (pos < a + n) {
+              f.k = gf.k.rows(a, n);
+              f.v = gf.v.rows(a, n);
+              f.mask = MaskSpec{c.causal, -a};  // key j sits at position a + j
+              break;
+            }
+            a += n;
+          }
+        }
+        cpu::naive_row(f, b, h, pos, ro.data(), &rl);
         for (int64_t d = 0; d < D; ++d) eo.add(shard.out.at(b, h, i, d), ro[size_t(d)]);
         el.add(shard.lse[size_t((b * p.q_heads + h) * T + i)], rl);
       }
@@ -161,6 +178,12 @@ std::vector<RingCase> ring_cases() {
         v.push_back({sh, causal, 1, 4, 2, 0, 8, DType::F32, bthd, MpiProgress::Auto, n});
       }
   v.push_back({Sharding::Zigzag, true, 1, 2, 1, 0, 16, DType::F16, true, MpiProgress::Nonblocking, 5});
+  // Packed documents: of length 1, shorter than a shard, and spanning several ranks.
+  for (Sharding sh : {Sharding::Contiguous, Sharding::Zigzag, Sharding::Striped})
+    for (bool causal : {true, false}) {
+      v.push_back({sh, causal, 1, 4, 2, 0, 8, DType::F32, false, MpiProgress::Auto, 19, {1, 5, 1, 9, 3}});
+      v.push_back({sh, causal, 2, 2, 1, 0, 16, DType::F32, sh == Sharding::Zigzag, MpiProgress::Auto, 78, {37, 1, 40}});
+    }
   return v;
 }
 

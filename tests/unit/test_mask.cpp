@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <cstdint>
+#include <vector>
 
 #include "core/mask.hpp"
 
@@ -107,6 +108,37 @@ TEST(Mask, CountVisibleSumsTheRows) {
           ASSERT_EQ(count_visible<double>(m, r0, rows, kv), double(want)) << name(m);
         }
   });
+}
+
+// Every way of packing short sequences into documents (each composition of n), against the
+// definition on positions: key k is visible to query q when both lie in the same document and,
+// causal, k <= q.
+TEST(MaskDocuments, DocumentKeysAndPairCountsMatchTheDefinition) {
+  int packings = 0;
+  for (int64_t n = 1; n <= 8; ++n)
+    for (uint32_t cuts = 0; cuts < (1u << (n - 1)); ++cuts) {  // bit i: a boundary after token i
+      std::vector<int64_t> cu{0}, doc_of(size_t(n), 0);
+      for (int64_t t = 0; t < n; ++t) {
+        doc_of[size_t(t)] = int64_t(cu.size()) - 1;
+        if (t == n - 1 || (cuts >> t & 1u)) cu.push_back(t + 1);
+      }
+      const Documents docs{cu.data(), int64_t(cu.size()) - 1};
+      ++packings;
+      for (bool causal : {false, true}) {
+        int64_t pairs = 0;
+        for (int64_t q = 0; q < n; ++q) {
+          ASSERT_EQ(document_of(docs, q), doc_of[size_t(q)]);
+          const KeyRange r = document_keys(docs, causal, q);
+          for (int64_t k = 0; k < n; ++k) {
+            const bool want = doc_of[size_t(k)] == doc_of[size_t(q)] && (!causal || k <= q);
+            ASSERT_EQ(k >= r.begin && k < r.end, want) << "n " << n << " cuts " << cuts << " q " << q << " k " << k;
+            pairs += want;
+          }
+        }
+        ASSERT_EQ(count_document_pairs(docs, causal), pairs);
+      }
+    }
+  EXPECT_EQ(packings, 255);  // 2^0 + ... + 2^7
 }
 
 }  // namespace

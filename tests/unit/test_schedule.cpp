@@ -103,6 +103,54 @@ TEST(RingSchedule, CoversTheMaskExactlyOnce) {
       }
 }
 
+// Packed documents: over every sharding, P = 1..4 and packings with documents of length 1,
+// documents shorter than a shard and documents spanning several ranks, every pair of one
+// document that the mask shows is computed exactly once, and no pair across documents is.
+TEST(RingSchedule, DocumentsAreCoveredExactlyOnceAndNeverCrossed) {
+  const std::vector<std::vector<int64_t>> packings = {
+      {1}, {5, 1, 1, 9, 3}, {1, 1, 1, 1, 1, 1, 1}, {17}, {2, 30, 1, 4}, {40, 3}};
+  for (const std::vector<int64_t>& lens : packings) {
+    std::vector<int64_t> cu{0};
+    for (int64_t n : lens) cu.push_back(cu.back() + n);
+    const int64_t N = cu.back();
+    std::vector<int64_t> doc_of(size_t(N), 0);
+    for (size_t d = 0; d + 1 < cu.size(); ++d)
+      for (int64_t t = cu[d]; t < cu[d + 1]; ++t) doc_of[size_t(t)] = int64_t(d);
+    const Documents docs{cu.data(), int64_t(cu.size()) - 1};
+    for (Sharding sh : {Sharding::Contiguous, Sharding::Zigzag, Sharding::Striped})
+      for (int P = 1; P <= 4; ++P)
+        for (bool causal : {false, true}) {
+          SCOPED_TRACE(testing::Message() << sharding_name(sh) << " P=" << P << " N=" << N << " causal=" << causal);
+          std::map<std::pair<int64_t, int64_t>, int> count;
+          int64_t total = 0;
+          for (int r = 0; r < P; ++r) {
+            const RingSchedule s(sh, N, causal, r, P, docs);
+            for (const HopPlan& hop : s.hops()) {
+              const ShardLayout remote = shard_layout(sh, N, hop.source_rank, P);
+              for (const PairCall& c : hop.calls) {
+                ASSERT_GT(c.visible_pairs, 0);
+                for (int64_t i = 0; i < c.q_rows; ++i)
+                  for (int64_t j = 0; j < c.k_rows; ++j) {
+                    if (c.causal && j > i + c.q_offset) continue;
+                    const int64_t qp = s.local_layout().global_position(c.q_row0 + i);
+                    const int64_t kp = remote.global_position(c.k_row0 + j);
+                    ASSERT_EQ(doc_of[size_t(qp)], doc_of[size_t(kp)]) << "query " << qp << " key " << kp;
+                    ASSERT_TRUE(!causal || kp <= qp);
+                    ++count[{qp, kp}];
+                  }
+              }
+            }
+            total += int64_t(s.visible_pairs());
+          }
+          int64_t want = 0;
+          for (int64_t n : lens) want += causal ? n * (n + 1) / 2 : n * n;
+          EXPECT_EQ(int64_t(count.size()), want);
+          EXPECT_EQ(total, want);
+          for (const auto& [pair, n] : count) ASSERT_EQ(n, 1) << pair.first << "," << pair.second;
+        }
+  }
+}
+
 TEST(RingSchedule, ContiguousCausalOnlyForwardsBlocksFromLaterRanks) {
   const int P = 4;
   for (int r = 0; r < P; ++r) {
