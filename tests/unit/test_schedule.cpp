@@ -66,6 +66,25 @@ TEST(RingSchedule, UnequalStridesAreRejected) {
   EXPECT_THROW(classify_pair({0, 4, 1}, {0, 4, 2}, true), InvalidArgument);
 }
 
+// Every (query position, key position) pair that the calls of `s` compute, counted into `count`
+// (for the rank's hops in order; `remote(rank)` is the layout of a block's source).
+using PairTally = std::map<std::pair<int64_t, int64_t>, int>;
+void tally_calls(const RingSchedule& s, Sharding sh, int64_t N, int P, int r, PairTally& count) {
+  ASSERT_EQ(int(s.hops().size()), P);
+  for (int h = 0; h < P; ++h) {
+    const HopPlan& hop = s.hops()[size_t(h)];
+    ASSERT_EQ(hop.source_rank, ((r - h) % P + P) % P);
+    const ShardLayout remote = shard_layout(sh, N, hop.source_rank, P);
+    for (const PairCall& c : hop.calls) {
+      ASSERT_GT(c.visible_pairs, 0);
+      for (int64_t i = 0; i < c.q_rows; ++i)
+        for (int64_t j = 0; j < c.k_rows; ++j)
+          if (!c.causal || j <= i + c.q_offset)
+            ++count[{s.local_layout().global_position(c.q_row0 + i), remote.global_position(c.k_row0 + j)}];
+    }
+  }
+}
+
 // Over all ranks and hops, every visible (query, key) position pair is computed exactly once,
 // no invisible pair is computed, and no call is made for a pair with nothing visible.
 TEST(RingSchedule, CoversTheMaskExactlyOnce) {
@@ -73,31 +92,17 @@ TEST(RingSchedule, CoversTheMaskExactlyOnce) {
     for (int P = 1; P <= 5; ++P)
       for (const int64_t N : {int64_t(1), int64_t(2), int64_t(3), int64_t(7), int64_t(6 * P), int64_t(6 * P + 5)})
       for (bool causal : {false, true}) {
-        std::map<std::pair<int64_t, int64_t>, int> count;
+        SCOPED_TRACE(testing::Message() << sharding_name(sh) << " P=" << P << " N=" << N << " causal=" << causal);
+        PairTally count;
         int64_t total = 0;
         for (int r = 0; r < P; ++r) {
           const RingSchedule s(sh, N, causal, r, P);
-          ASSERT_EQ(int(s.hops().size()), P);
-          for (int h = 0; h < P; ++h) {
-            const HopPlan& hop = s.hops()[size_t(h)];
-            ASSERT_EQ(hop.source_rank, ((r - h) % P + P) % P);
-            const ShardLayout remote = shard_layout(sh, N, hop.source_rank, P);
-            for (const PairCall& c : hop.calls) {
-              ASSERT_GT(c.visible_pairs, 0);
-              for (int64_t i = 0; i < c.q_rows; ++i)
-                for (int64_t j = 0; j < c.k_rows; ++j) {
-                  if (c.causal && j > i + c.q_offset) continue;
-                  const int64_t qp = s.local_layout().global_position(c.q_row0 + i);
-                  const int64_t kp = remote.global_position(c.k_row0 + j);
-                  ASSERT_TRUE(!causal || kp <= qp) << sharding_name(sh) << " P=" << P;
-                  ++count[{qp, kp}];
-                }
-            }
-          }
+          tally_calls(s, sh, N, P, r, count);
           total += s.visible_pairs();
         }
+        for (const auto& [pair, n] : count) ASSERT_TRUE(!causal || pair.second <= pair.first);
         const int64_t want = causal ? N * (N + 1) / 2 : N * N;
-        EXPECT_EQ(int64_t(count.size()), want) << sharding_name(sh) << " P=" << P << " N=" << N << " causal=" << causal;
+        EXPECT_EQ(int64_t(count.size()), want);
         EXPECT_EQ(total, want);
         for (const auto& [pair, n] : count) ASSERT_EQ(n, 1) << pair.first << "," << pair.second;
       }
@@ -121,26 +126,16 @@ TEST(RingSchedule, DocumentsAreCoveredExactlyOnceAndNeverCrossed) {
       for (int P = 1; P <= 4; ++P)
         for (bool causal : {false, true}) {
           SCOPED_TRACE(testing::Message() << sharding_name(sh) << " P=" << P << " N=" << N << " causal=" << causal);
-          std::map<std::pair<int64_t, int64_t>, int> count;
+          PairTally count;
           int64_t total = 0;
           for (int r = 0; r < P; ++r) {
             const RingSchedule s(sh, N, causal, r, P, docs);
-            for (const HopPlan& hop : s.hops()) {
-              const ShardLayout remote = shard_layout(sh, N, hop.source_rank, P);
-              for (const PairCall& c : hop.calls) {
-                ASSERT_GT(c.visible_pairs, 0);
-                for (int64_t i = 0; i < c.q_rows; ++i)
-                  for (int64_t j = 0; j < c.k_rows; ++j) {
-                    if (c.causal && j > i + c.q_offset) continue;
-                    const int64_t qp = s.local_layout().global_position(c.q_row0 + i);
-                    const int64_t kp = remote.global_position(c.k_row0 + j);
-                    ASSERT_EQ(doc_of[size_t(qp)], doc_of[size_t(kp)]) << "query " << qp << " key " << kp;
-                    ASSERT_TRUE(!causal || kp <= qp);
-                    ++count[{qp, kp}];
-                  }
-              }
-            }
+            tally_calls(s, sh, N, P, r, count);
             total += int64_t(s.visible_pairs());
+          }
+          for (const auto& [pair, n] : count) {
+            ASSERT_EQ(doc_of[size_t(pair.first)], doc_of[size_t(pair.second)]) << pair.first << "," << pair.second;
+            ASSERT_TRUE(!causal || pair.second <= pair.first);
           }
           int64_t want = 0;
           for (int64_t n : lens) want += causal ? n * (n + 1) / 2 : n * n;
