@@ -108,6 +108,8 @@ void print_header(std::FILE* f, const BenchOptions& o, const GlobalProblem& p, c
   fmt::print(f, "# batch {} heads {}/{} dim {} dtype {} {} shard {} | seq {}..{} x{} | iters {} warmup {} | seed {}\n",
              p.batch, p.q_heads, p.kv_heads, p.head_dim, dtype_name(p.dtype), p.causal ? "causal" : "full",
              sharding_name(p.sharding), o.seq_min, o.seq_max, o.seq_factor, o.iters, o.warmup, o.problem.seed);
+  if (!o.docs.empty())
+    fmt::print(f, "# packed documents: {} per size, drawn from the seed; rates count visible pairs only\n", o.docs);
   fmt::print(f, "# check: {}\n", o.check ? "fp64 naive reference (all rows when small, a seeded sample when large)"
                                        : "off (non-finite values still counted)");
   fmt::print(f, "#\n");
@@ -176,6 +178,7 @@ int bench_on(const BenchOptions& o, World& w) {
     GlobalProblem p = setup.problem;
     p.q_len = p.kv_len = n;
     p.q_offset.reset();
+    if (!o.docs.empty()) p.doc_lens = generate_documents(o.docs, n, o.problem.seed);
     try {
       validate_problem(p, w.size);
     } catch (const InvalidArgument& e) {

@@ -1,4 +1,5 @@
 #include "cli/options.hpp"
+#include "cli/problem.hpp"
 
 #include <cctype>
 #include <charconv>
@@ -180,6 +181,9 @@ void add_bench_flags(CLI::App& app, BenchOptions& o) {
       ->capture_default_str();
   app.add_option("-n,--iters", o.iters, "timed iterations per size")->check(int_range<int>(1))->capture_default_str();
   app.add_option("-w,--warmup", o.warmup, "untimed iterations per size")->check(int_range<int>(0))->capture_default_str();
+  app.add_option("--docs", o.docs,
+                 "packed documents at every size, drawn from the seed: uniform:MAX (lengths uniform in [1, MAX] "
+                 "until the sequence is full) or fixed:L (length L; the last may be shorter)");
   app.add_option("--impl", o.impl, "flash (the runtime), naive (the fp64 oracle; cpu, one process) or both (the ratio in one run)")
       ->check(CLI::IsMember({"flash", "naive", "both"}))
       ->capture_default_str();
@@ -270,6 +274,7 @@ void parse_command_line(CLI::App& app, CommandLine& cl, int argc, const char* co
   }
   if (cl.command == "bench") {
     validate_problem_options(cl.bench.problem);
+    if (!cl.bench.docs.empty()) generate_documents(cl.bench.docs, 1, 0);  // the spec is refused here, by name
     refuse_ignored_flags(sub, cl.bench.problem, cl.bench.check);
   }
 }

@@ -51,6 +51,7 @@ struct BenchOptions {
   double seq_factor = 2.0;
   int iters = 5, warmup = 1;
   std::string impl = "flash";  // flash | naive (the fp64 oracle, CPU, one process)
+  std::string docs;            // packed documents per size: "uniform:MAX" or "fixed:L" (empty: none)
   bool check = true;
   std::string json_file;
 };

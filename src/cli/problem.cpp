@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <charconv>
+#include <random>
 #include <cerrno>
 #include <cstring>
 #include <limits>
@@ -127,6 +128,25 @@ std::vector<int64_t> document_lengths(const ProblemOptions& o) {
                  "document)", o.cu_seqlens_file, i, cu[i], cu[i - 1]);
       lens.push_back(cu[i] - cu[i - 1]);
     }
+  }
+  return lens;
+}
+
+std::vector<int64_t> generate_documents(const std::string& spec, int64_t n, uint64_t seed) {
+  const size_t colon = spec.find(':');
+  const std::string kind = spec.substr(0, colon), arg = colon == std::string::npos ? "" : spec.substr(colon + 1);
+  int64_t len = 0;
+  const auto [end, ec] = std::from_chars(arg.data(), arg.data() + arg.size(), len);
+  if ((kind != "uniform" && kind != "fixed") || arg.empty() || ec != std::errc() || end != arg.data() + arg.size() ||
+      len < 1)
+    fail_arg("--docs '{}' is not understood: allowed are uniform:MAX and fixed:L with a decimal length >= 1 (e.g. "
+             "--docs uniform:16384)", spec);
+  std::mt19937_64 rng(seed * 0x9e3779b97f4a7c15ull + uint64_t(n));
+  std::vector<int64_t> lens;
+  for (int64_t left = n; left > 0;) {
+    const int64_t d = kind == "fixed" ? len : 1 + int64_t(rng() % uint64_t(len));
+    lens.push_back(std::min(d, left));
+    left -= lens.back();
   }
   return lens;
 }

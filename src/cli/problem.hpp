@@ -62,6 +62,12 @@ LocalProblem load_local(const GlobalProblem& p, InputSource& src, Backend& b, in
 // Query-key pairs of the global problem (the causal mask applied): 4 * dim * pairs * batch * heads
 // is the flop count of a run.
 double visible_pairs(const GlobalProblem& p);
+
+// Document lengths for a sequence of n tokens from `spec` (bench --docs): "uniform:MAX" draws
+// lengths uniformly in [1, MAX] from `seed` until the sequence is full, "fixed:L" repeats L; the
+// last document is cut to fit. Every rank draws the same list. Throws InvalidArgument naming a
+// bad spec.
+std::vector<int64_t> generate_documents(const std::string& spec, int64_t n, uint64_t seed);
 // Refuses a RINGATTN_FAULT plan that could not fire in this problem over `world` ranks
 // (ringattn::check_fault_plan); a decode (not a ring run) has no hops at all.
 void check_fault_for(const GlobalProblem& p, int world);

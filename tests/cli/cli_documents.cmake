@@ -39,3 +39,8 @@ step(EXPECT_RC 0 COMMAND ${NPY_TOOL} ints floats.npy f4 0 100 300)
 step(EXPECT_RC 1 COMMAND ${RINGATTN} run ${P} --cu-seqlens floats.npy
      STDERR "dtype '<f4' is not supported here: allowed are '<i4' \\(int32\\) and '<i8' \\(int64\\)")
 step(EXPECT_RC 1 COMMAND ${RINGATTN} run ${P} --cu-seqlens missing.npy STDERR "missing.npy")
+# bench --docs: documents drawn per size from the seed, checked, rates on visible pairs.
+step(EXPECT_RC 0 COMMAND ${RINGATTN} bench --heads 2 --kv-heads 1 --dim 16 -b 100 -e 200 --causal --docs uniform:40
+     STDOUT "# packed documents: uniform:40 per size" "\n +200 +flash [^\n]+ OK" "# Result: OK")
+step(EXPECT_RC 1 COMMAND ${RINGATTN} bench --docs fixed:0
+     STDERR "--docs 'fixed:0' is not understood: allowed are uniform:MAX and fixed:L with a decimal length >= 1")
