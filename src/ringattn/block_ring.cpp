@@ -25,9 +25,11 @@ namespace {
 }  // namespace
 
 BlockRing::BlockRing(Backend& b, Transport& t, const TensorView& k, const TensorView& v, std::vector<int64_t> tokens,
-                     FlightRecorder& recorder)
+                     FlightRecorder& recorder, std::vector<char> carried)
     : t_(t), recorder_(recorder), k_(k), v_(v), k_layout_(layout_of(k)), v_layout_(layout_of(v)), rank_(t.rank()),
-      world_(t.size()), tokens_(std::move(tokens)) {
+      world_(t.size()), tokens_(std::move(tokens)), carried_(std::move(carried)) {
+  if (!carried_.empty() && carried_.size() != size_t(world_) * size_t(world_))
+    fail_arg("rank {}: the block routes need {} x {} entries (got {})", rank_, world_, world_, carried_.size());
   if (tokens_.size() != size_t(world_) || tokens_[size_t(rank_)] != k.len || v.len != k.len)
     fail_arg("rank {}: the block ring needs the token count of each of the {} ranks, this rank's equal to the "
              "{} rows of k and the {} of v (got {} counts)", rank_, world_, k.len, v.len, tokens_.size());
@@ -57,7 +59,7 @@ BlockRing::~BlockRing() {
 uint64_t BlockRing::post(int hop) {
   const int next = (rank_ + 1) % world_;
   const uint64_t before = t_.bytes_sent();
-  const size_t send = block_bytes(hop), recv = block_bytes(hop + 1);
+  const size_t send = send_bytes(hop), recv = recv_bytes(hop);
   recorder_.record(hop, HopEvent::Posted, next, send);
   outstanding_ = true;  // before the call: a partial post counts
   try {
@@ -79,10 +81,10 @@ void BlockRing::complete(int hop) {
     exchange().wait_exchange();
   } catch (const std::exception& e) {
     recorder_.record(hop, HopEvent::Failed, prev);
-    hop_failed(rank_, world_, hop, block_bytes(hop), "waiting for the exchange", e);
+    hop_failed(rank_, world_, hop, send_bytes(hop), "waiting for the exchange", e);
   }
   outstanding_ = false;
-  recorder_.record(hop, HopEvent::Completed, prev, block_bytes(hop + 1));
+  recorder_.record(hop, HopEvent::Completed, prev, recv_bytes(hop));
 }
 
 TensorView BlockRing::shaped(const TensorView& x, int hop) const {

@@ -30,8 +30,11 @@ class BlockRing {
   // empty); k.len must be tokens[rank]. Every block travels with exactly its source's tokens, in
   // buffers sized for the largest. Device blocks travel through host memory (StagingTransport)
   // when `t` cannot take device pointers; device-side exchanges are ordered after `b`'s stream.
+  // `carried[q * P + h]` says whether hop h's exchange carries the block of rank q on
+  // (block_routes in schedule.hpp); empty: every block travels the whole ring. A block that is not
+  // carried is sent and received as 0 bytes, and no later hop may compute on it.
   BlockRing(Backend& b, Transport& t, const TensorView& k, const TensorView& v, std::vector<int64_t> tokens,
-            FlightRecorder& recorder);
+            FlightRecorder& recorder, std::vector<char> carried = {});
   ~BlockRing();
   BlockRing(const BlockRing&) = delete;
   BlockRing& operator=(const BlockRing&) = delete;
@@ -47,6 +50,10 @@ class BlockRing {
   int source(int hop) const { return ((rank_ - hop) % world_ + world_) % world_; }
   // The bytes of the block that hop `hop` holds (K and V of its source's tokens).
   size_t block_bytes(int hop) const { return 2 * token_bytes_ * size_t(tokens_[size_t(source(hop))]); }
+  // The bytes hop `hop`'s exchange sends (the block held, when it is carried on) and receives
+  // (the next hop's block, when its holder carries it).
+  size_t send_bytes(int hop) const { return carries(source(hop), hop) ? block_bytes(hop) : 0; }
+  size_t recv_bytes(int hop) const { return carries(source(hop + 1), hop) ? block_bytes(hop + 1) : 0; }
   // Completes hop `hop`'s exchange: the next hop's block is then ready.
   void complete(int hop);
   // The transport's measure of the last completed exchange (-1: unknown).
@@ -61,6 +68,7 @@ class BlockRing {
   Transport& exchange() const { return staging_ ? *staging_ : t_; }
   void* block(int hop) const { return blocks_[hop % 2].get(); }
   TensorView shaped(const TensorView& x, int hop) const;  // x with the token count of hop's source
+  bool carries(int src, int hop) const { return carried_.empty() || carried_[size_t(src) * size_t(world_) + size_t(hop)]; }
 
   Transport& t_;
   FlightRecorder& recorder_;
@@ -68,6 +76,7 @@ class BlockRing {
   BlockLayout k_layout_, v_layout_;
   int rank_, world_;
   std::vector<int64_t> tokens_;
+  std::vector<char> carried_;
   size_t token_bytes_ = 0;  // bytes of one token of K (or of V): batch x kv_heads x dim x dtype size
   DeviceBuffer blocks_[2];
   std::unique_ptr<StagingTransport> staging_;  // after the blocks: destroyed first

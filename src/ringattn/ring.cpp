@@ -119,11 +119,17 @@ void validate_run_options(const RunOptions& opt) {
 }
 
 uint64_t expected_ring_bytes(const GlobalProblem& p, int rank, int world) {
-  // Hop s (s < P - 1) passes on the block of rank (r - s) mod P: K and V of its tokens.
+  // Hop s (s < P - 1) passes on the block of rank (r - s) mod P, K and V of its tokens, when a
+  // later rank needs it (block_routes).
   const std::vector<int64_t> tokens = shard_tokens(p.sharding, p.kv_len, world);
+  const std::vector<int64_t> bounds = p.doc_bounds();
+  const std::vector<char> carried = block_routes(p.sharding, p.q_len, p.causal, world, documents_of(bounds));
   const uint64_t per_token = 2ull * uint64_t(p.batch * p.kv_heads * p.head_dim) * uint64_t(dtype_size(p.dtype));
   uint64_t bytes = 0;
-  for (int s = 0; s + 1 < world; ++s) bytes += per_token * uint64_t(tokens[size_t(((rank - s) % world + world) % world)]);
+  for (int s = 0; s + 1 < world; ++s) {
+    const int q = ((rank - s) % world + world) % world;
+    if (carried[size_t(q) * size_t(world) + size_t(s)]) bytes += per_token * uint64_t(tokens[size_t(q)]);
+  }
   return bytes;
 }
 
@@ -149,7 +155,8 @@ RankStats run_ring_attention(const GlobalProblem& p, const LocalTensors& x, Back
   // Every buffer is allocated before the hop loop.
   const auto t_setup = Clock::now();
   RowState rows(b, sched, x.out, x.lse);
-  BlockRing ring(b, t, x.k, x.v, shard_tokens(p.sharding, p.q_len, P), flight_recorder());
+  BlockRing ring(b, t, x.k, x.v, shard_tokens(p.sharding, p.q_len, P), flight_recorder(),
+                 block_routes(p.sharding, p.q_len, p.causal, P, documents_of(doc_bounds)));
   b.synchronize();
   st.setup_s = seconds_since(t_setup);
 

@@ -112,6 +112,23 @@ RingSchedule::RingSchedule(Sharding sharding, int64_t seq_len, bool causal, int 
   }
 }
 
+std::vector<char> block_routes(Sharding sharding, int64_t seq_len, bool causal, int world, Documents docs) {
+  const size_t P = size_t(world);
+  std::vector<char> need(P * P, 0), carried(P * P, 0);
+  for (int x = 0; x < world; ++x) {
+    const RingSchedule s(sharding, seq_len, causal, x, world, docs);
+    for (size_t h = 0; h < P; ++h) need[size_t(s.hops()[h].source_rank) * P + h] = !s.hops()[h].calls.empty();
+  }
+  for (size_t q = 0; q < P; ++q) {
+    bool later = false;  // some hop after h needs the block
+    for (size_t h = P; h-- > 0;) {
+      carried[q * P + h] = later && h + 1 < P;
+      later = later || need[q * P + h];
+    }
+  }
+  return carried;
+}
+
 PairCount RingSchedule::visible_pairs() const {
   PairCount n = 0;
   for (const HopPlan& h : hops_) n += h.visible_pairs;

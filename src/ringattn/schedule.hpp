@@ -63,4 +63,10 @@ class RingSchedule {
   std::vector<HopPlan> hops_;
 };
 
+// Which exchanges carry which block. carried[q * P + h], for source rank q and hop h < P - 1, is
+// true when some rank after the block's holder at hop h computes on it at a later hop, so the
+// holder passes it on; a block that no later rank needs is not sent (causal contiguous shards,
+// packed documents). Every rank derives the same table from the problem alone (P schedules).
+std::vector<char> block_routes(Sharding sharding, int64_t seq_len, bool causal, int world, Documents docs = {});
+
 }  // namespace ringattn
