@@ -11,8 +11,24 @@
 #include <vector>
 
 #include "kernels/cpu/cpu_kernels.hpp"
+#include "kernels/cpu/tile_io.hpp"
 
 namespace ringattn::cpu {
+
+void load_rows(const TensorView& x, int64_t b, int64_t h, int64_t r0, int64_t n, float* dst) {
+  const int64_t D = x.dim;
+  for (int64_t r = 0; r < n; ++r) {
+    const int64_t off = x.offset(b, h, r0 + r);
+    float* out = dst + r * D;
+    if (x.dtype == DType::F32) {
+      const float* src = static_cast<const float*>(x.data) + off;
+      std::copy(src, src + D, out);
+    } else {
+      for (int64_t d = 0; d < D; ++d) out[d] = load_as_float(x.data, x.dtype, off + d);
+    }
+  }
+}
+
 namespace {
 
 thread_local size_t g_last_workspace = 0;
@@ -35,21 +51,6 @@ int64_t workspace_floats(const Tiles& t, int64_t D) {
   return t.tq * D + D * padded(t.tk) + t.tk * D + kRows * padded(t.tk) + t.tq * D + 2 * t.tq;
 }
 
-// Widens rows [r0, r0 + n) of (b, h) into dst[n][D].
-void load_rows(const TensorView& x, int64_t b, int64_t h, int64_t r0, int64_t n, float* dst) {
-  const int64_t D = x.dim;
-  for (int64_t r = 0; r < n; ++r) {
-    const int64_t off = x.offset(b, h, r0 + r);
-    float* out = dst + r * D;
-    if (x.dtype == DType::F32) {
-      const float* src = static_cast<const float*>(x.data) + off;
-      std::copy(src, src + D, out);
-    } else {
-      for (int64_t d = 0; d < D; ++d) out[d] = load_as_float(x.data, x.dtype, off + d);
-    }
-  }
-}
-
 // Widens rows [r0, r0 + n) of (b, h) into dst[D][ld] (transposed) so that score rows vectorize.
 void load_rows_transposed(const TensorView& x, int64_t b, int64_t h, int64_t r0, int64_t n, int64_t ld, float* dst) {
   const int64_t D = x.dim;
@@ -57,28 +58,6 @@ void load_rows_transposed(const TensorView& x, int64_t b, int64_t h, int64_t r0,
     const int64_t off = x.offset(b, h, r0 + r);
     for (int64_t d = 0; d < D; ++d) dst[d * ld + r] = load_as_float(x.data, x.dtype, off + d);
   }
-}
-
-// exp(x) for x <= 0 in a form the compiler vectorizes (libm's expf is a scalar call): x = n ln2 + r
-// with |r| <= ln2/2, exp(r) by its Taylor polynomial to degree 7 (relative error < 2e-8, under one
-// fp32 ulp), times 2^n built in the exponent bits. Arguments below -87 give 0.
-inline float exp_nonpositive(float x) {
-  const float kLog2e = 1.44269504f, kLn2Hi = 0.693145752f, kLn2Lo = 1.42860677e-6f;
-  const float xc = std::max(x, -87.f);
-  const float n = std::nearbyint(xc * kLog2e);
-  const float r = (xc - n * kLn2Hi) - n * kLn2Lo;
-  float p = 1.f / 5040.f;
-  p = p * r + 1.f / 720.f;
-  p = p * r + 1.f / 120.f;
-  p = p * r + 1.f / 24.f;
-  p = p * r + 1.f / 6.f;
-  p = p * r + 0.5f;
-  p = p * r + 1.f;
-  p = p * r + 1.f;
-  const int32_t bits = (static_cast<int32_t>(n) + 127) << 23;
-  float scale;
-  std::memcpy(&scale, &bits, 4);
-  return x < -87.f ? 0.f : p * scale;
 }
 
 // s[r][c] = q_r . k_c for rows r < rb (at most kRows) and keys c < n; k is transposed [D][ld]

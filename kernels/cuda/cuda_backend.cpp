@@ -130,6 +130,11 @@ class CudaBackend final : public Backend {
     cuda::launch_flash(c, p, caps_, stream_);
   }
 
+  void flash_backward(const BackwardParams& params) override {
+    validate_backward(params);
+    fail_runtime("the CUDA backward kernel is not built yet (issue 18); run the backward with --device cpu");
+  }
+
   void decode(const DecodeParams& params) override {
     validate_flash(params.flash, /*complete=*/false);
     DecodeParams dp = params;
