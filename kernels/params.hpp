@@ -70,7 +70,7 @@ struct LseView {
   const float* data = nullptr;
   int64_t batch = 0, heads = 0, len = 0;
   int64_t stride_b = 0, stride_h = 0;
-  const float* row(int64_t b, int64_t h) const { return data + b * stride_b + h * stride_h; }
+  RA_HD const float* row(int64_t b, int64_t h) const { return data + b * stride_b + h * stride_h; }
 };
 inline LseView contiguous_lse(const float* data, int64_t b, int64_t h, int64_t t) {
   return LseView{data, b, h, t, h * t, t};
