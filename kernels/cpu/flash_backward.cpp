@@ -4,7 +4,8 @@
 //   dv += P^T dout,  dk += scale dS^T q,  dq += scale dS k.
 // Two passes, each without atomics (deterministic whatever the threads): dk and dv per (batch,
 // kv head, key tile) over every query tile of the group's heads, then dq per (batch, head, query
-// tile) over its key tiles. Blocks are classified through core/mask.hpp: invisible blocks are
+// tile) over its key tiles. The products run on the forward's register-blocked score_rows and
+// accumulate_pv (tile_io.hpp). Blocks are classified through core/mask.hpp: invisible blocks are
 // skipped, fully visible ones pay no masking.
 #include <omp.h>
 
@@ -26,33 +27,46 @@ struct Tiles {
   int64_t tq, tk;
 };
 
+// 64 x 64 by default: the backward keeps about twice the forward's tiles per thread.
+constexpr int64_t kDefaultBackwardTile = 64;
+
 Tiles tiles_of(const BackwardParams& p) {
-  return {p.tile_q > 0 ? p.tile_q : kDefaultTileQ, p.tile_k > 0 ? p.tile_k : kDefaultTileK};
+  return {p.tile_q > 0 ? p.tile_q : kDefaultBackwardTile, p.tile_k > 0 ? p.tile_k : kDefaultBackwardTile};
 }
 
-// Per-thread workspace, in floats: q and dout tiles, k and v tiles, P and dS blocks, two
-// accumulators of the larger tile (dk, dv in the first pass; dq in the second), the lse and D of
-// the query tile's rows.
-int64_t workspace_floats(const Tiles& t, int64_t D) {
-  return 2 * t.tq * D + 2 * t.tk * D + 2 * t.tq * t.tk + 2 * std::max(t.tq, t.tk) * D + 2 * t.tq;
-}
+int64_t whole_blocks(int64_t rows) { return (rows + kRows - 1) / kRows * kRows; }
 
-// One thread's tiles.
+// One thread's tiles, in floats: q and dout [tq][D]; k and v transposed [D][ldk] and k
+// [tk][D]; P and dS [tq'][ldk] (tq' = tq in whole blocks of kRows, which score_rows writes);
+// P^T and dS^T [tk][ldq]; two accumulators [max(tq, tk)][D] (dk, dv in the first pass; dq in
+// the second); the lse and D of the query rows.
 struct Work {
-  float *q, *dout, *k, *v, *p, *ds, *acc0, *acc1, *lse, *delta;
-  Work(float* ws, const Tiles& t, int64_t D) {
+  int64_t ldk = 0, ldq = 0;
+  float *q, *dout, *kt, *vt, *k, *p, *ds, *pt, *dst, *acc0, *acc1, *lse, *delta;
+  Work(float* ws, const Tiles& t, int64_t D) : ldk(padded(t.tk)), ldq(padded(t.tq)) {
+    const int64_t acc = std::max(t.tq, t.tk) * D;
     q = ws;
     dout = q + t.tq * D;
-    k = dout + t.tq * D;
-    v = k + t.tk * D;
-    p = v + t.tk * D;
-    ds = p + t.tq * t.tk;
-    acc0 = ds + t.tq * t.tk;
-    acc1 = acc0 + std::max(t.tq, t.tk) * D;
-    lse = acc1 + std::max(t.tq, t.tk) * D;
+    kt = dout + t.tq * D;
+    vt = kt + D * ldk;
+    k = vt + D * ldk;
+    p = k + t.tk * D;
+    ds = p + whole_blocks(t.tq) * ldk;
+    pt = ds + whole_blocks(t.tq) * ldk;
+    dst = pt + t.tk * ldq;
+    acc0 = dst + t.tk * ldq;
+    acc1 = acc0 + acc;
+    lse = acc1 + acc;
     delta = lse + t.tq;
   }
 };
+
+// The floats of one Work.
+int64_t workspace_floats(const Tiles& t, int64_t D) {
+  const int64_t ldk = padded(t.tk), ldq = padded(t.tq);
+  return 2 * t.tq * D + 2 * D * ldk + t.tk * D + 2 * whole_blocks(t.tq) * ldk + 2 * t.tk * ldq +
+         2 * std::max(t.tq, t.tk) * D + 2 * t.tq;
+}
 
 float dot(const float* a, const float* b, int64_t n) {
   float s = 0.f;
@@ -61,38 +75,53 @@ float dot(const float* a, const float* b, int64_t n) {
   return s;
 }
 
-// y[0..n) += a * x[0..n)
-void axpy(float a, const float* x, float* y, int64_t n) {
-#pragma omp simd
-  for (int64_t d = 0; d < n; ++d) y[d] += a * x[d];
+// Loads keys [j0, j0 + nk) of (b, hk): k and v transposed (for the scores and dP), k row-major
+// (for dq).
+void load_key_block(const BackwardParams& p, const Work& w, int64_t b, int64_t hk, int64_t j0, int64_t nk) {
+  load_rows_transposed(p.k, b, hk, j0, nk, w.ldk, w.kt);
+  load_rows_transposed(p.v, b, hk, j0, nk, w.ldk, w.vt);
+  load_rows(p.k, b, hk, j0, nk, w.k);
 }
 
 // The block of query rows [i0, i0 + nq) (w.q, w.dout, w.lse, w.delta loaded) against keys
-// [j0, j0 + nk) (w.k, w.v loaded): P and dS into w.p, w.ds ([nq][nk]); zero where a key is masked
+// [j0, j0 + nk) (loaded): P and scale * dS into w.p, w.ds ([nq][ldk]); zero where a key is masked
 // or the row's lse is -inf (a row that sees no key).
 void block_grads(const BackwardParams& p, const Work& w, int64_t i0, int64_t nq, int64_t j0, int64_t nk, bool full) {
-  const int64_t D = p.q.dim, S = p.k.len;
+  const int64_t S = p.k.len, D = p.q.dim;
+  for (int64_t r0 = 0; r0 < nq; r0 += kRows) {  // scores and dP = dout v^T, kRows rows at a time
+    const int64_t rb = std::min(kRows, nq - r0);
+    score_rows(w.q + r0 * D, rb, w.kt, w.ldk, nk, D, w.p + r0 * w.ldk);
+    score_rows(w.dout + r0 * D, rb, w.vt, w.ldk, nk, D, w.ds + r0 * w.ldk);
+  }
   for (int64_t r = 0; r < nq; ++r) {
-    float* pr = w.p + r * nk;
-    float* dsr = w.ds + r * nk;
-    std::fill(pr, pr + nk, 0.f);
-    std::fill(dsr, dsr + nk, 0.f);
-    const float l = w.lse[r];
-    if (l == kNegInf) continue;
+    float* pr = w.p + r * w.ldk;
+    float* dsr = w.ds + r * w.ldk;
+    const float l = w.lse[r], delta = w.delta[r];
     int64_t lo = 0, hi = nk;
-    if (!full) {
+    if (l == kNegInf) {
+      hi = 0;
+    } else if (!full) {
       const KeyRange keys = visible_range(p.mask, i0 + r, S);
       lo = std::clamp<int64_t>(keys.begin - j0, 0, nk);
       hi = std::clamp<int64_t>(keys.end - j0, lo, nk);
     }
-    const float* qr = w.q + r * D;
-    const float* dor = w.dout + r * D;
+    std::fill(pr, pr + lo, 0.f);
+    std::fill(dsr, dsr + lo, 0.f);
+#pragma omp simd
     for (int64_t c = lo; c < hi; ++c) {
-      const float pc = exp_nonpositive(p.scale * dot(qr, w.k + c * D, D) - l);
+      const float pc = exp_nonpositive(p.scale * pr[c] - l);
       pr[c] = pc;
-      dsr[c] = pc * (dot(dor, w.v + c * D, D) - w.delta[r]);
+      dsr[c] = p.scale * pc * (dsr[c] - delta);
     }
+    std::fill(pr + hi, pr + nk, 0.f);
+    std::fill(dsr + hi, dsr + nk, 0.f);
   }
+}
+
+// dst[c][r] = src[r][c] for r < rows, c < cols; src rows ld_src apart, dst rows ld_dst apart.
+void transpose(const float* src, int64_t ld_src, int64_t rows, int64_t cols, float* dst, int64_t ld_dst) {
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t c = 0; c < cols; ++c) dst[c * ld_dst + r] = src[r * ld_src + c];
 }
 
 // Adds (Accumulate) or writes (Write) rows [r0, r0 + n) of (b, h) of the fp32 gradient `g`
@@ -102,9 +131,10 @@ void store_grad(const TensorView& g, GradMode mode, int64_t b, int64_t h, int64_
   for (int64_t r = 0; r < n; ++r) {
     float* dst = static_cast<float*>(g.data) + g.offset(b, h, r0 + r);
     const float* src = acc + r * D;
-    if (mode == GradMode::Accumulate)
-      axpy(1.f, src, dst, D);
-    else
+    if (mode == GradMode::Accumulate) {
+#pragma omp simd
+      for (int64_t d = 0; d < D; ++d) dst[d] += src[d];
+    } else
       std::copy(src, src + D, dst);
   }
 }
@@ -121,14 +151,13 @@ void load_query_block(const BackwardParams& p, const std::vector<float>& delta, 
 }
 
 // First pass, one (b, kv head hk, key tile j0) item: dk and dv of its keys over every query row
-// of the group's heads that sees one of them.
+// of the group's heads that sees one of them: dv += P^T dout, dk += (scale dS)^T q.
 void key_tile(const BackwardParams& p, const Tiles& t, const std::vector<float>& delta, int64_t b, int64_t hk,
               int64_t j0, float* ws) {
   const int64_t D = p.q.dim, T = p.q.len, S = p.k.len;
   const int64_t nk = std::min(t.tk, S - j0), group = p.q.heads / p.k.heads;
   const Work w(ws, t, D);
-  load_rows(p.k, b, hk, j0, nk, w.k);
-  load_rows(p.v, b, hk, j0, nk, w.v);
+  load_key_block(p, w, b, hk, j0, nk);
   float* dk = w.acc0;
   float* dv = w.acc1;
   std::fill(dk, dk + nk * D, 0.f);
@@ -140,19 +169,20 @@ void key_tile(const BackwardParams& p, const Tiles& t, const std::vector<float>&
       if (vis == BlockVisibility::Empty) continue;
       load_query_block(p, delta, w, b, h, i0, nq);
       block_grads(p, w, i0, nq, j0, nk, vis == BlockVisibility::Full);
-      for (int64_t r = 0; r < nq; ++r)
-        for (int64_t c = 0; c < nk; ++c) {
-          const float pc = w.p[r * nk + c], dsc = w.ds[r * nk + c];
-          if (pc == 0.f && dsc == 0.f) continue;
-          axpy(pc, w.dout + r * D, dv + c * D, D);
-          axpy(p.scale * dsc, w.q + r * D, dk + c * D, D);
-        }
+      transpose(w.p, w.ldk, nq, nk, w.pt, w.ldq);
+      transpose(w.ds, w.ldk, nq, nk, w.dst, w.ldq);
+      for (int64_t c0 = 0; c0 < nk; c0 += kRows) {  // kRows keys at a time, over the nq rows
+        const int64_t cb = std::min(kRows, nk - c0);
+        accumulate_pv(w.pt + c0 * w.ldq, w.ldq, cb, nq, w.dout, D, dv + c0 * D);
+        accumulate_pv(w.dst + c0 * w.ldq, w.ldq, cb, nq, w.q, D, dk + c0 * D);
+      }
     }
   store_grad(p.dk, p.mode, b, hk, j0, nk, dk);
   store_grad(p.dv, p.mode, b, hk, j0, nk, dv);
 }
 
-// Second pass, one (b, head h, query tile i0) item: dq of its rows over the key tiles they see.
+// Second pass, one (b, head h, query tile i0) item: dq += (scale dS) k over the key tiles its
+// rows see.
 void query_tile(const BackwardParams& p, const Tiles& t, const std::vector<float>& delta, int64_t b, int64_t h,
                 int64_t i0, float* ws) {
   const int64_t D = p.q.dim, T = p.q.len, S = p.k.len;
@@ -166,14 +196,10 @@ void query_tile(const BackwardParams& p, const Tiles& t, const std::vector<float
     const int64_t nk = std::min(t.tk, S - j0);
     const BlockVisibility vis = classify_block(p.mask, i0, nq, j0, nk);
     if (vis == BlockVisibility::Empty) continue;
-    load_rows(p.k, b, hk, j0, nk, w.k);
-    load_rows(p.v, b, hk, j0, nk, w.v);
+    load_key_block(p, w, b, hk, j0, nk);
     block_grads(p, w, i0, nq, j0, nk, vis == BlockVisibility::Full);
-    for (int64_t r = 0; r < nq; ++r)
-      for (int64_t c = 0; c < nk; ++c) {
-        const float dsc = w.ds[r * nk + c];
-        if (dsc != 0.f) axpy(p.scale * dsc, w.k + c * D, dq + r * D, D);
-      }
+    for (int64_t r0 = 0; r0 < nq; r0 += kRows)
+      accumulate_pv(w.ds + r0 * w.ldk, w.ldk, std::min(kRows, nq - r0), nk, w.k, D, dq + r0 * D);
   }
   store_grad(p.dq, p.mode, b, h, i0, nq, dq);
 }

@@ -12,8 +12,28 @@
 
 namespace ringattn::cpu {
 
+inline constexpr int64_t kRows = 4;    // query rows that share each K/V load
+inline constexpr int64_t kLanes = 16;  // scores or output columns kept in registers per row
+
 // Widens rows [r0, r0 + n) of (b, h) of `x` into dst[n][D].
 void load_rows(const TensorView& x, int64_t b, int64_t h, int64_t r0, int64_t n, float* dst);
+
+// Widens rows [r0, r0 + n) of (b, h) into dst[D][ld] (transposed) so that score rows vectorize.
+void load_rows_transposed(const TensorView& x, int64_t b, int64_t h, int64_t r0, int64_t n, int64_t ld, float* dst);
+
+// Row length of a transposed tile and of score rows: n rounded up to whole lanes.
+int64_t padded(int64_t n);
+
+// s[r][c] = q_r . k_c for rows r < rb (at most kRows) and keys c < n; k is transposed [D][ld]
+// with ld a multiple of kLanes. Each block of kLanes scores of the kRows rows stays in registers
+// for the whole dot product; columns past n are computed from stale data and never read. Writes
+// kRows rows of s (ld apart) whatever rb is: s must have room for them.
+void score_rows(const float* q, int64_t rb, const float* kt, int64_t ld, int64_t n, int64_t D, float* s);
+
+// acc[r] += sum_c p[r][c] v[c] for rows r < rb; p rows are `ld` apart and zero past each row's
+// keys (rows >= rb are never read). Each block of kLanes output columns stays in registers over
+// all keys. D is a multiple of kLanes or the tail is done lane by lane.
+void accumulate_pv(const float* p, int64_t ld, int64_t rb, int64_t n, const float* v, int64_t D, float* acc);
 
 // exp(x) for x <= 0 in a form the compiler vectorizes (libm's expf is a scalar call): x = n ln2 + r
 // with |r| <= ln2/2, exp(r) by its Taylor polynomial to degree 7 (relative error < 2e-8, under one

@@ -31,11 +31,19 @@ constexpr float kNaN = test::kNaN;
 
 // ---- the oracle against finite differences ----
 
-// L = sum(dout * o) with o from the fp64 forward oracle.
+// L = sum(dout * o) with o from the fp64 forward oracle, row by row (serial: hundreds of calls
+// per test stay cheap on a loaded machine).
 double loss(const FlashParams& f, const HostTensor& dout) {
-  const cpu::Reference r = cpu::naive_attention(f);
-  double l = 0;
-  for (size_t i = 0; i < r.o.size(); ++i) l += r.o[i] * double(load_as_float(dout.view.data, DType::F32, int64_t(i)));
+  const int64_t B = f.q.batch, H = f.q.heads, T = f.q.len, D = f.q.dim;
+  std::vector<double> o(static_cast<size_t>(D));
+  double l = 0, lse = 0;
+  for (int64_t b = 0; b < B; ++b)
+    for (int64_t h = 0; h < H; ++h)
+      for (int64_t i = 0; i < T; ++i) {
+        cpu::naive_row(f, b, h, i, o.data(), &lse);
+        const int64_t off = dout.view.offset(b, h, i);
+        for (int64_t d = 0; d < D; ++d) l += o[size_t(d)] * double(load_as_float(dout.view.data, DType::F32, off + d));
+      }
   return l;
 }
 
