@@ -28,6 +28,8 @@ class Backend {
   // Operations. On a GPU they are queued on the compute stream and return at once;
   // synchronize() waits for everything queued. Each validates its params first.
   virtual void flash(const FlashParams& p) = 0;
+  // Gradients of one attention call (BackwardParams): dq, dk, dv written or accumulated in fp32.
+  virtual void flash_backward(const BackwardParams& p) = 0;
   virtual void decode(const DecodeParams& p) = 0;
   virtual void merge(const MergeParams& p) = 0;
   virtual void finalize(const FinalizeParams& p) = 0;

@@ -20,6 +20,7 @@ class ForwardingBackend : public Backend {
   void copy_to_host(void* dst, const void* src, size_t bytes) override { inner_.copy_to_host(dst, src, bytes); }
   void copy(void* dst, const void* src, size_t bytes) override { inner_.copy(dst, src, bytes); }
   void flash(const FlashParams& p) override { inner_.flash(p); }
+  void flash_backward(const BackwardParams& p) override { inner_.flash_backward(p); }
   void decode(const DecodeParams& p) override { inner_.decode(p); }
   void merge(const MergeParams& p) override { inner_.merge(p); }
   void finalize(const FinalizeParams& p) override { inner_.finalize(p); }

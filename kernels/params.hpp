@@ -58,9 +58,50 @@ struct FinalizeParams {
   TensorView out;
 };
 
+// What a backward call does with its gradients.
+enum class GradMode : uint8_t {
+  Write,       // dq, dk, dv := this call's gradients (every element written)
+  Accumulate,  // dq, dk, dv += this call's gradients (the ring backward sums over hops)
+};
+
+// The forward's log-sum-exp, fp32 [batch, heads, len], rows contiguous along len (like
+// StateView::lse). Natural log, scale included; -inf for a row that sees no key.
+struct LseView {
+  const float* data = nullptr;
+  int64_t batch = 0, heads = 0, len = 0;
+  int64_t stride_b = 0, stride_h = 0;
+  RA_HD const float* row(int64_t b, int64_t h) const { return data + b * stride_b + h * stride_h; }
+};
+inline LseView contiguous_lse(const float* data, int64_t b, int64_t h, int64_t t) {
+  return LseView{data, b, h, t, h * t, t};
+}
+
+// Gradients of attention (the forward of FlashParams: same views, strides, GQA grouping and
+// mask) for the loss whose gradient with respect to the output o is `dout`. Inputs q [B, Hq, T, D],
+// k, v [B, Hkv, S, D], o and dout [B, Hq, T, D] (all in q's dtype), lse of the forward. Outputs
+// fp32: dq [B, Hq, T, D], dk and dv [B, Hkv, S, D]; dk and dv are summed over the query heads of
+// each group. The probabilities are recomputed from lse (P = exp(scale q.k - lse)), none stored;
+// D = rowsum(dout * o) is computed once per row. A row with lse = -inf contributes nothing.
+struct BackwardParams {
+  TensorView q, k, v, o, dout;
+  LseView lse;
+  TensorView dq, dk, dv;  // dtype F32
+  float scale = 0.f;
+  MaskSpec mask;
+  GradMode mode = GradMode::Write;
+  // Bitwise reproducible results: dq accumulated in a fixed order (no atomics). The CPU engine is
+  // deterministic either way; on a GPU the fast mode accumulates dq with atomics.
+  bool deterministic = false;
+  int tile_q = 0, tile_k = 0;  // CPU tile sizes; 0 picks the default. GPU kernels pick their own.
+};
+
 // Checks a flash call before any work. Throws InvalidArgument naming the offending value and
 // what is allowed. `complete` asks that every query row sees at least one key (a complete
 // attention); partial calls allow rows with no visible key.
 void validate_flash(const FlashParams& p, bool complete);
+
+// Checks a backward call before any work, the same way: InvalidArgument naming the value and
+// what is allowed.
+void validate_backward(const BackwardParams& p);
 
 }  // namespace ringattn

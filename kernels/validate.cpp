@@ -1,6 +1,10 @@
 // Validation of a flash call, shared by every backend: bad input never reaches a kernel.
 #include <cmath>
 
+#include <string>
+
+#include <fmt/format.h>
+
 #include "kernels/params.hpp"
 #include "core/error.hpp"
 
@@ -13,8 +17,11 @@ DType parse_dtype(const std::string& name) {
   fail_arg("unknown dtype '{}': allowed are fp32, fp16, bf16", name);
 }
 
-void validate_flash(const FlashParams& p, bool complete) {
-  const TensorView &q = p.q, &k = p.k, &v = p.v;
+namespace {
+
+// The attention inputs, the scale and the CPU tiles: the rules the forward and backward share.
+void validate_inputs(const TensorView& q, const TensorView& k, const TensorView& v, float scale, int tile_q,
+                     int tile_k) {
   if (q.data == nullptr || k.data == nullptr || v.data == nullptr) fail_arg("q, k and v must point to data");
   if (q.batch < 1) fail_arg("batch must be >= 1 (got {})", q.batch);
   if (k.batch != q.batch || v.batch != q.batch)
@@ -34,9 +41,36 @@ void validate_flash(const FlashParams& p, bool complete) {
   if (k.dtype != q.dtype || v.dtype != q.dtype)
     fail_arg("dtype mismatch: q is {}, k is {}, v is {}; all three must be equal", dtype_name(q.dtype),
              dtype_name(k.dtype), dtype_name(v.dtype));
-  if (!std::isfinite(p.scale)) fail_arg("softmax scale must be finite (got {})", p.scale);
-  if (p.tile_q < 0 || p.tile_k < 0 || p.tile_q > kMaxTile || p.tile_k > kMaxTile)
-    fail_arg("tile sizes must be 1 to {}, or 0 for the default (got {}x{})", kMaxTile, p.tile_q, p.tile_k);
+  if (!std::isfinite(scale)) fail_arg("softmax scale must be finite (got {})", scale);
+  if (tile_q < 0 || tile_k < 0 || tile_q > kMaxTile || tile_k > kMaxTile)
+    fail_arg("tile sizes must be 1 to {}, or 0 for the default (got {}x{})", kMaxTile, tile_q, tile_k);
+}
+
+bool same_shape(const TensorView& a, const TensorView& b) {
+  return a.batch == b.batch && a.heads == b.heads && a.len == b.len && a.dim == b.dim;
+}
+
+std::string shape_of(const TensorView& x) { return fmt::format("[{}, {}, {}, {}]", x.batch, x.heads, x.len, x.dim); }
+
+// A gradient output: fp32, the shape of the input it belongs to (`like`).
+void validate_grad(const char* name, const TensorView& g, const char* like_name, const TensorView& like) {
+  if (g.data == nullptr) fail_arg("{} must point to memory", name);
+  if (g.dtype != DType::F32)
+    fail_arg("{} is {}; gradients are fp32 (accumulated in fp32 whatever the input dtype)", name, dtype_name(g.dtype));
+  if (!same_shape(g, like))
+    fail_arg("{} has shape {} but {} has {}; they must be equal", name, shape_of(g), like_name, shape_of(like));
+}
+
+// Two buffers that the kernels write must not be one buffer.
+void refuse_alias(const char* a_name, const TensorView& a, const char* b_name, const TensorView& b) {
+  if (a.data == b.data) fail_arg("{} and {} point to the same memory; each gradient needs a buffer of its own", a_name, b_name);
+}
+
+}  // namespace
+
+void validate_flash(const FlashParams& p, bool complete) {
+  const TensorView &q = p.q, &k = p.k;
+  validate_inputs(p.q, p.k, p.v, p.scale, p.tile_q, p.tile_k);
   const StateView& s = p.state;
   if (s.o == nullptr || s.lse == nullptr) fail_arg("the output state (o, lse) must point to memory");
   if (s.batch != q.batch || s.heads != q.heads || s.len != q.len || s.dim != q.dim)
@@ -50,6 +84,31 @@ void validate_flash(const FlashParams& p, bool complete) {
   if (complete && visible_range(p.mask, 0, k.len).empty())
     fail_arg("causal attention with q_offset={} leaves query row 0 with no visible key; a complete attention needs "
              "q_offset >= 0 (the default is kv_len - q_len)", p.mask.q_offset);
+}
+
+void validate_backward(const BackwardParams& p) {
+  const TensorView &q = p.q, &k = p.k;
+  validate_inputs(p.q, p.k, p.v, p.scale, p.tile_q, p.tile_k);
+  for (const auto& [name, x] : {std::pair<const char*, const TensorView&>{"o", p.o}, {"dout", p.dout}}) {
+    if (x.data == nullptr) fail_arg("{} must point to data", name);
+    if (!same_shape(x, q)) fail_arg("{} has shape {} but q has {}; they must be equal", name, shape_of(x), shape_of(q));
+    if (x.dtype != q.dtype)
+      fail_arg("{} is {} but q is {}; o and dout must be in the inputs' dtype", name, dtype_name(x.dtype),
+               dtype_name(q.dtype));
+  }
+  const LseView& l = p.lse;
+  if (l.data == nullptr) fail_arg("lse (the forward's log-sum-exp) must point to data");
+  if (l.batch != q.batch || l.heads != q.heads || l.len != q.len)
+    fail_arg("lse has shape [{}, {}, {}] but q has [{}, {}, {}, ...]; lse must be [batch, q_heads, q_len]", l.batch,
+             l.heads, l.len, q.batch, q.heads, q.len);
+  validate_grad("dq", p.dq, "q", q);
+  validate_grad("dk", p.dk, "k", k);
+  validate_grad("dv", p.dv, "v", p.v);
+  refuse_alias("dq", p.dq, "dk", p.dk);
+  refuse_alias("dq", p.dq, "dv", p.dv);
+  refuse_alias("dk", p.dk, "dv", p.dv);
+  if (p.mode != GradMode::Write && p.mode != GradMode::Accumulate)
+    fail_arg("gradient mode {} is unknown: allowed are Write (0) and Accumulate (1)", int(p.mode));
 }
 
 }  // namespace ringattn

@@ -28,6 +28,7 @@ class CpuBackend final : public Backend {
     cpu::flash_forward(p);
     if (p.out.data != nullptr) cpu::finalize(FinalizeParams{p.state, p.out});
   }
+  void flash_backward(const BackwardParams& p) override { cpu::flash_backward(p); }
   void decode(const DecodeParams& p) override {
     cpu::decode_split_kv(p);
     if (p.flash.out.data != nullptr) cpu::finalize(FinalizeParams{p.flash.state, p.flash.out});

@@ -33,6 +33,20 @@ size_t flash_workspace_bytes(const FlashParams& p, int threads);
 // allocation, for tests that assert the bound above).
 size_t last_flash_workspace_bytes();
 
+// Tiled backward (BackwardParams): dq, dk, dv in fp32 from P recomputed out of lse, in two
+// passes, each parallel without atomics and so deterministic: dk and dv per (batch, kv head, key
+// tile) over the query rows of the group, then dq per (batch, head, query tile). Needs the
+// per-row D = rowsum(dout * o) (O(B x Hq x T) floats) and a few tiles per thread beyond its
+// inputs, never anything of size q_len x kv_len. Validates `p` first.
+void flash_backward(const BackwardParams& p);
+
+// Bytes of workspace flash_backward allocates for `p` with `threads` OpenMP threads: the tiles
+// (tile sizes and head_dim only) plus the per-row D (batch x q_heads x q_len floats).
+size_t backward_workspace_bytes(const BackwardParams& p, int threads);
+
+// The workspace the last flash_backward call on this thread allocated, in bytes.
+size_t last_backward_workspace_bytes();
+
 // state := merge(state, other), the associative (o, lse) merge of core/state.hpp
 // (ARCHITECTURE.md, "Contracts").
 void merge_states(const MergeParams& p);
@@ -56,6 +70,16 @@ struct Reference {
   std::vector<double> o, lse;
 };
 Reference naive_attention(const FlashParams& p);
+
+// The fp64 gradient oracle: the exact gradient of sum(dout * attention(q, k, v)) under p.mask,
+// from q, k, v and dout alone (it recomputes o and lse in double and reads neither p.o nor p.lse,
+// nor p.dq/dk/dv, p.mode or the tiles). Results are contiguous: dq [B, Hq, T, D], dk and dv
+// [B, Hkv, S, D], dk and dv summed over each group's query heads. Rows with no visible key
+// contribute nothing.
+struct GradReference {
+  std::vector<double> dq, dk, dv;
+};
+GradReference naive_backward(const BackwardParams& p);
 
 // One row (b, h, i) of the oracle into o_out[0..D) and *lse_out.
 void naive_row(const FlashParams& p, int64_t b, int64_t h, int64_t i, double* o_out, double* lse_out);

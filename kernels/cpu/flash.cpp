@@ -11,31 +11,10 @@
 #include <vector>
 
 #include "kernels/cpu/cpu_kernels.hpp"
+#include "kernels/cpu/tile_io.hpp"
 
 namespace ringattn::cpu {
-namespace {
 
-thread_local size_t g_last_workspace = 0;
-constexpr float kNegInf = -std::numeric_limits<float>::infinity();
-constexpr int64_t kRows = 4;    // query rows that share each K/V load
-constexpr int64_t kLanes = 16;  // scores or output columns kept in registers per row
-
-struct Tiles {
-  int64_t tq, tk;
-};
-
-Tiles tiles_of(const FlashParams& p) {
-  return {p.tile_q > 0 ? p.tile_q : kDefaultTileQ, p.tile_k > 0 ? p.tile_k : kDefaultTileK};
-}
-// Row length of the transposed K tile and of the score rows: tk rounded up to whole lanes.
-int64_t padded(int64_t tk) { return (tk + kLanes - 1) / kLanes * kLanes; }
-
-// Per-thread workspace, in floats: q tile, transposed k tile, v tile, scores, acc, m, l.
-int64_t workspace_floats(const Tiles& t, int64_t D) {
-  return t.tq * D + D * padded(t.tk) + t.tk * D + kRows * padded(t.tk) + t.tq * D + 2 * t.tq;
-}
-
-// Widens rows [r0, r0 + n) of (b, h) into dst[n][D].
 void load_rows(const TensorView& x, int64_t b, int64_t h, int64_t r0, int64_t n, float* dst) {
   const int64_t D = x.dim;
   for (int64_t r = 0; r < n; ++r) {
@@ -50,7 +29,8 @@ void load_rows(const TensorView& x, int64_t b, int64_t h, int64_t r0, int64_t n,
   }
 }
 
-// Widens rows [r0, r0 + n) of (b, h) into dst[D][ld] (transposed) so that score rows vectorize.
+int64_t padded(int64_t tk) { return (tk + kLanes - 1) / kLanes * kLanes; }
+
 void load_rows_transposed(const TensorView& x, int64_t b, int64_t h, int64_t r0, int64_t n, int64_t ld, float* dst) {
   const int64_t D = x.dim;
   for (int64_t r = 0; r < n; ++r) {
@@ -59,31 +39,6 @@ void load_rows_transposed(const TensorView& x, int64_t b, int64_t h, int64_t r0,
   }
 }
 
-// exp(x) for x <= 0 in a form the compiler vectorizes (libm's expf is a scalar call): x = n ln2 + r
-// with |r| <= ln2/2, exp(r) by its Taylor polynomial to degree 7 (relative error < 2e-8, under one
-// fp32 ulp), times 2^n built in the exponent bits. Arguments below -87 give 0.
-inline float exp_nonpositive(float x) {
-  const float kLog2e = 1.44269504f, kLn2Hi = 0.693145752f, kLn2Lo = 1.42860677e-6f;
-  const float xc = std::max(x, -87.f);
-  const float n = std::nearbyint(xc * kLog2e);
-  const float r = (xc - n * kLn2Hi) - n * kLn2Lo;
-  float p = 1.f / 5040.f;
-  p = p * r + 1.f / 720.f;
-  p = p * r + 1.f / 120.f;
-  p = p * r + 1.f / 24.f;
-  p = p * r + 1.f / 6.f;
-  p = p * r + 0.5f;
-  p = p * r + 1.f;
-  p = p * r + 1.f;
-  const int32_t bits = (static_cast<int32_t>(n) + 127) << 23;
-  float scale;
-  std::memcpy(&scale, &bits, 4);
-  return x < -87.f ? 0.f : p * scale;
-}
-
-// s[r][c] = q_r . k_c for rows r < rb (at most kRows) and keys c < n; k is transposed [D][ld]
-// with ld a multiple of kLanes. Each block of kLanes scores of the kRows rows stays in registers
-// for the whole dot product; columns past n are computed from stale data and never read.
 void score_rows(const float* q, int64_t rb, const float* kt, int64_t ld, int64_t n, int64_t D, float* s) {
   const float* q1 = q + (rb > 1 ? D : 0);
   const float* q2 = q + (rb > 2 ? 2 * D : 0);
@@ -108,9 +63,6 @@ void score_rows(const float* q, int64_t rb, const float* kt, int64_t ld, int64_t
   }
 }
 
-// acc[r] += sum_c p[r][c] v[c] for rows r < rb; p rows are `ld` apart and zero past each row's
-// keys (rows >= rb are never read). Each block of kLanes output columns stays in registers over
-// all keys. D is a multiple of kLanes or the tail is done lane by lane.
 void accumulate_pv(const float* p, int64_t ld, int64_t rb, int64_t n, const float* v, int64_t D, float* acc) {
   const float* p1 = p + (rb > 1 ? ld : 0);
   const float* p2 = p + (rb > 2 ? 2 * ld : 0);
@@ -144,6 +96,22 @@ void accumulate_pv(const float* p, int64_t ld, int64_t rb, int64_t n, const floa
       acc[r * D + d0] += x;
     }
   }
+}
+
+namespace {
+
+thread_local size_t g_last_workspace = 0;
+constexpr float kNegInf = -std::numeric_limits<float>::infinity();
+struct Tiles {
+  int64_t tq, tk;
+};
+
+Tiles tiles_of(const FlashParams& p) {
+  return {p.tile_q > 0 ? p.tile_q : kDefaultTileQ, p.tile_k > 0 ? p.tile_k : kDefaultTileK};
+}
+// Per-thread workspace, in floats: q tile, transposed k tile, v tile, scores, acc, m, l.
+int64_t workspace_floats(const Tiles& t, int64_t D) {
+  return t.tq * D + D * padded(t.tk) + t.tk * D + kRows * padded(t.tk) + t.tq * D + 2 * t.tq;
 }
 
 // One (b, h, query tile) work item.

@@ -130,6 +130,19 @@ class CudaBackend final : public Backend {
     cuda::launch_flash(c, p, caps_, stream_);
   }
 
+  // Validated, then the dispatch decides; the per-row D lives in a cached buffer for the call
+  // (freed to the cache at once: only work queued later on the one stream can reuse it).
+  void flash_backward(const BackwardParams& params) override {
+    validate_backward(params);
+    BackwardParams p = params;
+    p.mask = clamp_offset(p.mask, p.q.len, p.k.len);  // the kernels' row + offset sums cannot overflow
+    const cuda::BackwardChoice c = cuda::choose_backward_kernel(caps_, p);
+    if (c.path == cuda::BackwardPath::None) fail_arg("{}", c.reason);
+    use_device();
+    DeviceBuffer delta(*this, size_t(p.q.batch * p.q.heads * p.q.len) * sizeof(float));
+    cuda::launch_backward(c, p, delta.as<float>(), stream_);
+  }
+
   void decode(const DecodeParams& params) override {
     validate_flash(params.flash, /*complete=*/false);
     DecodeParams dp = params;

@@ -62,6 +62,13 @@ struct MergeSplitsParams {
 };
 void launch_merge_splits(const MergeSplitsParams& p, cudaStream_t stream);
 
+// The portable flash backward (flash_bwd.cu): SIMT, bf16/fp16/fp32 inputs, fp32 accumulation,
+// head dim <= kBackwardMaxHeadDim. `delta` is scratch of batch * q_heads * q_len floats (the
+// per-row D). atomic_dq: dq accumulated with fp32 atomics by the key kernel (fast; the order of
+// the additions varies); else a separate dq pass in a fixed order (bitwise reproducible).
+inline constexpr int64_t kBackwardMaxHeadDim = 256;
+void launch_backward_simt(const BackwardParams& p, bool atomic_dq, float* delta, cudaStream_t stream);
+
 void launch_merge(const MergeParams& p, cudaStream_t stream);
 void launch_finalize(const FinalizeParams& p, cudaStream_t stream);
 void launch_fill_empty(const StateView& s, cudaStream_t stream);

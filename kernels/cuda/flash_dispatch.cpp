@@ -147,4 +147,27 @@ void launch_flash(const FlashChoice& c, const FlashParams& p, const DeviceCaps& 
   if (p.out.data != nullptr) launch_finalize(FinalizeParams{p.state, p.out}, stream);
 }
 
+BackwardChoice choose_backward_kernel(const DeviceCaps& dev, const BackwardParams& p) {
+  (void)dev;  // one portable path on every device for now
+  BackwardChoice c;
+  if (p.q.dim > kBackwardMaxHeadDim) {
+    c.reason = fmt::format("head_dim={} is not supported by the CUDA backward: allowed are 1..{}", p.q.dim,
+                           kBackwardMaxHeadDim);
+    return c;
+  }
+  if (c.reason = grid_problem("batch * q_heads", p.q.batch * p.q.heads); !c.reason.empty()) return c;
+  if (c.reason = grid_problem("batch * kv_heads", p.k.batch * p.k.heads); !c.reason.empty()) return c;
+  c.path = BackwardPath::Simt;
+  c.atomic_dq = !p.deterministic;
+  return c;
+}
+
+void launch_backward(const BackwardChoice& c, const BackwardParams& p, float* delta, cudaStream_t stream) {
+  switch (c.path) {
+    case BackwardPath::Simt: return launch_backward_simt(p, c.atomic_dq, delta, stream);
+    case BackwardPath::None: fail_arg("{}", c.reason);
+  }
+  fail_arg("internal: unknown backward path {}", int(c.path));
+}
+
 }  // namespace ringattn::cuda

@@ -79,6 +79,20 @@ std::string cuda_layout_problem(const FlashParams& p);
 
 const char* hopper_tile_name(HopperTile t);
 
+// The backward's decision for one call: the portable SIMT kernels (dq by atomics, or by a
+// deterministic pass when p.deterministic), or none with the reason. No Hopper backward yet.
+enum class BackwardPath : uint8_t { None, Simt };
+struct BackwardChoice {
+  BackwardPath path = BackwardPath::None;
+  bool atomic_dq = false;
+  std::string reason;
+};
+// p must have passed validate_backward.
+BackwardChoice choose_backward_kernel(const DeviceCaps& dev, const BackwardParams& p);
+// Queues the chosen kernels on `stream`; `delta` as launch_backward_simt's. Throws
+// InvalidArgument with c.reason when c.path is None.
+void launch_backward(const BackwardChoice& c, const BackwardParams& p, float* delta, cudaStream_t stream);
+
 }  // namespace ringattn::cuda
 
 namespace ringattn {

@@ -9,6 +9,7 @@
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
+#include "cli/backward.hpp"
 #include "cli/check.hpp"
 #include "cli/outputs.hpp"
 #include "cli/problem.hpp"
@@ -49,6 +50,8 @@ struct SizeResult {
   Summary sum;
   bool pass = true;
   bool checked = false;  // compared with the reference (else only non-finite values were counted)
+  double backward_s = 0;  // --backward: median backward time (0: not timed)
+  int64_t grad_nonfinite = 0;
 };
 
 // One size, one implementation, on every rank.
@@ -98,7 +101,13 @@ SizeResult bench_size(const BenchOptions& o, GlobalProblem p, InputSource& src, 
   add_check(mine, chk);
   r.sum = summarize(gather_reports(t, mine));
   r.hidden = r.sum.hidden;
-  r.pass = r.sum.nan_count == 0 && r.sum.violations == 0;
+  if (o.backward) {  // after the forward's iterations: their out and lse feed the backward
+    const BackwardBuffers g = make_backward(p, local, *w.backend,
+                                            {o.problem.seed, "", o.deterministic, o.problem.tile_q, o.problem.tile_k});
+    r.backward_s = time_backward(g, *w.backend, o.warmup, o.iters);
+    r.grad_nonfinite = count_nonfinite(copy_grads(g, *w.backend));
+  }
+  r.pass = r.sum.nan_count == 0 && r.sum.violations == 0 && r.grad_nonfinite == 0;
   return r;
 }
 
@@ -132,11 +141,32 @@ void print_row(std::FILE* f, const SizeResult& r) {
   std::fflush(f);
 }
 
+// --backward: the backward's time and rate (FlashAttention's 2.5x the forward's FLOPs), and the
+// forward+backward total.
+void print_backward_row(std::FILE* f, const SizeResult& r) {
+  const double total_s = r.median_s + r.backward_s;
+  fmt::print(f, "# seq {}: backward {:.3f} ms, {} (2.5x the forward's FLOPs); forward+backward {:.3f} ms, {}; "
+             "non-finite gradients {}\n", r.seq, r.backward_s * 1e3, rate_string(kBackwardFlopFactor * r.flops, r.backward_s),
+             total_s * 1e3, rate_string((1 + kBackwardFlopFactor) * r.flops, total_s), r.grad_nonfinite);
+  std::fflush(f);
+}
+
+void add_backward_fields(nlohmann::json& row, const SizeResult& r) {
+  const double bflops = kBackwardFlopFactor * r.flops, total_s = r.median_s + r.backward_s;
+  row["backward_median_s"] = r.backward_s;
+  row["backward_flops"] = bflops;
+  row["backward_gflops_per_s"] = bflops / r.backward_s / 1e9;
+  row["fwd_bwd_median_s"] = total_s;
+  row["fwd_bwd_gflops_per_s"] = (r.flops + bflops) / total_s / 1e9;
+  row["grad_nonfinite"] = r.grad_nonfinite;
+}
+
 int bench_on(const BenchOptions& o, World& w) {
   Transport& t = *w.transport;
   // Every rank sees the same flags, so these errors are collective.
   if (o.seq_max < o.seq_min)
     throw CollectiveError(fmt::format("--seq-max {} is below --seq-min {}", o.seq_max, o.seq_min));
+  if (o.backward) require_world_of_one(w.size);
   if ((o.impl == "naive" || o.impl == "both") && (w.size != 1 || o.problem.device != "cpu"))
     throw CollectiveError(fmt::format("--impl {} runs the fp64 oracle on one CPU process (got --device {} over {} ranks)",
                                       o.impl, o.problem.device, w.size));
@@ -192,6 +222,7 @@ int bench_on(const BenchOptions& o, World& w) {
       if (impl == "flash") flash_s = r.median_s;
       if (w.rank != 0) continue;
       print_row(f, r);
+      if (r.backward_s > 0) print_backward_row(f, r);
       if (impl == "naive" && flash_s > 0)
         fmt::print(f, "# seq {}: flash is {:.1f}x the naive reference ({:.2f} vs {:.2f} GFLOP/s)\n", n,
                    r.median_s / flash_s, r.flops / flash_s / 1e9, r.flops / r.median_s / 1e9);
@@ -203,6 +234,7 @@ int bench_on(const BenchOptions& o, World& w) {
                       {"max_rel_error", r.checked ? nlohmann::json(r.sum.max_rel) : nlohmann::json(nullptr)},
                       {"nonfinite", r.sum.nan_count},
                       {"peak_rss_bytes", r.sum.peak_rss}, {"workspace_bytes", r.sum.workspace}, {"pass", r.pass}});
+      if (r.backward_s > 0) add_backward_fields(rows.back(), r);
     }
   }
   int code = all_ok ? kExitOk : kExitCheckFailed;

@@ -67,14 +67,14 @@ CommandFields command_fields(const CommandLine& cl) {
     f = {{"--dry-run", yes_no(o.dry_run)}, {"--check", yes_no(o.check)}, {"--check-finite", yes_no(o.check_finite)},
          // Only rank 0 writes, but every rank takes part in gathering what it writes.
          {"--out given", yes_no(!o.out_file.empty())}, {"--lse given", yes_no(!o.lse_file.empty())},
-         {"--json given", yes_no(!o.json_file.empty())}};
+         {"--json given", yes_no(!o.json_file.empty())}, {"--backward", yes_no(o.backward)}};
     add_problem_fields(f, o.problem, true);
   } else if (cl.command == "bench") {
     const BenchOptions& o = cl.bench;
     f = {{"--seq-min", std::to_string(o.seq_min)}, {"--seq-max", std::to_string(o.seq_max)},
          {"--seq-factor", fmt::format("{}", o.seq_factor)}, {"--iters", std::to_string(o.iters)},
          {"--warmup", std::to_string(o.warmup)}, {"--impl", o.impl}, {"--no-check", yes_no(!o.check)},
-         {"--json given", yes_no(!o.json_file.empty())}};
+         {"--json given", yes_no(!o.json_file.empty())}, {"--backward", yes_no(o.backward)}};
     add_problem_fields(f, o.problem, false);
   } else if (cl.command == "plan") {
     const PlanOptions& o = cl.plan;

@@ -170,6 +170,14 @@ void add_run_flags(CLI::App& app, RunOptions& o) {
   app.add_option("--out", o.out_file, "write the output as <f4 .npy [batch, heads, q_len, dim]");
   app.add_option("--lse", o.lse_file, "write the log-sum-exp as <f4 .npy [batch, heads, q_len]");
   app.add_option("--json", o.json_file, "write one JSON record ('-' for stdout)");
+  app.add_flag("--backward", o.backward,
+               "after the forward, compute the gradients dq, dk, dv of sum(dO * out) (a world of one: the ring "
+               "backward is issue 19)");
+  app.add_flag("--deterministic", o.deterministic, "with --backward: bitwise reproducible dq (no atomics on GPUs)");
+  app.add_option("--do", o.do_file, "with --backward: dO as .npy in the shape of q (default: random from --seed)");
+  app.add_option("--dq", o.dq_file, "with --backward: write dq as <f4 .npy [batch, heads, q_len, dim]");
+  app.add_option("--dk", o.dk_file, "with --backward: write dk as <f4 .npy [batch, kv_heads, kv_len, dim]");
+  app.add_option("--dv", o.dv_file, "with --backward: write dv as <f4 .npy [batch, kv_heads, kv_len, dim]");
 }
 
 void add_bench_flags(CLI::App& app, BenchOptions& o) {
@@ -194,6 +202,10 @@ void add_bench_flags(CLI::App& app, BenchOptions& o) {
   // INT64_MIN (UBSan, found by tests/cli/test_cli_fuzz.cpp).
   app.add_flag("!--no-check", o.check, "skip the per-size correctness check")->disable_flag_override();
   app.add_option("--json", o.json_file, "write the sweep as one JSON record, its sizes in a list ('-' for stdout)");
+  app.add_flag("--backward", o.backward,
+               "time the backward after the forward at each size (rate counted as 2.5x the forward FLOPs) and the "
+               "forward+backward total (a world of one)");
+  app.add_flag("--deterministic", o.deterministic, "with --backward: bitwise reproducible dq (no atomics on GPUs)");
 }
 
 void add_plan_flags(CLI::App& app, PlanOptions& o) {
@@ -231,7 +243,7 @@ bool given(const CLI::App& sub, const char* name) {
 
 // `--out ''` and the like: an empty path is no file at all (and used to mean "not given").
 void refuse_empty_paths(const CLI::App& sub) {
-  for (const char* name : {"--q", "--k", "--v", "--out", "--lse", "--json"}) {
+  for (const char* name : {"--q", "--k", "--v", "--out", "--lse", "--json", "--do", "--dq", "--dk", "--dv"}) {
     const CLI::Option* opt = sub.get_option_no_throw(name);
     if (opt == nullptr || opt->count() == 0) continue;
     for (const std::string& r : opt->results())
@@ -254,6 +266,15 @@ void refuse_ignored_flags(const CLI::App& sub, const ProblemOptions& o, bool che
                  "dim; drop {}", name, name);
 }
 
+// Flags of the backward that do nothing without --backward.
+void refuse_backward_flags(const CLI::App& sub, bool backward) {
+  if (backward) return;
+  for (const char* name : {"--do", "--dq", "--dk", "--dv", "--deterministic"})
+    if (given(sub, name))
+      fail_arg("{} only applies to the backward pass and does nothing without --backward; add --backward or drop {}",
+               name, name);
+}
+
 }  // namespace
 
 void parse_command_line(CLI::App& app, CommandLine& cl, int argc, const char* const* argv) {
@@ -271,12 +292,21 @@ void parse_command_line(CLI::App& app, CommandLine& cl, int argc, const char* co
   if (cl.command == "run") {
     validate_problem_options(cl.run.problem);
     refuse_ignored_flags(sub, cl.run.problem, cl.run.check);
+    refuse_backward_flags(sub, cl.run.backward);
   }
   if (cl.command == "bench") {
     validate_problem_options(cl.bench.problem);
     if (!cl.bench.docs.empty()) generate_documents(cl.bench.docs, 1, 0);  // the spec is refused here, by name
     refuse_ignored_flags(sub, cl.bench.problem, cl.bench.check);
+    refuse_backward_flags(sub, cl.bench.backward);
   }
+}
+
+void check_world_for(const CommandLine& cl, int world) {
+  const bool backward = (cl.command == "run" && cl.run.backward) || (cl.command == "bench" && cl.bench.backward);
+  if (backward && world > 1)
+    fail_arg("the ring backward is not built yet (issue 19): --backward needs a world of one (this job has {} ranks); "
+             "run it without mpirun", world);
 }
 
 double resolve_timeout(const ProblemOptions& o) {

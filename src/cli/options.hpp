@@ -43,6 +43,10 @@ struct RunOptions {
   bool check_finite = false;  // NaN/Inf in q, k, v (before the run) or out, lse (after) is an error
   bool dry_run = false;       // validate world, environment and problem; no attention
   std::string out_file, lse_file, json_file;
+  // --backward: the gradients of sum(dO * out) after the forward (a world of one for now).
+  bool backward = false;
+  bool deterministic = false;  // --deterministic: bitwise reproducible dq (GPU; the CPU always is)
+  std::string do_file, dq_file, dk_file, dv_file;
 };
 
 struct BenchOptions {
@@ -53,6 +57,8 @@ struct BenchOptions {
   std::string impl = "flash";  // flash | naive (the fp64 oracle, CPU, one process)
   std::string docs;            // packed documents per size: "uniform:MAX" or "fixed:L" (empty: none)
   bool check = true;
+  bool backward = false;  // --backward: time forward + backward per size
+  bool deterministic = false;
   std::string json_file;
 };
 
@@ -90,6 +96,10 @@ std::unique_ptr<CLI::App> make_app(CommandLine& cl);
 // Parses argv (argc <= 1: kDefaultArgs) and runs the cross-flag checks of the chosen command.
 // Throws CLI::ParseError (CLI::CallForHelp when no command was given) or InvalidArgument.
 void parse_command_line(CLI::App& app, CommandLine& cl, int argc, const char* const* argv);
+
+// Refuses what a world of `world` ranks (the launcher's count) cannot run: today --backward
+// needs a world of one. Called on every rank before MPI starts, so every rank stops alike.
+void check_world_for(const CommandLine& cl, int world);
 
 // The wait bound the flags and environment ask for (see ProblemOptions::timeout_s).
 double resolve_timeout(const ProblemOptions& o);

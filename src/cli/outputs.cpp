@@ -44,8 +44,10 @@ void check_output_paths(const NamedPaths& outputs, const NamedPaths& inputs) {
 }
 
 void check_run_outputs(const RunOptions& o) {
-  check_output_paths({{"--out", o.out_file}, {"--lse", o.lse_file}, {"--json", o.json_file}},
-                     {{"--q", o.problem.q_file}, {"--k", o.problem.k_file}, {"--v", o.problem.v_file}});
+  check_output_paths({{"--out", o.out_file}, {"--lse", o.lse_file}, {"--json", o.json_file}, {"--dq", o.dq_file},
+                      {"--dk", o.dk_file}, {"--dv", o.dv_file}},
+                     {{"--q", o.problem.q_file}, {"--k", o.problem.k_file}, {"--v", o.problem.v_file},
+                      {"--do", o.do_file}});
 }
 
 void check_bench_outputs(const BenchOptions& o) { check_output_paths({{"--json", o.json_file}}, {}); }

@@ -36,16 +36,14 @@ const char* file_kind(mode_t m) {
   return "not a regular file";
 }
 
-// Refuses an input that is not a regular file before it is opened: opening a FIFO for reading
-// blocks until a writer appears, past every --timeout.
+}  // namespace
+
 void expect_regular_file(const char* flag, const std::string& path) {
   struct stat st {};
   if (::stat(path.c_str(), &st) != 0) fail_arg("{}: cannot open '{}' for reading: {}", flag, path, std::strerror(errno));
   if (!S_ISREG(st.st_mode))
     fail_arg("{} '{}' is not a regular file ({}); give a .npy file", flag, path, file_kind(st.st_mode));
 }
-
-}  // namespace
 
 InputSource::InputSource(const std::string& q, const std::string& k, const std::string& v) {
   readers_.push_back(std::make_unique<NpyReader>(q));

@@ -74,6 +74,10 @@ void check_fault_for(const GlobalProblem& p, int world);
 
 double attention_flops(const GlobalProblem& p);
 
+// Refuses an input that is not a regular file before it is opened: opening a FIFO for reading
+// blocks until a writer appears, past every --timeout. Names `flag` and the path.
+void expect_regular_file(const char* flag, const std::string& path);
+
 // The ordinary dtype for a device when neither --dtype nor files say otherwise.
 DType default_dtype(const ProblemOptions& o);
 

@@ -5,6 +5,7 @@
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
+#include "cli/backward.hpp"
 #include "cli/check.hpp"
 #include "cli/finite.hpp"
 #include "cli/gather.hpp"
@@ -170,7 +171,7 @@ int run_on(const RunOptions& o, World& w) {
 
 int run_command(const RunOptions& o, MpiSession& mpi) {
   World w = make_world(o.problem, mpi);
-  return run_guarded(w, [&] { return o.dry_run ? dry_run_on(o, w) : run_on(o, w); });
+  return run_guarded(w, [&] { return o.dry_run ? dry_run_on(o, w) : o.backward ? backward_on(o, w) : run_on(o, w); });
 }
 
 }  // namespace ringattn::cli

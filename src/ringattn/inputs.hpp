@@ -9,7 +9,8 @@
 
 namespace ringattn {
 
-enum class InputTensor : uint32_t { Q = 1, K = 2, V = 3 };
+// DO: the output gradient dO of `run --backward` (shape of q).
+enum class InputTensor : uint32_t { Q = 1, K = 2, V = 3, DO = 4 };
 
 // Standard normal value for one element (counter-based: splitmix64 hashing + Box-Muller).
 float input_value(uint64_t seed, InputTensor which, int64_t b, int64_t h, int64_t global_t, int64_t d);

@@ -26,6 +26,7 @@ class SleepyBackend final : public Backend {
   void copy(void* d, const void* s, size_t n) override { inner_->copy(d, s, n); }
   // Only the nap: the test is about the exchange, and the nap leaves the cores free.
   void flash(const FlashParams&) override { std::this_thread::sleep_for(nap_); }
+  void flash_backward(const BackwardParams& p) override { inner_->flash_backward(p); }
   void decode(const DecodeParams& p) override { inner_->decode(p); }
   void merge(const MergeParams& p) override { inner_->merge(p); }
   void finalize(const FinalizeParams& p) override { inner_->finalize(p); }

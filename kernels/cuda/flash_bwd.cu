@@ -1,0 +1,245 @@
+// Flash backward on the CUDA SIMT cores: the portable path for every dtype (bf16, fp16, fp32
+// inputs; fp32 arithmetic and accumulation), for head dims up to kBackwardMaxHeadDim. The
+// probabilities are recomputed from the forward's lse and never stored:
+//   D_i = dout_i . o_i (a pass of its own),  P = exp(scale q.k - lse),  dP = dout . v,
+//   dS = P (dP - D),  dv += P dout,  dk += scale dS q,  dq += scale dS k.
+// The key kernel gives each warp kKeysPerWarp keys of one (batch, kv head), whose K, V and dK, dV
+// stay in registers while the warp walks every query row of the group's heads that may see them;
+// query tiles of kRowTile rows that see none of the CTA's keys are skipped (classify_block).
+// dq: fast mode adds each warp's share with fp32 atomics from the key kernel; deterministic mode
+// runs a separate pass, one warp per query row over its visible keys in order (no atomics, so
+// bitwise reproducible). Every lane of a warp works on the same row and key, so the warp-wide
+// reductions never diverge.
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include "kernels/cuda/cuda_check.hpp"
+#include "kernels/cuda/cuda_kernels.hpp"
+#include "kernels/cuda/device_common.cuh"
+
+namespace ringattn::cuda {
+namespace {
+
+constexpr int kWarps = 4;         // warps per CTA
+constexpr int kKeysPerWarp = 4;   // keys a warp holds in registers
+constexpr int kKeysPerCta = kWarps * kKeysPerWarp;
+constexpr int64_t kRowTile = 64;  // query rows classified against the CTA's keys at once
+
+__device__ __forceinline__ int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
+
+__device__ __forceinline__ float to_float(float x) { return x; }
+__device__ __forceinline__ float to_float(__nv_bfloat16 x) { return __bfloat162float(x); }
+__device__ __forceinline__ float to_float(__half x) { return __half2float(x); }
+
+__device__ __forceinline__ float warp_sum(float x) {
+#pragma unroll
+  for (int off = 16; off > 0; off >>= 1) x += __shfl_xor_sync(0xffffffffu, x, off);
+  return x;
+}
+
+// r[e] = row[lane + 32 e] widened to fp32 (0 past the head dim).
+template <typename T, int kPer>
+__device__ __forceinline__ void load_row(float (&r)[kPer], const T* row, int64_t D, int lane) {
+#pragma unroll
+  for (int e = 0; e < kPer; ++e) {
+    const int64_t d = lane + 32 * e;
+    r[e] = d < D ? to_float(row[d]) : 0.f;
+  }
+}
+
+template <int kPer>
+__device__ __forceinline__ float warp_dot(const float (&a)[kPer], const float (&b)[kPer]) {
+  float s = 0.f;
+#pragma unroll
+  for (int e = 0; e < kPer; ++e) s = fmaf(a[e], b[e], s);
+  return warp_sum(s);
+}
+
+// Writes (Write) or adds (Accumulate) r into an fp32 gradient row.
+template <int kPer>
+__device__ __forceinline__ void store_row(float* row, const float (&r)[kPer], int64_t D, int lane, GradMode mode) {
+#pragma unroll
+  for (int e = 0; e < kPer; ++e) {
+    const int64_t d = lane + 32 * e;
+    if (d < D) row[d] = mode == GradMode::Accumulate ? row[d] + r[e] : r[e];
+  }
+}
+
+__device__ __forceinline__ float* grad_row(const TensorView& g, int64_t b, int64_t h, int64_t t) {
+  return static_cast<float*>(g.data) + view_offset(g, b, h, t);
+}
+
+// One query row as the gradient needs it.
+template <int kPer>
+struct QueryRow {
+  float q[kPer], dout[kPer];
+  float lse, delta;
+};
+
+template <typename T, int kPer>
+__device__ __forceinline__ void load_query(QueryRow<kPer>& r, const BackwardParams& p, const float* delta, int64_t b,
+                                           int64_t h, int64_t i, int lane) {
+  load_row<T, kPer>(r.q, static_cast<const T*>(p.q.data) + view_offset(p.q, b, h, i), p.q.dim, lane);
+  load_row<T, kPer>(r.dout, static_cast<const T*>(p.dout.data) + view_offset(p.dout, b, h, i), p.q.dim, lane);
+  r.delta = delta[(b * p.q.heads + h) * p.q.len + i];
+}
+
+// (P, dS) of a row against one key.
+template <int kPer>
+__device__ __forceinline__ float2 prob_and_grad(const QueryRow<kPer>& r, const float (&k)[kPer], const float (&v)[kPer],
+                                                float scale) {
+  const float pr = expf(scale * warp_dot(r.q, k) - r.lse);
+  return make_float2(pr, pr * (warp_dot(r.dout, v) - r.delta));
+}
+
+// D_i = dout_i . o_i, one warp per row; grid (ceil(T / kWarps), B * Hq).
+template <typename T, int kPer>
+__global__ void __launch_bounds__(32 * kWarps) bwd_delta_kernel(const BackwardParams p, float* delta) {
+  const int lane = threadIdx.x % 32;
+  const int64_t i = int64_t(blockIdx.x) * kWarps + threadIdx.x / 32;
+  if (i >= p.q.len) return;
+  const int64_t b = blockIdx.y / p.q.heads, h = blockIdx.y % p.q.heads;
+  float o[kPer], dout[kPer];
+  load_row<T, kPer>(o, static_cast<const T*>(p.o.data) + view_offset(p.o, b, h, i), p.q.dim, lane);
+  load_row<T, kPer>(dout, static_cast<const T*>(p.dout.data) + view_offset(p.dout, b, h, i), p.q.dim, lane);
+  const float s = warp_dot(o, dout);
+  if (lane == 0) delta[(b * p.q.heads + h) * p.q.len + i] = s;
+}
+
+// Zeroes every row of an fp32 view (dq before the atomics of a Write call); grid as the delta's.
+__global__ void __launch_bounds__(32 * kWarps) zero_rows_kernel(const TensorView g) {
+  const int64_t i = int64_t(blockIdx.x) * kWarps + threadIdx.x / 32;
+  if (i >= g.len) return;
+  float* row = grad_row(g, blockIdx.y / g.heads, blockIdx.y % g.heads, i);
+  for (int64_t d = threadIdx.x % 32; d < g.dim; d += 32) row[d] = 0.f;
+}
+
+// dk and dv of kKeysPerCta keys of one (b, kv head) (and, kAtomicDq, dq's share of them);
+// grid (ceil(S / kKeysPerCta), B * Hkv).
+template <typename T, int kPer, bool kAtomicDq>
+__global__ void __launch_bounds__(32 * kWarps) bwd_keys_kernel(const BackwardParams p, const float* delta) {
+  const int lane = threadIdx.x % 32;
+  const int64_t b = blockIdx.y / p.k.heads, hk = blockIdx.y % p.k.heads;
+  const int64_t S = p.k.len, Tq = p.q.len, D = p.q.dim, group = p.q.heads / p.k.heads;
+  const int64_t cta_j0 = int64_t(blockIdx.x) * kKeysPerCta;
+  const int64_t cta_keys = min64(kKeysPerCta, S - cta_j0);
+  const int64_t j0 = cta_j0 + (threadIdx.x / 32) * kKeysPerWarp;
+  float k[kKeysPerWarp][kPer], v[kKeysPerWarp][kPer], dk[kKeysPerWarp][kPer], dv[kKeysPerWarp][kPer];
+#pragma unroll
+  for (int c = 0; c < kKeysPerWarp; ++c) {
+    const int64_t j = min64(j0 + c, S - 1);  // keys past S are loaded as the last key and never used
+    load_row<T, kPer>(k[c], static_cast<const T*>(p.k.data) + view_offset(p.k, b, hk, j), D, lane);
+    load_row<T, kPer>(v[c], static_cast<const T*>(p.v.data) + view_offset(p.v, b, hk, j), D, lane);
+#pragma unroll
+    for (int e = 0; e < kPer; ++e) dk[c][e] = dv[c][e] = 0.f;
+  }
+  for (int64_t h = hk * group; h < (hk + 1) * group; ++h) {
+    const float* lse = p.lse.row(b, h);
+    for (int64_t i0 = 0; i0 < Tq; i0 += kRowTile) {
+      const int64_t rows = min64(kRowTile, Tq - i0);
+      const BlockVisibility vis = classify_block(p.mask, i0, rows, cta_j0, cta_keys);
+      if (vis == BlockVisibility::Empty) continue;
+      for (int64_t i = i0; i < i0 + rows; ++i) {
+        QueryRow<kPer> r;
+        r.lse = lse[i];
+        if (r.lse == neg_inf()) continue;  // a row that sees no key contributes nothing
+        load_query<T, kPer>(r, p, delta, b, h, i, lane);
+        float dq[kPer] = {};
+#pragma unroll
+        for (int c = 0; c < kKeysPerWarp; ++c) {
+          if (j0 + c >= S || (vis != BlockVisibility::Full && !is_visible(p.mask, i, j0 + c))) continue;
+          const float2 g = prob_and_grad(r, k[c], v[c], p.scale);
+          const float ds = p.scale * g.y;
+#pragma unroll
+          for (int e = 0; e < kPer; ++e) {
+            dv[c][e] = fmaf(g.x, r.dout[e], dv[c][e]);
+            dk[c][e] = fmaf(ds, r.q[e], dk[c][e]);
+            if (kAtomicDq) dq[e] = fmaf(ds, k[c][e], dq[e]);
+          }
+        }
+        if (kAtomicDq) {
+          float* row = grad_row(p.dq, b, h, i);
+#pragma unroll
+          for (int e = 0; e < kPer; ++e)
+            if (lane + 32 * e < D && dq[e] != 0.f) atomicAdd(row + lane + 32 * e, dq[e]);
+        }
+      }
+    }
+  }
+#pragma unroll
+  for (int c = 0; c < kKeysPerWarp; ++c) {
+    if (j0 + c >= S) continue;
+    store_row(grad_row(p.dk, b, hk, j0 + c), dk[c], D, lane, p.mode);
+    store_row(grad_row(p.dv, b, hk, j0 + c), dv[c], D, lane, p.mode);
+  }
+}
+
+// Deterministic dq: one warp per query row over its visible keys in order; grid as the delta's.
+template <typename T, int kPer>
+__global__ void __launch_bounds__(32 * kWarps) bwd_dq_kernel(const BackwardParams p, const float* delta) {
+  const int lane = threadIdx.x % 32;
+  const int64_t i = int64_t(blockIdx.x) * kWarps + threadIdx.x / 32;
+  if (i >= p.q.len) return;
+  const int64_t b = blockIdx.y / p.q.heads, h = blockIdx.y % p.q.heads;
+  const int64_t hk = h / (p.q.heads / p.k.heads), D = p.q.dim;
+  float dq[kPer] = {};
+  QueryRow<kPer> r;
+  r.lse = p.lse.row(b, h)[i];
+  if (r.lse != neg_inf()) {
+    load_query<T, kPer>(r, p, delta, b, h, i, lane);
+    const KeyRange keys = visible_range(p.mask, i, p.k.len);
+    for (int64_t j = keys.begin; j < keys.end; ++j) {
+      float k[kPer], v[kPer];
+      load_row<T, kPer>(k, static_cast<const T*>(p.k.data) + view_offset(p.k, b, hk, j), D, lane);
+      load_row<T, kPer>(v, static_cast<const T*>(p.v.data) + view_offset(p.v, b, hk, j), D, lane);
+      const float ds = p.scale * prob_and_grad(r, k, v, p.scale).y;
+#pragma unroll
+      for (int e = 0; e < kPer; ++e) dq[e] = fmaf(ds, k[e], dq[e]);
+    }
+  }
+  store_row(grad_row(p.dq, b, h, i), dq, D, lane, p.mode);
+}
+
+template <typename T, int kPer>
+void launch_typed(const BackwardParams& p, bool atomic_dq, float* delta, cudaStream_t stream) {
+  const dim3 rows_grid(unsigned((p.q.len + kWarps - 1) / kWarps), unsigned(p.q.batch * p.q.heads));
+  const dim3 keys_grid(unsigned((p.k.len + kKeysPerCta - 1) / kKeysPerCta), unsigned(p.k.batch * p.k.heads));
+  bwd_delta_kernel<T, kPer><<<rows_grid, 32 * kWarps, 0, stream>>>(p, delta);
+  RA_CHECK_CUDA_LAUNCH("bwd_delta_kernel");
+  if (atomic_dq) {
+    if (p.mode == GradMode::Write) {
+      zero_rows_kernel<<<rows_grid, 32 * kWarps, 0, stream>>>(p.dq);
+      RA_CHECK_CUDA_LAUNCH("zero_rows_kernel");
+    }
+    bwd_keys_kernel<T, kPer, true><<<keys_grid, 32 * kWarps, 0, stream>>>(p, delta);
+    RA_CHECK_CUDA_LAUNCH("bwd_keys_kernel");
+    return;
+  }
+  bwd_keys_kernel<T, kPer, false><<<keys_grid, 32 * kWarps, 0, stream>>>(p, delta);
+  RA_CHECK_CUDA_LAUNCH("bwd_keys_kernel");
+  bwd_dq_kernel<T, kPer><<<rows_grid, 32 * kWarps, 0, stream>>>(p, delta);
+  RA_CHECK_CUDA_LAUNCH("bwd_dq_kernel");
+}
+
+template <typename T>
+void launch_dim(const BackwardParams& p, bool atomic_dq, float* delta, cudaStream_t stream) {
+  const int64_t per = (p.q.dim + 31) / 32;
+  if (per <= 1) launch_typed<T, 1>(p, atomic_dq, delta, stream);
+  else if (per <= 2) launch_typed<T, 2>(p, atomic_dq, delta, stream);
+  else if (per <= 4) launch_typed<T, 4>(p, atomic_dq, delta, stream);
+  else if (per <= 8) launch_typed<T, 8>(p, atomic_dq, delta, stream);
+  else fail_no_instance("launch_backward_simt", "head_dim", p.q.dim, "1..256");
+}
+
+}  // namespace
+
+void launch_backward_simt(const BackwardParams& p, bool atomic_dq, float* delta, cudaStream_t stream) {
+  switch (p.q.dtype) {
+    case DType::F32: return launch_dim<float>(p, atomic_dq, delta, stream);
+    case DType::BF16: return launch_dim<__nv_bfloat16>(p, atomic_dq, delta, stream);
+    case DType::F16: return launch_dim<__half>(p, atomic_dq, delta, stream);
+  }
+  fail_no_instance("launch_backward_simt", "dtype", static_cast<long long>(p.q.dtype), "fp32, bf16, fp16");
+}
+
+}  // namespace ringattn::cuda
