@@ -190,8 +190,6 @@ GlobalProblem problem_at(const BenchOptions& o, const GlobalProblem& base, int64
   if (!decode_sweep(o)) {
     p.kv_len = n;
     p.q_offset.reset();
-  }
-  if (!decode_sweep(o)) {
     validate_problem(p, world);
     return p;
   }
@@ -207,8 +205,7 @@ GlobalProblem problem_at(const BenchOptions& o, const GlobalProblem& base, int64
   return p;
 }
 
-// The checks every rank makes alike before the sweep, so their errors are collective; rank 0
-// also checks the file it will write.
+// Every rank sees the same flags, so these errors are collective.
 void check_bench(const BenchOptions& o, const World& w) {
   if (o.seq_max < o.seq_min)
     throw CollectiveError(fmt::format("--seq-max {} is below --seq-min {}", o.seq_max, o.seq_min));
