@@ -119,7 +119,7 @@ def measurements(text):
 
 
 def parse_args(argv):
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+    ap = argparse.ArgumentParser(description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     shape = ap.add_argument_group("problem (the shape the compute measurements were taken at)")
     shape.add_argument("--batch", type=positive_int, default=1)

@@ -38,6 +38,10 @@ python3 "$MODEL" --hop-ms 8192:1 --overhead-ms 0 --measured 2:16384:2 --nvlink-g
 grep -q "| 2 | 16384 | 2.000 | 34.559 |" "$WORK/slow" || fail "link-bound: $(grep ratio "$WORK/slow")"
 grep -q "| 2 | 1 x 2 | 16384 | 8192 | 1.000 | 33.559 | NVLink | link | 34.56 |" "$WORK/slow" || fail "link-bound row"
 
+# The help names where each default comes from.
+python3 "$MODEL" --help >"$WORK/help" || fail "--help: exit $?"
+grep -q "launch/results/kernels/2026-11-29-h200-ours.csv" "$WORK/help" || fail "--help does not name the compute source"
+
 # 3. Bad flags: exit 2 and the flag, the value and what is allowed on stderr.
 refused() {  # refused 'EXPECTED TEXT' ARGS...
   local want="$1"; shift
