@@ -43,10 +43,16 @@ RankStats run_naive(const GlobalProblem& p, const LocalProblem& l) {
   return s;
 }
 
+// Bytes of K and V that one call reads once: what bounds a decode, whose rate is K/V bandwidth.
+double kv_read_bytes(const GlobalProblem& p) {
+  return 2.0 * double(p.batch) * double(p.kv_heads) * double(p.kv_len) * double(p.head_dim) * dtype_size(p.dtype);
+}
+
 struct SizeResult {
   int64_t seq = 0;
   std::string impl;
   double median_s = 0, flops = 0, hidden = -1;
+  double kv_bytes = 0;  // decode sweeps: K/V bytes read per call (0 in a ring sweep)
   Summary sum;
   bool pass = true;
   bool checked = false;  // compared with the reference (else only non-finite values were counted)
@@ -61,6 +67,7 @@ SizeResult bench_size(const BenchOptions& o, GlobalProblem p, InputSource& src, 
   r.seq = p.q_len;
   r.impl = impl;
   r.flops = attention_flops(p);
+  if (!p.is_ring()) r.kv_bytes = kv_read_bytes(p);
   w.counter->reset_peak();  // each size reports its own workspace
   LocalProblem local = load_local(p, src, *w.backend, w.rank, w.size);
   ringattn::RunOptions ro;
@@ -111,30 +118,45 @@ SizeResult bench_size(const BenchOptions& o, GlobalProblem p, InputSource& src, 
   return r;
 }
 
+// A decode sweep (--kv-seq) sweeps the query count against a fixed cache; a ring sweep, the
+// length of a self-attention problem.
+bool decode_sweep(const BenchOptions& o) { return o.problem.kv_seq.has_value(); }
+
 void print_header(std::FILE* f, const BenchOptions& o, const GlobalProblem& p, const World& w, const std::vector<RankReport>& ranks) {
   fmt::print(f, "# ringattn bench: impl {}, device {}, transport {}, world {}\n", o.impl, o.problem.device,
              w.transport_name, w.size);
-  fmt::print(f, "# batch {} heads {}/{} dim {} dtype {} {} shard {} | seq {}..{} x{} | iters {} warmup {} | seed {}\n",
-             p.batch, p.q_heads, p.kv_heads, p.head_dim, dtype_name(p.dtype), p.causal ? "causal" : "full",
-             sharding_name(p.sharding), o.seq_min, o.seq_max, o.seq_factor, o.iters, o.warmup, o.problem.seed);
+  const std::string sweep =
+      decode_sweep(o) ? fmt::format("queries {}..{} x{} over a K/V cache of {} (decode, K/V split over ranks; q_offset {})",
+                                    o.seq_min, o.seq_max, o.seq_factor, p.kv_len,
+                                    p.q_offset ? std::to_string(*p.q_offset) : std::string("kv - queries"))
+                      : fmt::format("seq {}..{} x{}", o.seq_min, o.seq_max, o.seq_factor);
+  fmt::print(f, "# batch {} heads {}/{} dim {} dtype {} {} shard {} | {} | iters {} warmup {} | seed {}\n", p.batch,
+             p.q_heads, p.kv_heads, p.head_dim, dtype_name(p.dtype), p.causal ? "causal" : "full",
+             sharding_name(p.sharding), sweep, o.iters, o.warmup, o.problem.seed);
   if (!o.docs.empty())
     fmt::print(f, "# packed documents: {} per size, drawn from the seed; rates count visible pairs only\n", o.docs);
   fmt::print(f, "# check: {}\n", o.check ? "fp64 naive reference (all rows when small, a seeded sample when large)"
                                        : "off (non-finite values still counted)");
+  fmt::print(f, "# rate: FLOP/s = 4 x batch x heads x dim x visible query-key pairs / time{}\n",
+             decode_sweep(o) ? "; kv_GB/s = K and V read once per call (2 x batch x kv_heads x kv_len x dim x "
+                               "dtype size) / time"
+                             : "");
   fmt::print(f, "#\n");
   for (const RankReport& r : ranks) fmt::print(f, "#  Rank {:>3} Host {:<20} Device {}\n", r.rank, r.host, r.device);
   fmt::print(f, "#\n");
-  fmt::print(f, "# {:>9} {:>6} {:>11} {:>10} {:>8} {:>8} {:>10} {:>10} {:>6} {:>8} {:>7}\n", "seq", "impl", "time_ms",
-             "rate", "unit", "hidden%", "max_abs", "max_rel", "#nan", "rss", "check");
+  fmt::print(f, "# {:>9} {:>6} {:>11} {:>10} {:>8}{} {:>8} {:>10} {:>10} {:>6} {:>8} {:>7}\n", decode_sweep(o) ? "queries" : "seq",
+             "impl", "time_ms", "rate", "unit", decode_sweep(o) ? fmt::format(" {:>9}", "kv_GB/s") : std::string(),
+             "hidden%", "max_abs", "max_rel", "#nan", "rss", "check");
 }
 
-void print_row(std::FILE* f, const SizeResult& r) {
+void print_row(std::FILE* f, const SizeResult& r, bool decode) {
   const double rate = r.median_s > 0 ? r.flops / r.median_s : 0;
   const bool tera = rate >= 1e12;
   // Without the check the error columns say "-", not a zero that looks measured.
   const auto err = [&](double e) { return r.checked ? fmt::format("{:.2e}", e) : std::string("-"); };
-  fmt::print(f, "  {:>9} {:>6} {:>11.3f} {:>10.2f} {:>8} {:>8} {:>10} {:>10} {:>6} {:>8} {:>7}\n", r.seq, r.impl,
-             r.median_s * 1e3, tera ? rate / 1e12 : rate / 1e9, tera ? "TFLOP/s" : "GFLOP/s",
+  const std::string kv = decode ? fmt::format(" {:>9.2f}", r.median_s > 0 ? r.kv_bytes / r.median_s / 1e9 : 0.0) : "";
+  fmt::print(f, "  {:>9} {:>6} {:>11.3f} {:>10.2f} {:>8}{} {:>8} {:>10} {:>10} {:>6} {:>8} {:>7}\n", r.seq, r.impl,
+             r.median_s * 1e3, tera ? rate / 1e12 : rate / 1e9, tera ? "TFLOP/s" : "GFLOP/s", kv,
              r.hidden >= 0 ? fmt::format("{:.1f}", 100 * r.hidden) : std::string("n/a"), err(r.sum.max_abs),
              err(r.sum.max_rel), r.sum.nan_count, human_bytes(double(r.sum.peak_rss)),
              !r.pass ? "FAILED" : r.checked ? "OK" : "-");
@@ -161,30 +183,112 @@ void add_backward_fields(nlohmann::json& row, const SizeResult& r) {
   row["grad_nonfinite"] = r.grad_nonfinite;
 }
 
-int bench_on(const BenchOptions& o, World& w) {
-  Transport& t = *w.transport;
-  // Every rank sees the same flags, so these errors are collective.
+nlohmann::json size_json(const SizeResult& r, const GlobalProblem& p) {
+  nlohmann::json j = {{"seq", r.seq}, {"impl", r.impl}, {"median_s", r.median_s}, {"flops", r.flops},
+                      {"gflops_per_s", r.median_s > 0 ? r.flops / r.median_s / 1e9 : 0.0},
+                      {"hidden_fraction", r.hidden},
+                      {"checked", r.checked},
+                      {"max_abs_error", r.checked ? nlohmann::json(r.sum.max_abs) : nlohmann::json(nullptr)},
+                      {"max_rel_error", r.checked ? nlohmann::json(r.sum.max_rel) : nlohmann::json(nullptr)},
+                      {"nonfinite", r.sum.nan_count},
+                      {"peak_rss_bytes", r.sum.peak_rss}, {"workspace_bytes", r.sum.workspace}, {"pass", r.pass}};
+  j["kv_len"] = p.kv_len;
+  j["q_offset"] = p.resolved_q_offset();
+  if (!p.is_ring()) {
+    j["kv_bytes_read"] = r.kv_bytes;
+    j["kv_gb_per_s"] = r.median_s > 0 ? r.kv_bytes / r.median_s / 1e9 : 0.0;
+  }
+  return j;
+}
+
+// The sizes of the sweep, each rounded to a token: every length splits over every world (uneven
+// shards), and a decode sweep replicates the queries on every rank.
+std::vector<int64_t> sweep_sizes(const BenchOptions& o) {
+  std::vector<int64_t> sizes;
+  for (double s = double(o.seq_min); s <= double(o.seq_max) * (1 + 1e-9); s *= o.seq_factor) {
+    const int64_t n = std::max<int64_t>(1, int64_t(std::llround(s)));
+    if (sizes.empty() || sizes.back() != n) sizes.push_back(n);
+  }
+  return sizes;
+}
+
+// The problem of one size: self-attention of n tokens, or n queries against the fixed cache.
+// Throws InvalidArgument (the same on every rank) when it cannot run.
+GlobalProblem problem_at(const BenchOptions& o, const GlobalProblem& base, int64_t n, int world) {
+  GlobalProblem p = base;
+  p.q_len = n;
+  if (!decode_sweep(o)) {
+    p.kv_len = n;
+    p.q_offset.reset();
+    if (!o.docs.empty()) p.doc_lens = generate_documents(o.docs, n, o.problem.seed);
+    validate_problem(p, world);
+    return p;
+  }
+  try {
+    validate_problem(p, world);
+  } catch (const InvalidArgument& e) {
+    fail_arg("bench --kv-seq {}, {} queries: {}", p.kv_len, n, e.what());
+  }
+  if (p.is_ring())
+    fail_arg("bench --kv-seq {}: the sweep reaches {} queries at q_offset 0, which is self-attention (a ring run), "
+             "not decode; keep -e/--seq-max below --kv-seq, give another --q-offset, or drop --kv-seq for a ring "
+             "sweep", p.kv_len, n);
+  return p;
+}
+
+// Every rank sees the same flags, so these errors are collective.
+void check_bench(const BenchOptions& o, const World& w) {
   if (o.seq_max < o.seq_min)
     throw CollectiveError(fmt::format("--seq-max {} is below --seq-min {}", o.seq_max, o.seq_min));
   if (o.backward) require_world_of_one(w.size);
   if ((o.impl == "naive" || o.impl == "both") && (w.size != 1 || o.problem.device != "cpu"))
     throw CollectiveError(fmt::format("--impl {} runs the fp64 oracle on one CPU process (got --device {} over {} ranks)",
                                       o.impl, o.problem.device, w.size));
+}
+
+// The footer and the JSON record (rank 0). Returns the exit code.
+int finish_sweep(std::FILE* f, const BenchOptions& o, const World& w, const GlobalProblem& p,
+                 const std::vector<RankReport>& ranks, const nlohmann::json& rows, bool all_ok, bool any_checked) {
+  fmt::print(f, "# Out of tolerance or non-finite results: {}\n",
+             !all_ok        ? "some (see the check column)"
+             : any_checked ? "none"
+                           : "no non-finite values; tolerance not checked");
+  fmt::print(f, "# Result: {}\n", !all_ok ? "FAILED" : any_checked ? "OK" : "not checked");
+  std::fflush(f);
+  const int code = all_ok ? kExitOk : kExitCheckFailed;
+  if (o.json_file.empty()) return code;
+  nlohmann::json j = {{"command", "bench"},  {"impl", o.impl},       {"device", o.problem.device},
+                      {"transport", w.transport_name}, {"world", w.size}, {"problem", problem_json(p)},
+                      {"sweep", decode_sweep(o) ? "decode" : "ring"},
+                      {"iters", o.iters},    {"warmup", o.warmup},   {"sizes", rows},
+                      {"ranks", ranks_json(ranks)},    {"pass", all_ok},
+                      {"checked", any_checked}};
+  for (const char* k : {"q_len", "kv_len", "q_offset"}) j["problem"].erase(k);  // per size, in "sizes"
+  try {
+    write_json(o.json_file, j);
+  } catch (const std::exception& e) {
+    spdlog::error("{}", e.what());
+    return kExitError;
+  }
+  return code;
+}
+
+int bench_on(const BenchOptions& o, World& w) {
+  Transport& t = *w.transport;
+  check_bench(o, w);
   std::string error;
+  ProblemSetup setup;
+  std::vector<GlobalProblem> problems;
   try {
     if (w.rank == 0) check_bench_outputs(o);  // only rank 0 writes; its verdict is shared below
-    check_fault_plan(fault_plan(), w.size, "");  // every size is a ring run
+    // Every size of a ring sweep is a ring run; a decode sweep has no hops to fault.
+    check_fault_plan(fault_plan(), w.size, decode_sweep(o) ? "a distributed decode (bench --kv-seq)" : "");
+    setup = setup_problem(o.problem);
+    for (const int64_t n : sweep_sizes(o)) problems.push_back(problem_at(o, setup.problem, n, w.size));
   } catch (const InvalidArgument& e) {
     error = e.what();
   }
   if (agree_on_errors(t, error.empty() ? kExitOk : kExitError, error) != kExitOk) return kExitError;
-  std::vector<int64_t> sizes;
-  for (double s = double(o.seq_min); s <= double(o.seq_max) * (1 + 1e-9); s *= o.seq_factor) {
-    // Every length splits over every world (uneven shards), so a size is just rounded to a token.
-    const int64_t n = std::max<int64_t>(1, int64_t(std::llround(s)));
-    if (sizes.empty() || sizes.back() != n) sizes.push_back(n);
-  }
-  ProblemSetup setup = setup_problem(o.problem);
   const std::vector<std::string> impls = o.impl == "both" ? std::vector<std::string>{"flash", "naive"}
                                                           : std::vector<std::string>{o.impl};
   RankReport me = make_rank_report(w, RankStats{}, 0, 0);
@@ -196,23 +300,14 @@ int bench_on(const BenchOptions& o, World& w) {
   bool all_ok = true, any_checked = false;
   nlohmann::json rows = nlohmann::json::array();
   const auto sweep_t0 = std::chrono::steady_clock::now();
-  for (size_t i = 0; i < sizes.size(); ++i) {
-    const int64_t n = sizes[i];
+  for (size_t i = 0; i < problems.size(); ++i) {
+    const GlobalProblem& p = problems[i];
     // A long sweep says where it is, on stderr so the table on stdout stays clean to parse; the
     // first seconds stay quiet so short sweeps print nothing extra. '#' keeps it a comment line.
     const double elapsed = seconds_since(sweep_t0);
     if (w.rank == 0 && elapsed > kProgressAfterS) {
-      fmt::print(stderr, "# [{}/{}] seq {} ({:.1f} s into the sweep)\n", i + 1, sizes.size(), n, elapsed);
+      fmt::print(stderr, "# [{}/{}] seq {} ({:.1f} s into the sweep)\n", i + 1, problems.size(), p.q_len, elapsed);
       std::fflush(stderr);
-    }
-    GlobalProblem p = setup.problem;
-    p.q_len = p.kv_len = n;
-    p.q_offset.reset();
-    if (!o.docs.empty()) p.doc_lens = generate_documents(o.docs, n, o.problem.seed);
-    try {
-      validate_problem(p, w.size);
-    } catch (const InvalidArgument& e) {
-      throw CollectiveError(e.what());
     }
     double flash_s = 0;
     for (const std::string& impl : impls) {
@@ -221,45 +316,17 @@ int bench_on(const BenchOptions& o, World& w) {
       any_checked = any_checked || r.checked;
       if (impl == "flash") flash_s = r.median_s;
       if (w.rank != 0) continue;
-      print_row(f, r);
+      print_row(f, r, decode_sweep(o));
       if (r.backward_s > 0) print_backward_row(f, r);
       if (impl == "naive" && flash_s > 0)
-        fmt::print(f, "# seq {}: flash is {:.1f}x the naive reference ({:.2f} vs {:.2f} GFLOP/s)\n", n,
+        fmt::print(f, "# seq {}: flash is {:.1f}x the naive reference ({:.2f} vs {:.2f} GFLOP/s)\n", p.q_len,
                    r.median_s / flash_s, r.flops / flash_s / 1e9, r.flops / r.median_s / 1e9);
-      rows.push_back({{"seq", n}, {"impl", impl}, {"median_s", r.median_s}, {"flops", r.flops},
-                      {"gflops_per_s", r.median_s > 0 ? r.flops / r.median_s / 1e9 : 0.0},
-                      {"hidden_fraction", r.hidden},
-                      {"checked", r.checked},
-                      {"max_abs_error", r.checked ? nlohmann::json(r.sum.max_abs) : nlohmann::json(nullptr)},
-                      {"max_rel_error", r.checked ? nlohmann::json(r.sum.max_rel) : nlohmann::json(nullptr)},
-                      {"nonfinite", r.sum.nan_count},
-                      {"peak_rss_bytes", r.sum.peak_rss}, {"workspace_bytes", r.sum.workspace}, {"pass", r.pass}});
+      rows.push_back(size_json(r, p));
       if (r.backward_s > 0) add_backward_fields(rows.back(), r);
     }
   }
   int code = all_ok ? kExitOk : kExitCheckFailed;
-  if (w.rank == 0) {
-    fmt::print(f, "# Out of tolerance or non-finite results: {}\n",
-               !all_ok        ? "some (see the check column)"
-               : any_checked ? "none"
-                             : "no non-finite values; tolerance not checked");
-    fmt::print(f, "# Result: {}\n", !all_ok ? "FAILED" : any_checked ? "OK" : "not checked");
-    std::fflush(f);
-    if (!o.json_file.empty()) {
-      nlohmann::json j = {{"command", "bench"},  {"impl", o.impl},       {"device", o.problem.device},
-                          {"transport", w.transport_name}, {"world", w.size}, {"problem", problem_json(setup.problem)},
-                          {"iters", o.iters},    {"warmup", o.warmup},   {"sizes", rows},
-                          {"ranks", ranks_json(ranks)},    {"pass", all_ok},
-                          {"checked", any_checked}};
-      for (const char* k : {"q_len", "kv_len", "q_offset"}) j["problem"].erase(k);  // per size, in "sizes"
-      try {
-        write_json(o.json_file, j);
-      } catch (const std::exception& e) {
-        spdlog::error("{}", e.what());
-        code = kExitError;
-      }
-    }
-  }
+  if (w.rank == 0) code = finish_sweep(f, o, w, setup.problem, ranks, rows, all_ok, any_checked);
   return agree_exit_code(t, code);
 }
 

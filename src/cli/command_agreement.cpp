@@ -74,7 +74,8 @@ CommandFields command_fields(const CommandLine& cl) {
     f = {{"--seq-min", std::to_string(o.seq_min)}, {"--seq-max", std::to_string(o.seq_max)},
          {"--seq-factor", fmt::format("{}", o.seq_factor)}, {"--iters", std::to_string(o.iters)},
          {"--warmup", std::to_string(o.warmup)}, {"--impl", o.impl}, {"--no-check", yes_no(!o.check)},
-         {"--json given", yes_no(!o.json_file.empty())}, {"--backward", yes_no(o.backward)}};
+         {"--json given", yes_no(!o.json_file.empty())}, {"--kv-seq", opt_text(o.problem.kv_seq)},
+         {"--q-offset", opt_text(o.problem.q_offset)}, {"--backward", yes_no(o.backward)}};
     add_problem_fields(f, o.problem, false);
   } else if (cl.command == "plan") {
     const PlanOptions& o = cl.plan;

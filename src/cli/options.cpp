@@ -112,6 +112,13 @@ void make_numbers_decimal(CLI::App& app) {
   }
 }
 
+// --kv-seq and --q-offset: the K/V length and where the queries sit against it.
+void add_cache_flags(CLI::App& app, ProblemOptions& o, const char* kv_help) {
+  app.add_option("--kv-seq", o.kv_seq, kv_help)->check(int_range<int64_t>(1));
+  app.add_option("--q-offset", o.q_offset, "position of query 0 minus position of key 0 (default kv-seq - seq)")
+      ->check(int_range<int64_t>(std::numeric_limits<int64_t>::min()));
+}
+
 }  // namespace
 
 void add_problem_flags(CLI::App& app, ProblemOptions& o, bool with_seq) {
@@ -122,9 +129,7 @@ void add_problem_flags(CLI::App& app, ProblemOptions& o, bool with_seq) {
       ->capture_default_str();
   if (with_seq) {
     app.add_option("--seq", o.seq, "query tokens (global)")->check(int_range<int64_t>(1))->capture_default_str();
-    app.add_option("--kv-seq", o.kv_seq, "key/value tokens (global; default: --seq)")->check(int_range<int64_t>(1));
-    app.add_option("--q-offset", o.q_offset, "position of query 0 minus position of key 0 (default kv-seq - seq)")
-        ->check(int_range<int64_t>(std::numeric_limits<int64_t>::min()));
+    add_cache_flags(app, o, "key/value tokens (global; default: --seq)");
     app.add_option("--q", o.q_file, "queries: .npy [batch, heads, q_len, dim], <f4 or <f2");
     app.add_option("--k", o.k_file, "keys: .npy [batch, kv_heads, kv_len, dim]");
     app.add_option("--v", o.v_file, "values: .npy [batch, kv_heads, kv_len, dim]");
@@ -182,6 +187,9 @@ void add_run_flags(CLI::App& app, RunOptions& o) {
 
 void add_bench_flags(CLI::App& app, BenchOptions& o) {
   add_problem_flags(app, o.problem, false);
+  add_cache_flags(app, o.problem,
+                  "decode / chunked prefill: a fixed K/V cache of this many tokens, split over the ranks; the swept "
+                  "size is then the number of queries (default: none, a self-attention ring sweep)");
   app.add_option("-b,--seq-min", o.seq_min, "smallest sequence length")->check(int_range<int64_t>(1))->capture_default_str();
   app.add_option("-e,--seq-max", o.seq_max, "largest sequence length")->check(int_range<int64_t>(1))->capture_default_str();
   app.add_option("-f,--seq-factor", o.seq_factor, "multiply the length by this between sizes")
@@ -299,6 +307,9 @@ void parse_command_line(CLI::App& app, CommandLine& cl, int argc, const char* co
     if (!cl.bench.docs.empty()) generate_documents(cl.bench.docs, 1, 0);  // the spec is refused here, by name
     refuse_ignored_flags(sub, cl.bench.problem, cl.bench.check);
     refuse_backward_flags(sub, cl.bench.backward);
+    if (cl.bench.problem.q_offset && !cl.bench.problem.kv_seq)
+      fail_arg("--q-offset {} applies to bench only with --kv-seq (a decode sweep); a sweep without --kv-seq runs "
+               "self-attention at offset 0; add --kv-seq or drop --q-offset", *cl.bench.problem.q_offset);
   }
 }
 

@@ -54,6 +54,10 @@ Summary summarize(const std::vector<RankReport>& all) {
   int hidden_n = 0;
   for (const RankReport& r : all) {
     s.wall_s = std::max(s.wall_s, r.wall_s);
+    s.setup_s = std::max(s.setup_s, r.setup_s);
+    s.world_s = std::max(s.world_s, r.world_s);
+    s.inputs_s = std::max(s.inputs_s, r.inputs_s);
+    s.warm_s = std::max(s.warm_s, r.warm_s);
     s.max_abs = std::max(s.max_abs, r.max_abs);
     s.max_rel = std::max(s.max_rel, r.max_rel);
     s.max_lse_abs = std::max(s.max_lse_abs, r.max_lse_abs);
@@ -125,6 +129,8 @@ nlohmann::json ranks_json(const std::vector<RankReport>& all) {
                  {"host", r.host},
                  {"device", r.device},
                  {"wall_s", r.wall_s},
+                 {"setup_s", r.setup_s},
+                 {"setup", {{"world_s", r.world_s}, {"inputs_s", r.inputs_s}, {"warm_s", r.warm_s}}},
                  {"compute_s", r.compute_s},
                  {"exposed_comm_s", r.exposed_comm_s},
                  {"transfer_s", r.transfer_s},

@@ -19,6 +19,9 @@ struct RankReport {
   char host[64] = {0};
   char device[32] = {0};
   double wall_s = 0;           // the timed call on this rank
+  // run: the setup before it (not timed in wall_s): world (transport, communicator, backend),
+  // inputs (allocation and fill), the ring's warm-up exchange (-1: none); setup_s is their sum.
+  double setup_s = 0, world_s = 0, inputs_s = 0, warm_s = -1;
   double compute_s = 0, exposed_comm_s = 0, transfer_s = -1, hidden = -1;
   uint64_t bytes_sent = 0;
   uint64_t peak_rss = 0, workspace = 0;
@@ -36,6 +39,7 @@ std::vector<RankReport> gather_reports(Transport& t, const RankReport& mine);
 // Sums and maxima over ranks.
 struct Summary {
   double wall_s = 0;  // slowest rank
+  double setup_s = 0, world_s = 0, inputs_s = 0, warm_s = -1;  // slowest rank, each on its own
   double max_abs = 0, max_rel = 0, max_lse_abs = 0;
   int64_t rows_checked = 0, rows_total = 0, nan_count = 0, violations = 0, lse_nonfinite = 0;
   uint64_t peak_rss = 0, workspace = 0, bytes_sent = 0;

@@ -14,6 +14,8 @@
 #include "cli/report.hpp"
 #include "cli/run.hpp"
 #include "core/timer.hpp"
+#include "ringattn/fault.hpp"
+#include "ringattn/warm_ring.hpp"
 
 namespace ringattn::cli {
 namespace {
@@ -22,17 +24,20 @@ void print_run_report(std::FILE* f, const GlobalProblem& p, const World& w, cons
                       const Summary& s, bool checked) {
   fmt::print(f, "# ringattn run: {}\n", problem_line(p));
   fmt::print(f, "# world {}, transport {}\n", w.size, w.transport_name);
-  fmt::print(f, "# {:>4}  {:<16} {:<18} {:>9} {:>11} {:>11} {:>8} {:>11} {:>11} {:>11}\n", "rank", "host", "device",
-             "wall_ms", "compute_ms", "exposed_ms", "hidden%", "sent", "peak_rss", "workspace");
+  fmt::print(f, "# {:>4}  {:<16} {:<18} {:>9} {:>9} {:>11} {:>11} {:>8} {:>11} {:>11} {:>11}\n", "rank", "host", "device",
+             "setup_ms", "wall_ms", "compute_ms", "exposed_ms", "hidden%", "sent", "peak_rss", "workspace");
   for (const RankReport& r : all)
-    fmt::print(f, "  {:>4}  {:<16} {:<18} {:>9.2f} {:>11.2f} {:>11.2f} {:>8} {:>11} {:>11} {:>11}\n", r.rank, r.host,
-               r.device, r.wall_s * 1e3, r.compute_s * 1e3, r.exposed_comm_s * 1e3,
+    fmt::print(f, "  {:>4}  {:<16} {:<18} {:>9.2f} {:>9.2f} {:>11.2f} {:>11.2f} {:>8} {:>11} {:>11} {:>11}\n", r.rank,
+               r.host, r.device, r.setup_s * 1e3, r.wall_s * 1e3, r.compute_s * 1e3, r.exposed_comm_s * 1e3,
                r.hidden >= 0 ? fmt::format("{:.1f}", 100 * r.hidden) : std::string("n/a"), human_bytes(double(r.bytes_sent)),
                human_bytes(double(r.peak_rss)), human_bytes(double(r.workspace)));
   const double flops = attention_flops(p);
-  fmt::print(f, "time     {:.3f} ms (slowest rank)\n", s.wall_s * 1e3);
+  fmt::print(f, "time     {:.3f} ms (slowest rank, the attention alone)\n", s.wall_s * 1e3);
   fmt::print(f, "rate     {} ({:.3f} GFLOP = 4 x batch x heads x dim x visible query-key pairs)\n",
              rate_string(flops, s.wall_s), flops / 1e9);
+  fmt::print(f, "setup    {:.3f} ms (slowest rank; not in the time above): world {:.3f} ms, inputs {:.3f} ms, ring "
+             "warm-up {}\n", s.setup_s * 1e3, s.world_s * 1e3, s.inputs_s * 1e3,
+             s.warm_s >= 0 ? fmt::format("{:.3f} ms", s.warm_s * 1e3) : std::string("none"));
   fmt::print(f, "memory   peak rss {} (largest rank), workspace {} (largest rank, backend allocations)\n",
              human_bytes(double(s.peak_rss)), human_bytes(double(s.workspace)));
   if (checked) {
@@ -60,13 +65,41 @@ std::string nonfinite_message(const Summary& s) {
 
 namespace {
 
-int run_on(const RunOptions& o, World& w) {
-  Transport& t = *w.transport;
+// The bytes of the ring's K/V block, the same on every rank: packed K and V of the largest shard.
+size_t ring_block_bytes(const GlobalProblem& p, int world) {
+  int64_t tokens = 0;
+  for (int r = 0; r < world; ++r) tokens = std::max(tokens, shard_layout(p.sharding, p.kv_len, r, world).tokens());
+  return 2 * size_t(p.batch * p.kv_heads * tokens * p.head_dim) * size_t(dtype_size(p.dtype));
+}
 
-  // Local phase: every rank reads its files and fills its shard. Errors here may hit one rank
-  // only (a missing file on one host), so they become an exit code all ranks agree on.
-  ProblemSetup setup;
-  LocalProblem local;
+// Warms the ring before the timed run: one untimed exchange of the real block size around it,
+// through the same Transport, so that the transport's one-time set-up (NCCL builds a pair's peer
+// connections at their first send/recv: about 200 ms on two H200s against 2.4 ms of attention at
+// 16k tokens; MPI its shared-memory segments or queue pairs) lands in the setup and the printed
+// rate is the attention's. Chosen over an untimed first run, which would also load the GPU
+// kernels (their first launch stays in the timed run) but doubles the cost of every run (minutes
+// for a long CPU run) and would run a faulty hop twice. Skipped (-1) where nothing
+// connects: a world of one, a decode (its allgather runs over the collectives the agreement has
+// already used), and under RINGATTN_FAULT, whose hop count starts at the run's first exchange.
+double warm_up(const GlobalProblem& p, World& w) {
+  if (w.size <= 1 || !p.is_ring() || fault_plan().active()) return -1;
+  const double s = warm_ring(*w.transport, *w.backend, ring_block_bytes(p, w.size));
+  w.counter->reset_peak();  // the workspace reported is the run's
+  return s;
+}
+
+// The run's setup on this rank, apart from the attention: the world (MPI_Init, transport and
+// NCCL communicator, backend and its device), the inputs (allocation and fill, the finite check)
+// and the ring's warm-up (-1: none).
+struct SetupTimes {
+  double world_s = 0, inputs_s = 0, warm_s = -1;
+  double total() const { return world_s + inputs_s + std::max(warm_s, 0.0); }
+};
+
+// Local phase: every rank reads its files and fills its shard. Errors here may hit one rank
+// only (a missing file on one host), so they become an exit code all ranks agree on.
+int load_phase(const RunOptions& o, World& w, ProblemSetup& setup, LocalProblem& local, SetupTimes& times) {
+  const auto t0 = std::chrono::steady_clock::now();
   int code = kExitOk;
   std::string error;
   try {
@@ -84,8 +117,68 @@ int run_on(const RunOptions& o, World& w) {
     error = e.what();
     code = kExitError;
   }
-  if (agree_on_errors(t, code, error) != kExitOk) return kExitError;
+  times.inputs_s = seconds_since(t0);
+  return agree_on_errors(*w.transport, code, error);
+}
+
+nlohmann::json run_json(const RunOptions& o, const GlobalProblem& p, const World& w, const std::vector<RankReport>& all,
+                        const Summary& s, bool check_ok) {
+  const double flops = attention_flops(p);
+  nlohmann::json j = {{"command", "run"},
+                      {"problem", problem_json(p)},
+                      {"world", w.size},
+                      {"transport", w.transport_name},
+                      {"device", w.device_label},
+                      {"inputs", o.problem.from_files() ? "files" : fmt::format("seed {}", o.problem.seed)},
+                      {"wall_s", s.wall_s},
+                      {"setup_s", s.setup_s},
+                      {"flops", flops},
+                      {"gflops_per_s", s.wall_s > 0 ? flops / s.wall_s / 1e9 : 0.0},
+                      {"peak_rss_bytes", s.peak_rss},
+                      {"workspace_bytes", s.workspace},
+                      {"bytes_sent", s.bytes_sent},
+                      {"hidden_fraction", s.hidden},
+                      {"ranks", ranks_json(all)}};
+  if (o.check)
+    j["check"] = {{"rows_checked", s.rows_checked}, {"rows_total", s.rows_total}, {"max_abs_error", s.max_abs},
+                  {"max_rel_error", s.max_rel},       {"max_lse_abs_error", s.max_lse_abs},
+                  {"nonfinite", s.nan_count},         {"violations", s.violations},
+                  {"pass", check_ok}};
+  return j;
+}
+
+// The check (or the count of non-finite values) on this rank; raises `code` on an error.
+CheckResult check_phase(const RunOptions& o, const GlobalProblem& p, ProblemSetup& setup, const LocalProblem& local,
+                        const HostResult& result, int rank, int world, int& code) {
+  CheckResult chk;
+  if (o.check) {
+    try {
+      chk = check_rows(p, *setup.source, local, result, rank, world, o.problem.check_rows, o.problem.seed);
+    } catch (const InvalidArgument& e) {
+      spdlog::error("check: {}", e.what());
+      code = kExitError;
+    }
+  } else {
+    chk.nan_count = count_nonfinite(p, result, &chk.lse_nonfinite);
+  }
+  if (o.check_finite) {
+    if (const std::string e = check_outputs_finite(p, local, result, rank); !e.empty()) {
+      spdlog::error("{}", e);
+      code = std::max(code, kExitCheckFailed);
+    }
+  }
+  return chk;
+}
+
+int run_on(const RunOptions& o, World& w, double world_s) {
+  Transport& t = *w.transport;
+  ProblemSetup setup;
+  LocalProblem local;
+  SetupTimes times;
+  times.world_s = world_s;
+  if (load_phase(o, w, setup, local, times) != kExitOk) return kExitError;
   const GlobalProblem& p = setup.problem;
+  times.warm_s = warm_up(p, w);
 
   ringattn::RunOptions ro;
   ro.tile_q = o.problem.tile_q;
@@ -102,26 +195,14 @@ int run_on(const RunOptions& o, World& w) {
   const double wall = seconds_since(t0);
   spdlog::debug("run finished in {:.3f} s on this rank", wall);
 
+  int code = kExitOk;
   const HostResult result = copy_result(p, local, *w.backend);
   RankReport mine = make_rank_report(w, stats, wall, w.counter->peak_bytes());
-  CheckResult chk;
-  if (o.check) {
-    try {
-      chk = check_rows(p, *setup.source, local, result, w.rank, w.size, o.problem.check_rows, o.problem.seed);
-    } catch (const InvalidArgument& e) {
-      spdlog::error("check: {}", e.what());
-      code = kExitError;
-    }
-  } else {
-    chk.nan_count = count_nonfinite(p, result, &chk.lse_nonfinite);
-  }
-  if (o.check_finite) {
-    if (const std::string e = check_outputs_finite(p, local, result, w.rank); !e.empty()) {
-      spdlog::error("{}", e);
-      code = std::max(code, kExitCheckFailed);
-    }
-  }
-  add_check(mine, chk);
+  mine.setup_s = times.total();
+  mine.world_s = times.world_s;
+  mine.inputs_s = times.inputs_s;
+  mine.warm_s = times.warm_s;
+  add_check(mine, check_phase(o, p, setup, local, result, w.rank, w.size, code));
   const auto all = gather_reports(t, mine);
   const Summary s = summarize(all);
   const bool check_ok = s.nan_count == 0 && s.violations == 0;
@@ -135,28 +216,8 @@ int run_on(const RunOptions& o, World& w) {
     // With --json - the record owns stdout; the table moves to stderr.
     print_run_report(o.json_file == "-" ? stderr : stdout, p, w, all, s, o.check);
     if (!o.json_file.empty()) {
-      const double flops = attention_flops(p);
-      nlohmann::json j = {{"command", "run"},
-                          {"problem", problem_json(p)},
-                          {"world", w.size},
-                          {"transport", w.transport_name},
-                          {"device", w.device_label},
-                          {"inputs", o.problem.from_files() ? "files" : fmt::format("seed {}", o.problem.seed)},
-                          {"wall_s", s.wall_s},
-                          {"flops", flops},
-                          {"gflops_per_s", s.wall_s > 0 ? flops / s.wall_s / 1e9 : 0.0},
-                          {"peak_rss_bytes", s.peak_rss},
-                          {"workspace_bytes", s.workspace},
-                          {"bytes_sent", s.bytes_sent},
-                          {"hidden_fraction", s.hidden},
-                          {"ranks", ranks_json(all)}};
-      if (o.check)
-        j["check"] = {{"rows_checked", s.rows_checked}, {"rows_total", s.rows_total}, {"max_abs_error", s.max_abs},
-                      {"max_rel_error", s.max_rel},       {"max_lse_abs_error", s.max_lse_abs},
-                      {"nonfinite", s.nan_count},         {"violations", s.violations},
-                      {"pass", check_ok}};
       try {
-        write_json(o.json_file, j);
+        write_json(o.json_file, run_json(o, p, w, all, s, check_ok));
       } catch (const std::exception& e) {
         spdlog::error("{}", e.what());
         code = std::max(code, kExitError);
@@ -170,8 +231,12 @@ int run_on(const RunOptions& o, World& w) {
 }  // namespace
 
 int run_command(const RunOptions& o, MpiSession& mpi) {
+  const auto t0 = std::chrono::steady_clock::now();
   World w = make_world(o.problem, mpi);
-  return run_guarded(w, [&] { return o.dry_run ? dry_run_on(o, w) : o.backward ? backward_on(o, w) : run_on(o, w); });
+  const double world_s = mpi.init_seconds() + seconds_since(t0);
+  return run_guarded(w, [&] {
+    return o.dry_run ? dry_run_on(o, w) : o.backward ? backward_on(o, w) : run_on(o, w, world_s);
+  });
 }
 
 }  // namespace ringattn::cli

@@ -4,6 +4,7 @@
 #include <omp.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cctype>
 #include <cstdlib>
 #include <functional>
@@ -13,6 +14,7 @@
 #include <spdlog/spdlog.h>
 
 #include "core/error.hpp"
+#include "core/timer.hpp"
 #include "ringattn/fault_injection.hpp"
 #include "ringattn/log.hpp"
 #include "comm/mpi_transport.hpp"
@@ -134,6 +136,7 @@ CoreSplit plan_core_split(int procs) {
 
 MpiSession::MpiSession() {
   if (!launched_by_launcher()) return;
+  const auto t0 = std::chrono::steady_clock::now();
   int initialized = 0;
   MPI_Initialized(&initialized);
   if (!initialized) {
@@ -141,6 +144,7 @@ MpiSession::MpiSession() {
     if (MPI_Init_thread(nullptr, nullptr, MPI_THREAD_SERIALIZED, &provided) != MPI_SUCCESS)
       fail_runtime("MPI_Init_thread failed (launched by mpirun/srun, but MPI could not start)");
   }
+  init_s_ = seconds_since(t0);
   active_ = true;
 }
 

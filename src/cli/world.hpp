@@ -51,12 +51,15 @@ class MpiSession {
   MpiSession();
   ~MpiSession();
   bool active() const { return active_; }
+  // Seconds MPI_Init_thread took (0 without a launcher): part of the world's setup.
+  double init_seconds() const { return init_s_; }
   void finish();
   // Ends every rank now (MPI_Abort when active, else exit).
   [[noreturn]] void abort(int code);
 
  private:
   bool active_ = false;
+  double init_s_ = 0;
 };
 
 // The backend, the transport and what the report says about them.
