@@ -91,6 +91,7 @@ struct SmemPlan {
 struct Tile {
   int b, h, m0;
   int n_blocks;  // key tiles with at least one visible key, processed from last to first
+  int full_end;  // keys [0, full_end) are visible to every row of the tile (and inside kv_len)
 };
 
 // Causal tiles are ordered longest first (the last query block of every head, then the one
@@ -113,18 +114,18 @@ __host__ __device__ inline Tile decode_tile(const HopperParams& p, int t) {
   const int rows = tile.m0 + p.block_m < p.q_len ? p.block_m : p.q_len - tile.m0;
   const long long n_end = visible_range_of_rows(p.mask, tile.m0, rows, p.kv_len).end;  // in [0, kv_len]
   tile.n_blocks = n_end <= 0 ? 0 : int((n_end + p.block_n - 1) / p.block_n);
+  // Visible ranges grow with the row, so the first row's range is what every row sees.
+  tile.full_end = int(visible_range(p.mask, tile.m0, p.kv_len).end);
   return tile;
 }
 
 // True when key block nb needs the element mask: it reaches past kv_len, or the mask hides some
 // of its keys from some row of the tile. Every other block is fully visible.
+// classify_block's Full test, as one int comparison against the bound decode_tile found once per
+// tile (keys past kv_len count as needing the mask). Uniform across the warpgroup.
 template <typename C>
-__device__ __forceinline__ bool block_needs_mask(const HopperParams& p, const Tile& t, int nb) {
-  const long long end = (long long)(nb + 1) * C::kBlockN;
-  if (end > p.kv_len) return true;
-  // Full when the tile's first row already sees the block's last key (visible ranges grow with
-  // the row): classify_block's Full test, written as the one comparison it needs here.
-  return !is_visible(p.mask, t.m0, end - 1);
+__device__ __forceinline__ bool block_needs_mask(const HopperParams& /*p*/, const Tile& t, int nb) {
+  return (nb + 1) * C::kBlockN > t.full_end;
 }
 
 }  // namespace ringattn::cuda::hopper
