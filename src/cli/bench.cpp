@@ -222,6 +222,7 @@ GlobalProblem problem_at(const BenchOptions& o, const GlobalProblem& base, int64
     p.q_offset.reset();
     if (!o.docs.empty()) p.doc_lens = generate_documents(o.docs, n, o.problem.seed);
     validate_problem(p, world);
+    resolve_sharding(o.problem, p, world);
     return p;
   }
   try {

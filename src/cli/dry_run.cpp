@@ -133,6 +133,7 @@ int dry_run_on(const RunOptions& o, World& w) {
     if (w.rank == 0) check_run_outputs(o);  // only rank 0 writes; its verdict is shared below
     setup = setup_problem(o.problem);
     validate_problem(setup.problem, w.size);
+    resolve_sharding(o.problem, setup.problem, w.size);
     check_fault_for(setup.problem, w.size);
   } catch (const InvalidArgument& e) {
     error = e.what();

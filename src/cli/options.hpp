@@ -26,7 +26,7 @@ struct ProblemOptions {
   std::string device = "cpu";       // cpu | cuda
   std::string dtype;                // empty: fp32 on cpu, bf16 on cuda, the files' dtype for files
   int tile_q = 0, tile_k = 0;
-  std::string shard = "zigzag";
+  std::string shard = "auto";       // auto: the best balanced for the mask and documents (best_sharding)
   std::string transport = "auto";   // auto | mpi | nccl | local
   int64_t check_rows = 0;           // 0: all rows when small, a seeded sample when large
   std::string log_level;            // empty: RINGATTN_LOG_LEVEL, else info
@@ -66,7 +66,7 @@ struct BenchOptions {
 struct PlanOptions {
   int64_t seq = 8192, batch = 1, heads = 8, dim = 64;
   int ranks = 4;
-  std::string shard = "zigzag";
+  std::string shard = "auto";
   bool causal = false;
 };
 

@@ -108,11 +108,19 @@ void print_summary(const PlanOptions& o, const PairStats& st, double flop_per_pa
 }  // namespace
 
 int plan_command(const PlanOptions& o) {
-  const Sharding sharding = parse_sharding(o.shard);
-  check_shardable(sharding, o.seq, o.ranks);
+  check_shardable(Sharding::Zigzag, o.seq, o.ranks);
+  // --shard auto: the best balanced (pick_balanced, the runner's rule), from the closed-form counts.
+  Sharding sharding = Sharding::Zigzag;
+  if (o.shard == "auto") {
+    double imb[3];
+    for (int i = 0; i < 3; ++i) imb[i] = imbalance(pair_stats(kAutoOrder[i], o.seq, o.causal, o.ranks), o.ranks);
+    sharding = pick_balanced(imb);
+  } else {
+    sharding = parse_sharding(o.shard);
+  }
   const double flop_per_pair = 4.0 * double(o.batch) * double(o.heads) * double(o.dim);
-  fmt::print("# ringattn plan: seq {} over {} ranks, {} sharding, {}; batch {} heads {} dim {}\n", o.seq, o.ranks,
-             sharding_name(sharding), o.causal ? "causal" : "full", o.batch, o.heads, o.dim);
+  fmt::print("# ringattn plan: seq {} over {} ranks, {} sharding{}, {}; batch {} heads {} dim {}\n", o.seq, o.ranks,
+             sharding_name(sharding), o.shard == "auto" ? " (auto: the best balanced)" : "", o.causal ? "causal" : "full", o.batch, o.heads, o.dim);
   const PairStats mine = pair_stats(sharding, o.seq, o.causal, o.ranks);
   if (o.ranks <= kPlanRowRanks)
     print_rank_rows(o, sharding, mine.sum, flop_per_pair);

@@ -149,11 +149,17 @@ std::vector<int64_t> generate_documents(const std::string& spec, int64_t n, uint
   return lens;
 }
 
+void resolve_sharding(const ProblemOptions& o, GlobalProblem& p, int world) {
+  if (o.shard != "auto" || !p.is_ring()) return;
+  const std::vector<int64_t> bounds = p.doc_bounds();
+  p.sharding = best_sharding(p.q_len, p.causal, world, documents_of(bounds));
+}
+
 ProblemSetup setup_problem(const ProblemOptions& o) {
   ProblemSetup s;
   GlobalProblem& p = s.problem;
   p.causal = o.causal;
-  p.sharding = parse_sharding(o.shard);
+  p.sharding = o.shard == "auto" ? Sharding::Zigzag : parse_sharding(o.shard);  // auto: resolve_sharding
   if (!o.from_files()) {
     p.batch = o.batch;
     p.q_heads = o.heads;

@@ -44,6 +44,11 @@ struct ProblemSetup {
 };
 ProblemSetup setup_problem(const ProblemOptions& o);
 
+// --shard auto (the default): a ring problem takes the best balanced sharding over `world` ranks
+// for its mask and documents (best_sharding); an explicit --shard is kept. Call after
+// validate_problem. Every rank resolves the same.
+void resolve_sharding(const ProblemOptions& o, GlobalProblem& p, int world);
+
 // This rank's tensors, in backend memory, with the poisoned output buffers.
 struct LocalProblem {
   ShardLayout q_layout, kv_layout;  // local rows of q and of k/v as global positions

@@ -106,6 +106,7 @@ int load_phase(const RunOptions& o, World& w, ProblemSetup& setup, LocalProblem&
     if (w.rank == 0) check_run_outputs(o);  // only rank 0 writes; its verdict is shared below
     setup = setup_problem(o.problem);
     validate_problem(setup.problem, w.size);
+    resolve_sharding(o.problem, setup.problem, w.size);
     check_fault_for(setup.problem, w.size);
     if (w.rank == 0) spdlog::info("problem: {}; world {} over {}", problem_line(setup.problem), w.size, w.transport_name);
     local = load_local(setup.problem, *setup.source, *w.backend, w.rank, w.size);

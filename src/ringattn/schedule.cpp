@@ -129,6 +129,29 @@ std::vector<char> block_routes(Sharding sharding, int64_t seq_len, bool causal, 
   return carried;
 }
 
+double sharding_imbalance(Sharding sharding, int64_t seq_len, bool causal, int world, Documents docs) {
+  PairCount max = 0, sum = 0;
+  for (int r = 0; r < world; ++r) {
+    const PairCount v = RingSchedule(sharding, seq_len, causal, r, world, docs).visible_pairs();
+    max = v > max ? v : max;
+    sum += v;
+  }
+  return sum > 0 ? to_double(max) * world / to_double(sum) : 1.0;
+}
+
+Sharding pick_balanced(const double (&imbalance)[3]) {
+  int best = 0;
+  for (int i = 1; i < 3; ++i)
+    if (imbalance[i] < imbalance[best] - 1e-12) best = i;
+  return kAutoOrder[best];
+}
+
+Sharding best_sharding(int64_t seq_len, bool causal, int world, Documents docs) {
+  double imb[3];
+  for (int i = 0; i < 3; ++i) imb[i] = sharding_imbalance(kAutoOrder[i], seq_len, causal, world, docs);
+  return pick_balanced(imb);
+}
+
 PairCount RingSchedule::visible_pairs() const {
   PairCount n = 0;
   for (const HopPlan& h : hops_) n += h.visible_pairs;

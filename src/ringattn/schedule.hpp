@@ -63,6 +63,19 @@ class RingSchedule {
   std::vector<HopPlan> hops_;
 };
 
+// Load balance of a sharding: max / mean over ranks of the visible query-key pairs each rank
+// computes (1.0 is perfect; the slowest rank sets the pace). O(P) schedules.
+double sharding_imbalance(Sharding sharding, int64_t seq_len, bool causal, int world, Documents docs = {});
+
+// The shardings in the order `--shard auto` prefers them on a tie, and the pick itself: the
+// smallest imbalance (given in that order), the earlier on a tie.
+inline constexpr Sharding kAutoOrder[3] = {Sharding::Zigzag, Sharding::Contiguous, Sharding::Striped};
+Sharding pick_balanced(const double (&imbalance)[3]);
+
+// The sharding with the best balance for this mask and these documents (`--shard auto`):
+// pick_balanced over sharding_imbalance. Every rank picks the same one.
+Sharding best_sharding(int64_t seq_len, bool causal, int world, Documents docs = {});
+
 // Which exchanges carry which block. carried[q * P + h], for source rank q and hop h < P - 1, is
 // true when some rank after the block's holder at hop h computes on it at a later hop, so the
 // holder passes it on; a block that no later rank needs is not sent (causal contiguous shards,

@@ -1,6 +1,7 @@
 # `ringattn plan`: the schedule without a run; zigzag balances causal work exactly, contiguous
-# does not; an indivisible length is refused with the required multiple.
+# does not; any length splits; --shard auto (the default) names its pick.
 include(${HELPERS})
+step(EXPECT_RC 0 COMMAND ${RINGATTN} plan --seq 8192 --ranks 4 --causal STDOUT "zigzag sharding \\(auto: the best balanced\\)")
 step(EXPECT_RC 0 COMMAND ${RINGATTN} plan --seq 8192 --ranks 4 --causal
      STDOUT "\n +3 +2048 +[0-9]+ +[0-9.]+ +[0-9]+ hops +25.0%  .3072,5120."
             "contiguous 1.75 zigzag 1.00")

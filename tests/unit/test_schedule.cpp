@@ -146,6 +146,38 @@ TEST(RingSchedule, DocumentsAreCoveredExactlyOnceAndNeverCrossed) {
   }
 }
 
+// --shard auto: the pick has the smallest imbalance of the three (ties to the earlier in
+// kAutoOrder), over dense and packed problems; dense causal picks zigzag, and a packing whose
+// documents make zigzag lopsided picks another.
+TEST(RingSchedule, BestShardingIsTheBestBalanced) {
+  const std::vector<std::vector<int64_t>> packings = {{}, {100, 100, 100, 100, 100, 100, 100, 100, 100, 100, 1000, 1000},
+                                                      {1, 2999}, {1500, 1500}, {7, 7, 7, 2979}};
+  for (const std::vector<int64_t>& lens : packings)
+    for (int P = 1; P <= 4; ++P)
+      for (bool causal : {false, true}) {
+        std::vector<int64_t> cu{0};
+        for (int64_t n : lens) cu.push_back(cu.back() + n);
+        const int64_t N = lens.empty() ? 3000 : cu.back();
+        const Documents docs = lens.empty() ? Documents{} : Documents{cu.data(), int64_t(lens.size())};
+        double imb[3];
+        for (int i = 0; i < 3; ++i) imb[i] = sharding_imbalance(kAutoOrder[i], N, causal, P, docs);
+        const Sharding best = best_sharding(N, causal, P, docs);
+        int bi = 0;
+        while (kAutoOrder[bi] != best) ++bi;
+        for (int i = 0; i < 3; ++i) {
+          EXPECT_LE(imb[bi], imb[i] + 1e-12) << "P=" << P << " docs " << lens.size();
+          if (i < bi) EXPECT_GT(imb[i], imb[bi] + 1e-12) << "a tie goes to the earlier sharding";
+        }
+        if (lens.empty() && P > 1) EXPECT_EQ(best, Sharding::Zigzag);
+      }
+  // Twelve documents, two of them long, over three ranks: zigzag is lopsided, striped is not.
+  std::vector<int64_t> cu{0};
+  for (int64_t n : packings[1]) cu.push_back(cu.back() + n);
+  const Documents docs{cu.data(), int64_t(packings[1].size())};
+  EXPECT_GT(sharding_imbalance(Sharding::Zigzag, 3000, true, 3, docs), 1.05);
+  EXPECT_EQ(best_sharding(3000, true, 3, docs), Sharding::Striped);
+}
+
 TEST(RingSchedule, ContiguousCausalOnlyForwardsBlocksFromLaterRanks) {
   const int P = 4;
   for (int r = 0; r < P; ++r) {
