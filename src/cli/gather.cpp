@@ -11,7 +11,7 @@
 namespace ringattn::cli {
 
 int write_global_outputs(const GlobalProblem& p, const LocalProblem& l, const HostResult& r, Transport& t,
-                         const std::string& out_file, const std::string& lse_file) {
+                         const std::string& out_file, const std::string& lse_file, bool thd) {
   if (out_file.empty() && lse_file.empty()) return 0;
   const int P = t.size(), me = t.rank();
   const int64_t B = p.batch, H = p.q_heads, T = p.q_len, D = p.head_dim, tq = l.q_layout.tokens();
@@ -19,8 +19,10 @@ int write_global_outputs(const GlobalProblem& p, const LocalProblem& l, const Ho
   int code = 0;
   if (me == 0) {
     try {
-      if (!out_file.empty()) out = std::make_unique<NpyWriter>(out_file, std::vector<int64_t>{B, H, T, D}, DType::F32);
-      if (!lse_file.empty()) lse = std::make_unique<NpyWriter>(lse_file, std::vector<int64_t>{B, H, T}, DType::F32);
+      const std::vector<int64_t> o_shape = thd ? std::vector<int64_t>{T, H, D} : std::vector<int64_t>{B, H, T, D};
+      const std::vector<int64_t> l_shape = thd ? std::vector<int64_t>{T, H} : std::vector<int64_t>{B, H, T};
+      if (!out_file.empty()) out = std::make_unique<NpyWriter>(out_file, o_shape, DType::F32);
+      if (!lse_file.empty()) lse = std::make_unique<NpyWriter>(lse_file, l_shape, DType::F32);
     } catch (const std::exception& e) {
       spdlog::error("{}", e.what());
       code = 1;
@@ -55,6 +57,8 @@ int write_global_outputs(const GlobalProblem& p, const LocalProblem& l, const Ho
     }
   };
   if (!spread && me != 0) return agree_exit_code(t, code);
+  // The packed layout interleaves the heads of a token: rank 0 assembles it whole (batch 1).
+  std::vector<float> o_thd(thd && me == 0 && out ? size_t(T * H * D) : 0), l_thd(thd && me == 0 && lse ? size_t(T * H) : 0);
   for (int64_t b = 0; b < B; ++b)
     for (int64_t h = 0; h < H; ++h) {
       const int64_t o0 = (b * H + h) * tq * D, l0 = (b * H + h) * tq;
@@ -72,11 +76,21 @@ int write_global_outputs(const GlobalProblem& p, const LocalProblem& l, const Ho
           l_row[size_t(g)] = src[tmax * D + i];
         }
       }
+      if (thd) {
+        for (int64_t g = 0; g < T && !o_thd.empty(); ++g) std::copy_n(o_row.data() + g * D, D, o_thd.data() + (g * H + h) * D);
+        for (int64_t g = 0; g < T && !l_thd.empty(); ++g) l_thd[size_t(g * H + h)] = l_row[size_t(g)];
+        continue;
+      }
       guarded([&] {
         if (out) out->write(o_row.data(), T * D);
         if (lse) lse->write(l_row.data(), T);
       });
     }
+  if (thd && me == 0)
+    guarded([&] {
+      if (out) out->write(o_thd.data(), T * H * D);
+      if (lse) lse->write(l_thd.data(), T * H);
+    });
   // Both files finished before either is moved into place: a failure leaves neither half-made.
   guarded([&] {
     if (out) out->finish();

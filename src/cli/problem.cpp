@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <charconv>
 #include <random>
+#include <tuple>
 #include <cerrno>
 #include <cstring>
 #include <limits>
@@ -26,6 +27,20 @@ void expect_4d(const NpyHeader& h, const char* flag, const std::string& path, co
     if (d < 1) fail_arg("{} {}: every dimension must be >= 1, the file holds shape {}", flag, path, h.shape_string());
 }
 
+// Packed THD inputs ([total_tokens, heads, dim], the varlen layout) become the shapes of a batch of
+// one in the problem's order: [1, heads, tokens, dim]. They go with packed documents only.
+void as_bhtd(NpyHeader& hq, NpyHeader& hk, NpyHeader& hv, const ProblemOptions& o) {
+  for (const auto& [h, flag, path] : {std::tuple{&hq, "--q", &o.q_file}, std::tuple{&hk, "--k", &o.k_file},
+                                      std::tuple{&hv, "--v", &o.v_file}})
+    if (h->shape.size() != 3)
+      fail_arg("{} {}: holds shape {}, but --q is three-dimensional (the packed layout [total_tokens, heads, dim]): "
+               "give all three files in it", flag, *path, h->shape_string());
+  if (o.doc_lens.empty() && o.cu_seqlens_file.empty())
+    fail_arg("--q {} is three-dimensional, the packed layout [total_tokens, heads, dim] of documents: give their "
+             "boundaries with --cu-seqlens (or their lengths with --doc-lens)", o.q_file);
+  for (NpyHeader* h : {&hq, &hk, &hv}) h->shape = {1, h->shape[1], h->shape[0], h->shape[2]};
+}
+
 // What a path that is not a regular file is, in words ("a FIFO").
 const char* file_kind(mode_t m) {
   if (S_ISDIR(m)) return "a directory";
@@ -45,7 +60,7 @@ void expect_regular_file(const char* flag, const std::string& path) {
     fail_arg("{} '{}' is not a regular file ({}); give a .npy file", flag, path, file_kind(st.st_mode));
 }
 
-InputSource::InputSource(const std::string& q, const std::string& k, const std::string& v) {
+InputSource::InputSource(const std::string& q, const std::string& k, const std::string& v, bool thd) : thd_(thd) {
   readers_.push_back(std::make_unique<NpyReader>(q));
   readers_.push_back(std::make_unique<NpyReader>(k));
   readers_.push_back(std::make_unique<NpyReader>(v));
@@ -53,6 +68,24 @@ InputSource::InputSource(const std::string& q, const std::string& k, const std::
 
 void InputSource::rows(InputTensor which, int64_t b, int64_t h, int64_t t0, int64_t n, int64_t heads, int64_t len,
                        int64_t dim, void* dst, DType dtype) {
+  if (from_files() && thd_) {
+    // [len, heads, dim]: the rows of one head are strided; read spans of whole tokens (all
+    // heads) and keep head h (the file is read once per head: fine for the sizes of a check or
+    // a shard, not a streaming path).
+    NpyReader& r = *readers_[size_t(which) - 1];
+    const int64_t span = std::max<int64_t>(1, (int64_t(1) << 20) / std::max<int64_t>(1, heads * dim));
+    const size_t es = size_t(dtype_size(dtype));
+    std::vector<uint8_t> buf;
+    for (int64_t i0 = 0; i0 < n; i0 += span) {
+      const int64_t m = std::min(span, n - i0);
+      buf.resize(size_t(m * heads * dim) * es);
+      r.read((t0 + i0) * heads * dim, m * heads * dim, buf.data(), dtype);
+      for (int64_t i = 0; i < m; ++i)
+        std::copy_n(buf.data() + size_t((i * heads + h) * dim) * es, size_t(dim) * es,
+                    static_cast<uint8_t*>(dst) + size_t((i0 + i) * dim) * es);
+    }
+    return;
+  }
   if (from_files()) {
     NpyReader& r = *readers_[size_t(which) - 1];
     r.read(((b * heads + h) * len + t0) * dim, n * dim, dst, dtype);
@@ -173,8 +206,10 @@ ProblemSetup setup_problem(const ProblemOptions& o) {
     expect_regular_file("--q", o.q_file);
     expect_regular_file("--k", o.k_file);
     expect_regular_file("--v", o.v_file);
-    s.source = std::make_unique<InputSource>(o.q_file, o.k_file, o.v_file);
     NpyHeader hq = read_npy_header(o.q_file), hk = read_npy_header(o.k_file), hv = read_npy_header(o.v_file);
+    s.thd = hq.shape.size() == 3;
+    s.source = std::make_unique<InputSource>(o.q_file, o.k_file, o.v_file, s.thd);
+    if (s.thd) as_bhtd(hq, hk, hv, o);  // [T, H, D] files seen as batch 1
     expect_4d(hq, "--q", o.q_file, "[batch, heads, q_len, dim]");
     expect_4d(hk, "--k", o.k_file, "[batch, kv_heads, kv_len, dim]");
     expect_4d(hv, "--v", o.v_file, "[batch, kv_heads, kv_len, dim]");

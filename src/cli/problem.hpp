@@ -20,8 +20,9 @@ class InputSource {
  public:
   // Seeded inputs.
   explicit InputSource(uint64_t seed) : seed_(seed) {}
-  // Files (headers already validated against the problem).
-  InputSource(const std::string& q, const std::string& k, const std::string& v);
+  // Files (headers already validated against the problem): [batch, heads, len, dim], or with
+  // `thd` the packed layout [total_tokens, heads, dim] of varlen users (batch 1).
+  InputSource(const std::string& q, const std::string& k, const std::string& v, bool thd = false);
 
   bool from_files() const { return !readers_.empty(); }
   // Writes global rows [t0, t0 + n) of head h of batch b of `which` into `dst` (contiguous
@@ -33,6 +34,7 @@ class InputSource {
 
  private:
   uint64_t seed_ = 0;
+  bool thd_ = false;
   std::vector<std::unique_ptr<NpyReader>> readers_;  // q, k, v
 };
 
@@ -41,6 +43,7 @@ class InputSource {
 struct ProblemSetup {
   GlobalProblem problem;
   std::unique_ptr<InputSource> source;
+  bool thd = false;  // the inputs are [total_tokens, heads, dim] files; --out/--lse use that layout too
 };
 ProblemSetup setup_problem(const ProblemOptions& o);
 

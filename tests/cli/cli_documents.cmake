@@ -44,3 +44,16 @@ step(EXPECT_RC 0 COMMAND ${RINGATTN} bench --heads 2 --kv-heads 1 --dim 16 -b 10
      STDOUT "# packed documents: uniform:40 per size" "\n +200 +flash [^\n]+ OK" "# Result: OK")
 step(EXPECT_RC 1 COMMAND ${RINGATTN} bench --docs fixed:0
      STDERR "--docs 'fixed:0' is not understood: allowed are uniform:MAX and fixed:L with a decimal length >= 1")
+# The packed THD layout: [total_tokens, heads, dim] files with --cu-seqlens; outputs in the same
+# layout ([tokens, heads, dim] and LSE [tokens, heads]); the check reads the packed rows.
+step(EXPECT_RC 0 COMMAND ${NPY_TOOL} random3 q3.npy fp32 300 2 16 ${SEED})
+step(EXPECT_RC 0 COMMAND ${NPY_TOOL} random3 k3.npy fp32 300 1 16 1${SEED})
+step(EXPECT_RC 0 COMMAND ${NPY_TOOL} random3 v3.npy fp32 300 1 16 2${SEED})
+step(EXPECT_RC 0 COMMAND ${RINGATTN} run --q q3.npy --k k3.npy --v v3.npy --cu-seqlens cu8.npy --causal --check
+     --out t1.npy --lse tl1.npy STDOUT "heads 2/1 \\(MQA\\), q_len 300" "4 packed documents" "-> OK")
+step(EXPECT_RC 1 COMMAND ${NPY_TOOL} compare t1.npy d1.npy 1)  # a [300, 2, 16] file, not [1, 8, 300, 64]
+step(EXPECT_RC 1 COMMAND ${RINGATTN} run --q q3.npy --k k3.npy --v v3.npy --causal
+     STDERR "--q q3.npy is three-dimensional, the packed layout \\[total_tokens, heads, dim\\] of documents: give their boundaries with --cu-seqlens")
+step(EXPECT_RC 0 COMMAND ${NPY_TOOL} random q4.npy fp32 1 2 300 16 ${SEED})
+step(EXPECT_RC 1 COMMAND ${RINGATTN} run --q q3.npy --k q4.npy --v v3.npy --cu-seqlens cu8.npy
+     STDERR "--k q4.npy: holds shape \\[1, 2, 300, 16\\], but --q is three-dimensional")

@@ -8,7 +8,7 @@ step(EXPECT_RC 0 COMMAND ${RINGATTN} plan --seq 8192 --ranks 4 --causal
 step(EXPECT_RC 0 COMMAND ${RINGATTN} plan --seq 12 --ranks 3 --shard striped STDOUT "0\\+3k")
 # Any length: uneven shards (13 over 3 ranks in 6 zigzag chunks of 2 or 3 tokens), and more
 # ranks than tokens (a rank with none).
-step(EXPECT_RC 0 COMMAND ${RINGATTN} plan --seq 13 --ranks 3 --causal
+step(EXPECT_RC 0 COMMAND ${RINGATTN} plan --seq 13 --ranks 3 --causal --shard zigzag
      STDOUT "\n +0 +5 [^\n]+ .0,2. .10,13." "\n +1 +4 [^\n]+ .2,4. .8,10." "\n +2 +4 [^\n]+ .4,8."
             "contiguous [0-9.]+ zigzag [0-9.]+ striped [0-9.]+")
 step(EXPECT_RC 0 COMMAND ${RINGATTN} plan --seq 3 --ranks 4 --shard contiguous STDOUT "\n +0 +0 +0 ")

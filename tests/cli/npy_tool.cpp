@@ -3,6 +3,7 @@
 // files against the fp64 oracle computed here from the same input files.
 //
 //   npy_tool random FILE fp32|fp16 B H T D SEED [STD]   N(0, STD^2), STD 1 by default
+//   npy_tool random3 FILE fp32|fp16 T H D SEED          three-dimensional (the packed THD layout)
 //   npy_tool corrupt FILE badmagic|truncated|shapelie|descr|fortran
 //   npy_tool poison FILE INDEX nan|inf             element INDEX (flat, C order) becomes NaN or +Inf
 //   npy_tool compare A B ATOL                     exit 1 when shapes differ or max|A-B| > ATOL
@@ -28,12 +29,14 @@ int usage() {
   return 2;
 }
 
-int cmd_random(char** a) {
+int cmd_random(char** a, int dims = 4) {
   const DType dt = std::string(a[1]) == "fp16" ? DType::F16 : DType::F32;
-  const std::vector<int64_t> shape = {std::stoll(a[2]), std::stoll(a[3]), std::stoll(a[4]), std::stoll(a[5])};
-  std::mt19937_64 rng(std::stoull(a[6]));
-  std::normal_distribution<float> nd(0.f, a[7] != nullptr ? std::stof(a[7]) : 1.f);
-  const int64_t n = shape[0] * shape[1] * shape[2] * shape[3];
+  std::vector<int64_t> shape;
+  for (int i = 0; i < dims; ++i) shape.push_back(std::stoll(a[2 + i]));
+  std::mt19937_64 rng(std::stoull(a[2 + dims]));
+  std::normal_distribution<float> nd(0.f, dims == 4 && a[7] != nullptr ? std::stof(a[7]) : 1.f);
+  int64_t n = 1;
+  for (int64_t d : shape) n *= d;
   std::vector<uint8_t> data(size_t(n * dtype_size(dt)));
   for (int64_t i = 0; i < n; ++i) store_from_float(data.data(), dt, i, nd(rng));
   write_npy(a[0], shape, dt, data.data());
@@ -167,6 +170,7 @@ int main(int argc, char** argv) {
   const std::string cmd = argv[1];
   try {
     if (cmd == "random" && (argc == 9 || argc == 10)) return cmd_random(argv + 2);
+    if (cmd == "random3" && argc == 8) return cmd_random(argv + 2, 3);
     if (cmd == "corrupt" && argc == 4) return cmd_corrupt(argv + 2);
     if (cmd == "poison" && argc == 5) return cmd_poison(argv + 2);
     if (cmd == "compare" && argc == 5) return cmd_compare(argv + 2);
