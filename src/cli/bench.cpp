@@ -132,7 +132,8 @@ void print_header(std::FILE* f, const BenchOptions& o, const GlobalProblem& p, c
                       : fmt::format("seq {}..{} x{}", o.seq_min, o.seq_max, o.seq_factor);
   fmt::print(f, "# batch {} heads {}/{} dim {} dtype {} {} shard {} | {} | iters {} warmup {} | seed {}\n", p.batch,
              p.q_heads, p.kv_heads, p.head_dim, dtype_name(p.dtype), p.causal ? "causal" : "full",
-             sharding_name(p.sharding), sweep, o.iters, o.warmup, o.problem.seed);
+             o.problem.shard == "auto" ? "auto (the best balanced, per size)" : sharding_name(p.sharding), sweep,
+             o.iters, o.warmup, o.problem.seed);
   if (!o.docs.empty())
     fmt::print(f, "# packed documents: {} per size, drawn from the seed; rates count visible pairs only\n", o.docs);
   fmt::print(f, "# check: {}\n", o.check ? "fp64 naive reference (all rows when small, a seeded sample when large)"
