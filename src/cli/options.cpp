@@ -276,7 +276,15 @@ void refuse_ignored_flags(const CLI::App& sub, const ProblemOptions& o, bool che
 
 // Flags of the backward that do nothing without --backward.
 void refuse_backward_flags(const CLI::App& sub, bool backward) {
-  if (backward) return;
+  if (backward) {
+    // The gradient kernels know the causal mask and offsets, not packed documents yet: refused
+    // rather than run with the documents ignored.
+    for (const char* name : {"--doc-lens", "--cu-seqlens", "--docs"})
+      if (given(sub, name))
+        fail_arg("--backward does not support packed documents yet ({}): the gradient kernels apply the causal mask "
+                 "only; drop {} or --backward", name, name);
+    return;
+  }
   for (const char* name : {"--do", "--dq", "--dk", "--dv", "--deterministic"})
     if (given(sub, name))
       fail_arg("{} only applies to the backward pass and does nothing without --backward; add --backward or drop {}",
