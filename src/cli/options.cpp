@@ -313,6 +313,8 @@ void parse_command_line(CLI::App& app, CommandLine& cl, int argc, const char* co
   if (cl.command == "bench") {
     validate_problem_options(cl.bench.problem);
     if (!cl.bench.docs.empty()) generate_documents(cl.bench.docs, 1, 0);  // the spec is refused here, by name
+    if (!cl.bench.docs.empty() && cl.bench.problem.kv_seq)
+      fail_arg("--docs packs self-attention; a --kv-seq sweep is decode over a cache: drop one of them");
     refuse_ignored_flags(sub, cl.bench.problem, cl.bench.check);
     refuse_backward_flags(sub, cl.bench.backward);
     if (cl.bench.problem.q_offset && !cl.bench.problem.kv_seq)

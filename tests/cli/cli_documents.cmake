@@ -61,3 +61,5 @@ step(EXPECT_RC 1 COMMAND ${RINGATTN} run --q q3.npy --k q4.npy --v v3.npy --cu-s
 step(EXPECT_RC 1 COMMAND ${RINGATTN} run ${P} --causal --doc-lens 100,1,150,49 --backward
      STDERR "--backward does not support packed documents yet \\(--doc-lens\\)")
 step(EXPECT_RC 1 COMMAND ${RINGATTN} bench --docs fixed:7 --backward STDERR "--backward does not support packed documents yet \\(--docs\\)")
+step(EXPECT_RC 1 COMMAND ${RINGATTN} bench --docs fixed:7 --kv-seq 100 -b 1 -e 4
+     STDERR "--docs packs self-attention; a --kv-seq sweep is decode over a cache: drop one of them")
