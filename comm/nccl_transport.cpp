@@ -181,8 +181,10 @@ class NcclTransport final : public Transport {
       if (st != ncclSuccess && st != ncclInProgress) check(st, "ncclCommGetAsyncError (exchange)", __LINE__);
       if (seconds_since(t0) > limit) {
         failed_ = true;
-        fail_runtime("rank {} on {}: hop {}: timed out after {:.0f} s waiting for the NCCL exchange (send {} bytes to "
-                     "rank {}, receive {} bytes from rank {})", rank_, host_name(), hops_, limit, pending_send_,
+        // Counted per transport (a warm-up exchange before a run counts too); the ring restates
+        // the failure with its own hop.
+        fail_runtime("rank {} on {}: exchange {}: timed out after {:.0f} s waiting for the NCCL exchange (send {} bytes "
+                     "to rank {}, receive {} bytes from rank {})", rank_, host_name(), hops_ + 1, limit, pending_send_,
                      (rank_ + 1) % size_, pending_recv_, (rank_ + size_ - 1) % size_);
       }
       std::this_thread::sleep_for(std::chrono::microseconds(20));
