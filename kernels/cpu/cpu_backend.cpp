@@ -21,9 +21,16 @@ class CpuBackend final : public Backend {
     return p;
   }
   void deallocate(void* p) override { std::free(p); }
-  void copy_from_host(void* dst, const void* src, size_t bytes) override { std::memcpy(dst, src, bytes); }
-  void copy_to_host(void* dst, const void* src, size_t bytes) override { std::memcpy(dst, src, bytes); }
-  void copy(void* dst, const void* src, size_t bytes) override { std::memmove(dst, src, bytes); }
+  // A rank with no tokens copies 0 bytes from and to null buffers: memcpy may not see them.
+  void copy_from_host(void* dst, const void* src, size_t bytes) override {
+    if (bytes) std::memcpy(dst, src, bytes);
+  }
+  void copy_to_host(void* dst, const void* src, size_t bytes) override {
+    if (bytes) std::memcpy(dst, src, bytes);
+  }
+  void copy(void* dst, const void* src, size_t bytes) override {
+    if (bytes) std::memmove(dst, src, bytes);
+  }
   void flash(const FlashParams& p) override {
     cpu::flash_forward(p);
     if (p.out.data != nullptr) cpu::finalize(FinalizeParams{p.state, p.out});
