@@ -1,6 +1,8 @@
 // The mask primitive (src/core/mask.hpp) against a brute-force definition on absolute positions,
-// exhaustively over small specs: full and causal, offsets negative, zero, positive and beyond
-// both lengths, empty and partial blocks anywhere.
+// exhaustively over small specs: full and causal, with and without a window (lower edge), offsets
+// negative, zero, positive and beyond both lengths, empty and partial blocks anywhere; the
+// offset clamp at the int64 limits; band_mask (FlashAttention's window on strided positions)
+// and documents with windows against positions.
 #include <gtest/gtest.h>
 
 #include <cstdint>
@@ -12,19 +14,25 @@ namespace ringattn {
 namespace {
 
 // The definition: row i sits at position q_offset + i, key j at position j; causal shows key j
-// to row i when pos(k_j) <= pos(q_i).
-bool brute_visible(const MaskSpec& m, int64_t i, int64_t j) { return !m.causal || j <= m.q_offset + i; }
+// to row i when pos(k_j) <= pos(q_i), a window (>= 0) when pos(k_j) >= pos(q_i) - window. In
+// 128-bit arithmetic, so that offsets and windows at the int64 limits are exact.
+bool brute_visible(const MaskSpec& m, int64_t i, int64_t j) {
+  const __int128 pos_q = __int128(m.q_offset) + i;
+  return (!m.causal || j <= pos_q) && (m.window < 0 || j >= pos_q - m.window);
+}
 
 constexpr int64_t kMaxLen = 9, kMaxOffset = 14;
 
 template <typename F>
 void for_each_spec(F f) {
   for (bool causal : {false, true})
-    for (int64_t off = -kMaxOffset; off <= kMaxOffset; ++off) f(MaskSpec{causal, off});
+    for (int64_t window : {-1, 0, 1, 2, 3, 5, 12})
+      for (int64_t off = -kMaxOffset; off <= kMaxOffset; ++off) f(MaskSpec{causal, off, window});
 }
 
 std::string name(const MaskSpec& m) {
-  return std::string(m.causal ? "causal" : "full") + " q_offset=" + std::to_string(m.q_offset);
+  return std::string(m.causal ? "causal" : "full") + " q_offset=" + std::to_string(m.q_offset) +
+         " window=" + std::to_string(m.window);
 }
 
 TEST(Mask, ElementPredicateMatchesPositions) {
@@ -139,6 +147,91 @@ TEST(MaskDocuments, DocumentKeysAndPairCountsMatchTheDefinition) {
       }
     }
   EXPECT_EQ(packings, 255);  // 2^0 + ... + 2^7
+}
+
+// clamp_offset keeps exactly the visible keys, for offsets and windows anywhere in int64.
+TEST(Mask, ClampKeepsTheKeysAtTheLimits) {
+  const int64_t big = INT64_MAX, small = INT64_MIN;
+  const std::vector<int64_t> offsets{small, small + 1, small / 2, -1000, -20, -10, -9, -8, -3, -1, 0, 1, 3, 8, 9, 10,
+                                     17, 20, 1000, big / 2, big - 1, big};
+  const std::vector<int64_t> windows{-1, 0, 1, 4, 9, 17, 18, 19, 1000, big / 2, big - 1, big};
+  int checked = 0;
+  for (bool causal : {false, true})
+    for (int64_t off : offsets)
+      for (int64_t window : windows)
+        for (int64_t q_len : {1, 3, 9})
+          for (int64_t kv : {1, 4, 9}) {
+            const MaskSpec m{causal, off, window}, c = clamp_offset(m, q_len, kv);
+            ASSERT_GE(c.q_offset, -q_len) << name(m);
+            ASSERT_LE(c.q_offset, kv) << name(m);
+            ASSERT_LT(c.window, q_len + kv) << name(m);
+            int64_t n = 0;
+            for (int64_t i = 0; i < q_len; ++i)
+              for (int64_t j = 0; j < kv; ++j) {
+                ASSERT_EQ(brute_visible(c, i, j), brute_visible(m, i, j)) << name(m) << " -> " << name(c);
+                n += brute_visible(m, i, j);
+              }
+            ASSERT_EQ(count_visible(m, 0, q_len, kv), n) << name(m);
+            ++checked;
+          }
+  EXPECT_EQ(checked, 2 * 22 * 12 * 9);
+}
+
+// band_mask against FlashAttention's definition on absolute positions: query qs + S*i sees key
+// ks + S*j when qs + S*i - left <= ks + S*j <= qs + S*i + right (right 0 when causal, -1 unbounded).
+TEST(Mask, BandMaskMatchesWindowsOnStridedPositions) {
+  int empty_seen = 0, visible_seen = 0;
+  for (bool causal : {false, true})
+    for (int64_t left : {-1, 0, 1, 2, 5})
+      for (int64_t right : {-1, 0, 1, 3})
+        for (int64_t S = 1; S <= 4; ++S)
+          for (int64_t qs = 0; qs < 10; ++qs)
+            for (int64_t ks = 0; ks < 10; ++ks) {
+              bool empty = false;
+              const Window w{left, right};
+              const MaskSpec m = band_mask(causal, w, qs - ks, S, &empty);
+              int64_t n = 0;
+              for (int64_t i = 0; i < 6; ++i)
+                for (int64_t j = 0; j < 6; ++j) {
+                  const int64_t pq = qs + S * i, pk = ks + S * j;
+                  const int64_t r = causal ? 0 : right;
+                  const bool want = (r < 0 || pk <= pq + r) && (left < 0 || pk >= pq - left);
+                  ASSERT_EQ(is_visible(clamp_offset(m, 6, 6), i, j), want)
+                      << "causal " << causal << " window " << left << "," << right << " S " << S << " qs " << qs
+                      << " ks " << ks << " i " << i << " j " << j << " -> " << name(m);
+                  n += want;
+                }
+              if (empty) ASSERT_EQ(n, 0);
+              (empty ? empty_seen : visible_seen)++;
+            }
+  EXPECT_GT(empty_seen, 0);
+  EXPECT_GT(visible_seen, 0);
+}
+
+// Documents with windows: key k visible to query q when both lie in one document, k >= q - left,
+// and k <= q + right (k <= q when causal).
+TEST(MaskDocuments, WindowedDocumentKeysMatchTheDefinition) {
+  const std::vector<int64_t> cu{0, 3, 4, 11, 16};
+  const Documents docs{cu.data(), 4};
+  for (bool causal : {false, true})
+    for (int64_t left : {-1, 0, 1, 2, 6, 40})
+      for (int64_t right : {-1, 0, 2, 7}) {
+        const Window w{left, right};
+        for (bool packed : {false, true}) {
+          int64_t pairs = 0;
+          for (int64_t q = 0; q < 16; ++q) {
+            const KeyRange r = document_keys(packed ? docs : Documents{}, causal, q, w, 16);
+            for (int64_t k = 0; k < 16; ++k) {
+              const int64_t rr = causal ? 0 : right;
+              const bool want = (!packed || document_of(docs, k) == document_of(docs, q)) &&
+                                (rr < 0 || k <= q + rr) && (left < 0 || k >= q - left);
+              ASSERT_EQ(k >= r.begin && k < r.end, want) << "q " << q << " k " << k << " window " << left << "," << right;
+              pairs += want;
+            }
+          }
+          if (packed) ASSERT_EQ(count_document_pairs(docs, causal, w), pairs);
+        }
+      }
 }
 
 }  // namespace
