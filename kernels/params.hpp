@@ -23,7 +23,7 @@ enum class StateMode : uint8_t {
 // o the normalized output, lse = ln(sum_j exp(scale * q.k_j)) over the visible keys (natural
 // log, scale included); a row with no visible key has the empty state o = 0, lse = -inf.
 // Query head h reads KV head h / (Hq / Hkv). Which keys a query row sees is `mask`
-// (core/mask.hpp: full, or causal with q_offset = pos(q_0) - pos(k_0)).
+// (core/mask.hpp: full, or causal with q_offset = pos(q_0) - pos(k_0), and a window).
 struct FlashParams {
   TensorView q, k, v;
   StateView state;             // [B, Hq, T, D] and [B, Hq, T]

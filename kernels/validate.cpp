@@ -80,10 +80,15 @@ void validate_flash(const FlashParams& p, bool complete) {
   if (o.data != nullptr && (o.batch != q.batch || o.heads != q.heads || o.len != q.len || o.dim != q.dim))
     fail_arg("output shape [{}, {}, {}, {}] does not match q [{}, {}, {}, {}]", o.batch, o.heads, o.len, o.dim, q.batch,
              q.heads, q.len, q.dim);
-  // Visible ranges grow with the row: row 0 sees the fewest keys.
-  if (complete && visible_range(p.mask, 0, k.len).empty())
-    fail_arg("causal attention with q_offset={} leaves query row 0 with no visible key; a complete attention needs "
-             "q_offset >= 0 (the default is kv_len - q_len)", p.mask.q_offset);
+  // Both ends of the visible range grow with the row, and a band never skips a row: when the first
+  // and the last row see a key, every row does.
+  if (!complete) return;
+  const MaskSpec m = clamp_offset(p.mask, q.len, k.len);
+  for (const int64_t row : {int64_t(0), q.len - 1})
+    if (visible_range(m, row, k.len).empty())
+      fail_arg("the mask (causal {}, q_offset {}, window {}) leaves query row {} with no visible key; a complete "
+               "attention needs a key for every row (causal: q_offset >= 0, the default kv_len - q_len)",
+               p.mask.causal, p.mask.q_offset, p.mask.window, row);
 }
 
 void validate_backward(const BackwardParams& p) {

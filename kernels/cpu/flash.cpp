@@ -135,10 +135,12 @@ void flash_tile(const FlashParams& p, const Tiles& t, int64_t b, int64_t h, int6
   std::fill(m, m + nq, kNegInf);
   std::fill(l, l + nq, 0.f);
 
-  // Keys beyond the last visible key of the tile's last row are never loaded.
-  const int64_t kend = visible_range_of_rows(p.mask, i0, nq, S).end;
+  // Keys outside every row's range (before the first row's window, past the last row's end) are
+  // never loaded.
+  const KeyRange tile_keys = visible_range_of_rows(p.mask, i0, nq, S);
+  const int64_t kend = tile_keys.end;
 
-  for (int64_t j0 = 0; j0 < kend; j0 += t.tk) {
+  for (int64_t j0 = tile_keys.begin; j0 < kend; j0 += t.tk) {
     const int64_t nk = std::min(t.tk, kend - j0);
     const bool full = classify_block(p.mask, i0, nq, j0, nk) == BlockVisibility::Full;
     load_rows_transposed(p.k, b, hk, j0, nk, ld, kt);
@@ -146,18 +148,25 @@ void flash_tile(const FlashParams& p, const Tiles& t, int64_t b, int64_t h, int6
     // Rows in blocks of kRows: each K and V element loaded once serves all rows of the block.
     for (int64_t r0 = 0; r0 < nq; r0 += kRows) {
       const int64_t rb = std::min<int64_t>(kRows, nq - r0);
-      int64_t lim[kRows] = {0};
+      int64_t lo[kRows] = {0}, lim[kRows] = {0};
       int64_t lim_max = 0;
       for (int64_t r = 0; r < rb; ++r) {
-        // Visible keys of this row inside the tile: all of them for a fully visible tile.
-        lim[r] = full ? nk : std::clamp<int64_t>(visible_range(p.mask, i0 + r0 + r, S).end - j0, 0, nk);
+        // Visible keys [lo, lim) of this row inside the tile: all of them for a fully visible tile.
+        if (!full) {
+          const KeyRange keys = visible_range(p.mask, i0 + r0 + r, S);
+          lo[r] = std::clamp<int64_t>(keys.begin - j0, 0, nk);
+          lim[r] = std::max(lo[r], std::clamp<int64_t>(keys.end - j0, 0, nk));
+        } else {
+          lim[r] = nk;
+        }
         lim_max = std::max(lim_max, lim[r]);
       }
       if (lim_max == 0) continue;
       score_rows(qf + r0 * D, rb, kt, ld, lim_max, D, s);
       for (int64_t r = 0; r < rb; ++r) {
         float* sr = s + r * ld;
-        softmax_rescale(m[r0 + r], l[r0 + r], acc + (r0 + r) * D, sr, lim[r], D);
+        softmax_rescale(m[r0 + r], l[r0 + r], acc + (r0 + r) * D, sr + lo[r], lim[r] - lo[r], D);
+        std::fill(sr, sr + lo[r], 0.f);               // keys before the row's window
         std::fill(sr + lim[r], sr + lim_max, 0.f);  // masked keys contribute nothing below
       }
       accumulate_pv(s, ld, rb, lim_max, vf, D, acc + r0 * D);

@@ -198,7 +198,7 @@ BackwardBuffers make_backward(const GlobalProblem& p, const LocalProblem& local,
   bp.dk = bhtd_view(g.dk.get(), DType::F32, p.batch, p.kv_heads, local.views.k.len, p.head_dim);
   bp.dv = bhtd_view(g.dv.get(), DType::F32, p.batch, p.kv_heads, local.views.k.len, p.head_dim);
   bp.scale = p.resolved_scale();
-  bp.mask = MaskSpec{p.causal, p.resolved_q_offset()};
+  bp.mask = p.mask();
   bp.mode = GradMode::Write;
   bp.deterministic = s.deterministic;
   bp.tile_q = s.tile_q;

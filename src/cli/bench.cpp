@@ -33,7 +33,7 @@ RankStats run_naive(const GlobalProblem& p, const LocalProblem& l) {
   fp.k = l.views.k;
   fp.v = l.views.v;
   fp.scale = p.resolved_scale();
-  fp.mask = MaskSpec{p.causal, p.resolved_q_offset()};
+  fp.mask = p.mask();
   const auto t0 = std::chrono::steady_clock::now();
   const cpu::Reference ref = cpu::naive_attention(fp);
   RankStats s;
@@ -136,6 +136,10 @@ void print_header(std::FILE* f, const BenchOptions& o, const GlobalProblem& p, c
              o.iters, o.warmup, o.problem.seed);
   if (!o.docs.empty())
     fmt::print(f, "# packed documents: {} per size, drawn from the seed; rates count visible pairs only\n", o.docs);
+  if (!p.window.none())
+    fmt::print(f, "# window {},{}: rates count visible pairs only\n", p.window.left, p.window.right);
+  fmt::print(f, "# hops: ring hops taken (the ring stops after the last one that computes); sent: K/V bytes all ranks "
+             "sent in one call\n");
   fmt::print(f, "# check: {}\n", o.check ? "fp64 naive reference (all rows when small, a seeded sample when large)"
                                        : "off (non-finite values still counted)");
   fmt::print(f, "# rate: FLOP/s = 4 x batch x heads x dim x visible query-key pairs / time{}\n",
@@ -145,9 +149,10 @@ void print_header(std::FILE* f, const BenchOptions& o, const GlobalProblem& p, c
   fmt::print(f, "#\n");
   for (const RankReport& r : ranks) fmt::print(f, "#  Rank {:>3} Host {:<20} Device {}\n", r.rank, r.host, r.device);
   fmt::print(f, "#\n");
-  fmt::print(f, "# {:>9} {:>6} {:>11} {:>10} {:>8}{} {:>8} {:>10} {:>10} {:>6} {:>8} {:>7}\n", decode_sweep(o) ? "queries" : "seq",
-             "impl", "time_ms", "rate", "unit", decode_sweep(o) ? fmt::format(" {:>9}", "kv_GB/s") : std::string(),
-             "hidden%", "max_abs", "max_rel", "#nan", "rss", "check");
+  fmt::print(f, "# {:>9} {:>6} {:>11} {:>10} {:>8}{} {:>8} {:>4} {:>10} {:>10} {:>10} {:>6} {:>8} {:>7}\n",
+             decode_sweep(o) ? "queries" : "seq", "impl", "time_ms", "rate", "unit",
+             decode_sweep(o) ? fmt::format(" {:>9}", "kv_GB/s") : std::string(), "hidden%", "hops", "sent",
+             "max_abs", "max_rel", "#nan", "rss", "check");
 }
 
 void print_row(std::FILE* f, const SizeResult& r, bool decode) {
@@ -156,9 +161,10 @@ void print_row(std::FILE* f, const SizeResult& r, bool decode) {
   // Without the check the error columns say "-", not a zero that looks measured.
   const auto err = [&](double e) { return r.checked ? fmt::format("{:.2e}", e) : std::string("-"); };
   const std::string kv = decode ? fmt::format(" {:>9.2f}", r.median_s > 0 ? r.kv_bytes / r.median_s / 1e9 : 0.0) : "";
-  fmt::print(f, "  {:>9} {:>6} {:>11.3f} {:>10.2f} {:>8}{} {:>8} {:>10} {:>10} {:>6} {:>8} {:>7}\n", r.seq, r.impl,
-             r.median_s * 1e3, tera ? rate / 1e12 : rate / 1e9, tera ? "TFLOP/s" : "GFLOP/s", kv,
-             r.hidden >= 0 ? fmt::format("{:.1f}", 100 * r.hidden) : std::string("n/a"), err(r.sum.max_abs),
+  fmt::print(f, "  {:>9} {:>6} {:>11.3f} {:>10.2f} {:>8}{} {:>8} {:>4} {:>10} {:>10} {:>10} {:>6} {:>8} {:>7}\n", r.seq,
+             r.impl, r.median_s * 1e3, tera ? rate / 1e12 : rate / 1e9, tera ? "TFLOP/s" : "GFLOP/s", kv,
+             r.hidden >= 0 ? fmt::format("{:.1f}", 100 * r.hidden) : std::string("n/a"), r.sum.hops,
+             human_bytes(double(r.sum.bytes_sent)), err(r.sum.max_abs),
              err(r.sum.max_rel), r.sum.nan_count, human_bytes(double(r.sum.peak_rss)),
              !r.pass ? "FAILED" : r.checked ? "OK" : "-");
   std::fflush(f);
@@ -188,6 +194,7 @@ nlohmann::json size_json(const SizeResult& r, const GlobalProblem& p) {
   nlohmann::json j = {{"seq", r.seq}, {"impl", r.impl}, {"median_s", r.median_s}, {"flops", r.flops},
                       {"gflops_per_s", r.median_s > 0 ? r.flops / r.median_s / 1e9 : 0.0},
                       {"hidden_fraction", r.hidden},
+                      {"hops", r.sum.hops}, {"bytes_sent", r.sum.bytes_sent},
                       {"checked", r.checked},
                       {"max_abs_error", r.checked ? nlohmann::json(r.sum.max_abs) : nlohmann::json(nullptr)},
                       {"max_rel_error", r.checked ? nlohmann::json(r.sum.max_rel) : nlohmann::json(nullptr)},

@@ -56,13 +56,13 @@ CheckResult check_rows(const GlobalProblem& p, InputSource& src, const LocalProb
   CheckResult res;
   res.nan_count = count_nonfinite(p, r, &res.lse_nonfinite);
   const int64_t tq = l.q_layout.tokens(), D = p.head_dim, H = p.q_heads, S = p.kv_len;
-  // Clamped to what can change visibility (core/mask.hpp clamp_offset): row + off + 1 cannot overflow.
-  const int64_t off = clamp_offset(MaskSpec{p.causal, p.resolved_q_offset()}, p.q_len, S).q_offset;
+  // Clamped to what can change visibility (core/mask.hpp clamp_offset): row + offset sums cannot overflow.
+  const MaskSpec mask = clamp_offset(p.mask(), p.q_len, S);
   const std::vector<int64_t> doc_bounds = p.doc_bounds();
   const Documents docs = documents_of(doc_bounds);
-  // The keys row `global_row` sees (core/mask.hpp): a prefix under the mask, or its document's.
+  // The keys row `global_row` sees (core/mask.hpp): a range under the mask, or within its document.
   auto row_keys = [&](int64_t global_row) {
-    return docs.none() ? visible_range(MaskSpec{p.causal, off}, global_row, S) : document_keys(docs, p.causal, global_row);
+    return docs.none() ? visible_range(mask, global_row, S) : document_keys(docs, p.causal, global_row, p.window);
   };
   // The local rows this rank answers for.
   std::vector<int64_t> mine;
@@ -135,7 +135,8 @@ CheckResult check_rows(const GlobalProblem& p, InputSource& src, const LocalProb
       if (docs.none()) {
         fp.k = bhtd_view(kslab.data(), p.dtype, 1, 1, std::max<int64_t>(keys, 1), D);
         fp.v = bhtd_view(vslab.data(), p.dtype, 1, 1, std::max<int64_t>(keys, 1), D);
-        fp.mask = MaskSpec{p.causal, row.global_row + off};  // row 0 of the one-row view is global row global_row
+        fp.mask = mask;  // row 0 of the one-row view is global row global_row
+        fp.mask.q_offset += row.global_row;
       } else {  // the keys of the row's document up to where it sees: all of them visible
         const KeyRange kr = row_keys(row.global_row);
         fp.k = bhtd_view(kslab.data() + kr.begin * D * es, p.dtype, 1, 1, kr.size(), D);

@@ -112,6 +112,13 @@ void make_numbers_decimal(CLI::App& app) {
   }
 }
 
+// --window LEFT,RIGHT: the sliding window (parse_window in problem.cpp checks the text).
+void add_window_flag(CLI::App& app, std::string& window) {
+  app.add_option("--window", window,
+                 "sliding window LEFT,RIGHT: key j visible to query i when pos(i) - LEFT <= pos(j) <= pos(i) + RIGHT; "
+                 "-1 leaves a side unbounded; with --causal RIGHT is 0 or -1 (e.g. --window 4096,0)");
+}
+
 // --kv-seq and --q-offset: the K/V length and where the queries sit against it.
 void add_cache_flags(CLI::App& app, ProblemOptions& o, const char* kv_help) {
   app.add_option("--kv-seq", o.kv_seq, kv_help)->check(int_range<int64_t>(1));
@@ -142,6 +149,7 @@ void add_problem_flags(CLI::App& app, ProblemOptions& o, bool with_seq) {
   app.add_option("--dim", o.dim, "head dimension")->check(int_range<int64_t>(1))->capture_default_str();
   app.add_option("--seed", o.seed, "seed of the random inputs")->check(int_range<uint64_t>(0))->capture_default_str();
   app.add_flag("--causal", o.causal, "causal mask (key j visible to query i when pos(j) <= pos(i))");
+  add_window_flag(app, o.window);
   app.add_option("--device", o.device, "compute device")
       ->check(CLI::IsMember({"cpu", "cuda"}))
       ->capture_default_str();
@@ -223,9 +231,16 @@ void add_plan_flags(CLI::App& app, PlanOptions& o) {
       ->check(CLI::IsMember({"auto", "contiguous", "zigzag", "striped"}))
       ->capture_default_str();
   app.add_flag("--causal", o.causal, "causal mask");
-  app.add_option("--batch", o.batch, "batch size (scales the FLOP column)")->check(int_range<int64_t>(1));
+  add_window_flag(app, o.window);
+  app.add_option("--batch", o.batch, "batch size (scales the FLOP and byte columns)")->check(int_range<int64_t>(1));
   app.add_option("--heads", o.heads, "query heads (scales the FLOP column)")->check(int_range<int64_t>(1));
-  app.add_option("--dim", o.dim, "head dimension (scales the FLOP column)")->check(int_range<int64_t>(1));
+  app.add_option("--kv-heads", o.kv_heads, "key/value heads (scales the byte column)")
+      ->check(int_range<int64_t>(1))
+      ->capture_default_str();
+  app.add_option("--dim", o.dim, "head dimension (scales the FLOP and byte columns)")->check(int_range<int64_t>(1));
+  app.add_option("--dtype", o.dtype, "K/V dtype (scales the byte column)")
+      ->check(CLI::IsMember({"fp32", "fp16", "bf16"}))
+      ->capture_default_str();
 }
 
 std::unique_ptr<CLI::App> make_app(CommandLine& cl) {

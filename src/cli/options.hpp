@@ -22,6 +22,7 @@ struct ProblemOptions {
   std::string q_file, k_file, v_file;
   std::string doc_lens;         // packed documents: "1000,3000,517" (lengths summing to the sequence)
   std::string cu_seqlens_file;  // or their boundaries: a .npy of int32/int64 prefix sums from 0
+  std::string window;           // sliding window "LEFT,RIGHT" (FlashAttention's window_size; -1 unbounded)
   bool causal = false;
   std::string device = "cpu";       // cpu | cuda
   std::string dtype;                // empty: fp32 on cpu, bf16 on cuda, the files' dtype for files
@@ -64,10 +65,12 @@ struct BenchOptions {
 
 // `ringattn plan`: the schedule only, for any rank count, without MPI.
 struct PlanOptions {
-  int64_t seq = 8192, batch = 1, heads = 8, dim = 64;
+  int64_t seq = 8192, batch = 1, heads = 8, kv_heads = 2, dim = 64;
   int ranks = 4;
   std::string shard = "auto";
   bool causal = false;
+  std::string window;        // "LEFT,RIGHT", as for run
+  std::string dtype = "fp32";  // scales the bytes column
 };
 
 // Registers the problem flags on a subcommand. `with_seq` is false for bench (its sizes come

@@ -1,15 +1,19 @@
 // `ringattn plan`: the ring schedule of a problem without running it (no MPI, no data): each
-// rank's tokens and segments, its kernel calls and visible query-key pairs over all hops, and
-// the load balance of every sharding, so a sharding can be chosen before a long run.
+// rank's tokens and segments, its kernel calls, visible query-key pairs and bytes sent over all
+// hops, the hops the ring takes, and the load balance of every sharding, so a sharding can be
+// chosen before a long run.
 //
 // Memory and time stay linear in the ranks: a rank's visible pairs come from its positions alone
 // (rank_pairs), and the full per-rank schedule (P hops each, for the kernel calls) is built one
 // rank at a time, only up to kPlanRowRanks ranks; beyond, the table is a summary. Pair counts are
-// 128-bit, so no length the flags allow wraps them.
+// 128-bit, so no length the flags allow wraps them. A window (--window) has no closed form here:
+// its pairs come from each rank's schedule, so a windowed plan is limited to kPlanRowRanks ranks.
 #include <algorithm>
 
 #include <fmt/format.h>
 
+#include "cli/problem.hpp"
+#include "cli/report.hpp"
 #include "cli/run.hpp"
 #include "ringattn/checked.hpp"
 #include "core/error.hpp"
@@ -58,11 +62,11 @@ struct PairStats {
   int64_t min_tokens = 0, max_tokens = 0;  // shards may be uneven (by one token per chunk)
 };
 
-PairStats pair_stats(Sharding s, int64_t seq, bool causal, int world) {
+PairStats pair_stats(Sharding s, int64_t seq, bool causal, int world, Window w = {}) {
   PairStats st;
   for (int r = 0; r < world; ++r) {
     const ShardLayout l = shard_layout(s, seq, r, world);
-    const PairCount v = rank_pairs(l, seq, causal);
+    const PairCount v = w.none() ? rank_pairs(l, seq, causal) : RingSchedule(s, seq, causal, r, world, {}, w).visible_pairs();
     if (r == 0 || l.tokens() < st.min_tokens) st.min_tokens = l.tokens();
     if (r == 0 || l.tokens() > st.max_tokens) st.max_tokens = l.tokens();
     if (r == 0 || v > st.max) st.max = v, st.max_rank = r;
@@ -79,18 +83,30 @@ double imbalance(const PairStats& st, int world) {
 
 double share_percent(PairCount v, PairCount total) { return total > 0 ? 100.0 * to_double(v) / to_double(total) : 0.0; }
 
-void print_rank_rows(const PlanOptions& o, Sharding sharding, PairCount total, double flop_per_pair) {
-  fmt::print("# {:>4} {:>10} {:>6} {:>12} {:>10} {:>8}  {}\n", "rank", "tokens", "calls", "GFLOP", "skipped", "share",
-             "segments");
-  for (int r = 0; r < o.ranks; ++r) {
-    const RingSchedule s(sharding, o.seq, o.causal, r, o.ranks);  // one rank at a time: O(P) memory
-    int skipped = 0;  // hops that only forward the block
-    for (const HopPlan& h : s.hops()) skipped += h.calls.empty();
+// One row per rank: tokens, kernel calls, GFLOP, the hops (of those the ring takes) that only
+// forward, the share of the pairs, the K/V bytes it sends (ring_bytes_sent: what a run reports).
+void print_rank_rows(const GlobalProblem& p, int ranks, PairCount total, double flop_per_pair) {
+  const std::vector<char> routes = block_routes(p.sharding, p.q_len, p.causal, ranks, {}, p.window);
+  const std::vector<int64_t> tokens = shard_tokens(p.sharding, p.q_len, ranks);
+  const uint64_t token_bytes = 2ull * uint64_t(p.batch * p.kv_heads * p.head_dim) * uint64_t(dtype_size(p.dtype));
+  const int hops = ring_hops(routes, ranks);
+  fmt::print("# ring hops: {} of {} (the ring stops after the last hop that carries a block); sent: K/V bytes of "
+             "batch x kv_heads x dim x {} per token\n", hops, ranks, dtype_name(p.dtype));
+  fmt::print("# {:>4} {:>10} {:>6} {:>12} {:>10} {:>8} {:>11}  {}\n", "rank", "tokens", "calls", "GFLOP", "skipped",
+             "share", "sent", "segments");
+  uint64_t all_bytes = 0;
+  for (int r = 0; r < ranks; ++r) {
+    const RingSchedule s(p.sharding, p.q_len, p.causal, r, ranks, {}, p.window);  // one rank at a time: O(P) memory
+    int skipped = 0;  // hops taken that only forward the block
+    for (int h = 0; h < hops; ++h) skipped += s.hops()[size_t(h)].calls.empty();
     const PairCount pairs = s.visible_pairs();
-    fmt::print("  {:>4} {:>10} {:>6} {:>12.3f} {:>10} {:>7.1f}%  {}\n", r, s.local_layout().tokens(), s.kernel_calls(),
-               flop_per_pair * to_double(pairs) / 1e9, fmt::format("{} hops", skipped), share_percent(pairs, total),
-               segments_text(s.local_layout()));
+    const uint64_t sent = ring_bytes_sent(routes, tokens, token_bytes, r, ranks);
+    all_bytes += sent;
+    fmt::print("  {:>4} {:>10} {:>6} {:>12.3f} {:>10} {:>7.1f}% {:>11}  {}\n", r, s.local_layout().tokens(),
+               s.kernel_calls(), flop_per_pair * to_double(pairs) / 1e9, fmt::format("{} hops", skipped),
+               share_percent(pairs, total), sent, segments_text(s.local_layout()));
   }
+  fmt::print("# sent in all: {} bytes ({})\n", all_bytes, human_bytes(double(all_bytes)));
 }
 
 void print_summary(const PlanOptions& o, const PairStats& st, double flop_per_pair) {
@@ -109,27 +125,46 @@ void print_summary(const PlanOptions& o, const PairStats& st, double flop_per_pa
 
 int plan_command(const PlanOptions& o) {
   check_shardable(Sharding::Zigzag, o.seq, o.ranks);
-  // --shard auto: the best balanced (pick_balanced, the runner's rule), from the closed-form counts.
+  GlobalProblem p;
+  p.batch = o.batch;
+  p.q_heads = o.heads;
+  p.kv_heads = o.kv_heads;
+  p.q_len = p.kv_len = o.seq;
+  p.head_dim = o.dim;
+  p.dtype = parse_dtype(o.dtype);
+  p.causal = o.causal;
+  p.window = parse_window(o.window);
+  validate_window(p.window, p.causal);  // plan counts pairs in 128 bits: no other limit applies
+  const Window w = p.window;
+  if (!w.none() && o.ranks > kPlanRowRanks)
+    fail_arg("plan --window builds every rank's schedule: up to {} ranks (got --ranks {})", kPlanRowRanks, o.ranks);
+  // --shard auto: the runner's rule (pick_balanced; with a window, best_sharding with its hops),
+  // from the closed-form counts without a window.
   Sharding sharding = Sharding::Zigzag;
-  if (o.shard == "auto") {
+  if (o.shard == "auto" && !w.none()) {
+    sharding = best_sharding(o.seq, o.causal, o.ranks, {}, w);
+  } else if (o.shard == "auto") {
     double imb[3];
     for (int i = 0; i < 3; ++i) imb[i] = imbalance(pair_stats(kAutoOrder[i], o.seq, o.causal, o.ranks), o.ranks);
     sharding = pick_balanced(imb);
   } else {
     sharding = parse_sharding(o.shard);
   }
+  p.sharding = sharding;
   const double flop_per_pair = 4.0 * double(o.batch) * double(o.heads) * double(o.dim);
-  fmt::print("# ringattn plan: seq {} over {} ranks, {} sharding{}, {}; batch {} heads {} dim {}\n", o.seq, o.ranks,
-             sharding_name(sharding), o.shard == "auto" ? " (auto: the best balanced)" : "", o.causal ? "causal" : "full", o.batch, o.heads, o.dim);
-  const PairStats mine = pair_stats(sharding, o.seq, o.causal, o.ranks);
+  fmt::print("# ringattn plan: seq {} over {} ranks, {} sharding{}, {}{}; batch {} heads {}/{} dim {}\n", o.seq,
+             o.ranks, sharding_name(sharding), o.shard == "auto" ? " (auto: the best balanced)" : "",
+             o.causal ? "causal" : "full", w.none() ? "" : fmt::format(", window {},{}", w.left, w.right), o.batch,
+             o.heads, o.kv_heads, o.dim);
+  const PairStats mine = pair_stats(sharding, o.seq, o.causal, o.ranks, w);
   if (o.ranks <= kPlanRowRanks)
-    print_rank_rows(o, sharding, mine.sum, flop_per_pair);
+    print_rank_rows(p, o.ranks, mine.sum, flop_per_pair);
   else
     print_summary(o, mine, flop_per_pair);
   fmt::print("# balance (max / mean visible pairs per rank; 1.00 is perfect):");
   for (Sharding s : {Sharding::Contiguous, Sharding::Zigzag, Sharding::Striped})
     fmt::print(" {} {:.2f}", sharding_name(s),
-               imbalance(s == sharding ? mine : pair_stats(s, o.seq, o.causal, o.ranks), o.ranks));
+               imbalance(s == sharding ? mine : pair_stats(s, o.seq, o.causal, o.ranks, w), o.ranks));
   fmt::print("\n");
   return kExitOk;
 }

@@ -129,6 +129,22 @@ void InputSource::fill(InputTensor which, const TensorView& x, const ShardLayout
 
 DType default_dtype(const ProblemOptions& o) { return o.device == "cuda" ? DType::BF16 : DType::F32; }
 
+Window parse_window(const std::string& text) {
+  if (text.empty()) return {};
+  const size_t comma = text.find(',');
+  int64_t side[2] = {0, 0};
+  const std::string parts[2] = {text.substr(0, comma), comma == std::string::npos ? "" : text.substr(comma + 1)};
+  for (int i = 0; i < 2; ++i) {
+    const std::string& s = parts[i];
+    const char* first = s.data();
+    const auto [end, ec] = std::from_chars(first, first + s.size(), side[i]);
+    if (comma == std::string::npos || s.empty() || ec != std::errc() || end != first + s.size() || side[i] < -1)
+      fail_arg("--window '{}' is not understood: give LEFT,RIGHT, each -1 (unbounded) or a number of tokens >= 0 "
+               "(e.g. --window 4096,0)", text);
+  }
+  return {side[0], side[1]};
+}
+
 // The document lengths of --doc-lens or --cu-seqlens (empty when neither is given). The sum is
 // checked against the sequence by validate_problem.
 std::vector<int64_t> document_lengths(const ProblemOptions& o) {
@@ -185,7 +201,7 @@ std::vector<int64_t> generate_documents(const std::string& spec, int64_t n, uint
 void resolve_sharding(const ProblemOptions& o, GlobalProblem& p, int world) {
   if (o.shard != "auto" || !p.is_ring()) return;
   const std::vector<int64_t> bounds = p.doc_bounds();
-  p.sharding = best_sharding(p.q_len, p.causal, world, documents_of(bounds));
+  p.sharding = best_sharding(p.q_len, p.causal, world, documents_of(bounds), p.window);
 }
 
 ProblemSetup setup_problem(const ProblemOptions& o) {
@@ -239,6 +255,7 @@ ProblemSetup setup_problem(const ProblemOptions& o) {
   }
   if (o.q_offset) p.q_offset = *o.q_offset;
   p.doc_lens = document_lengths(o);
+  p.window = parse_window(o.window);
   return s;
 }
 
@@ -297,8 +314,8 @@ LocalProblem load_local(const GlobalProblem& p, InputSource& src, Backend& b, in
 double visible_pairs(const GlobalProblem& p) {
   const int64_t T = p.q_len, S = p.kv_len;
   const std::vector<int64_t> bounds = p.doc_bounds();
-  if (!bounds.empty()) return count_document_pairs<double>(documents_of(bounds), p.causal);
-  return count_visible<double>(MaskSpec{p.causal, p.resolved_q_offset()}, 0, T, S);
+  if (!bounds.empty()) return count_document_pairs<double>(documents_of(bounds), p.causal, p.window);
+  return count_visible<double>(p.mask(), 0, T, S);
 }
 
 void check_fault_for(const GlobalProblem& p, int world) {

@@ -71,6 +71,11 @@ LocalProblem load_local(const GlobalProblem& p, InputSource& src, Backend& b, in
 // is the flop count of a run.
 double visible_pairs(const GlobalProblem& p);
 
+// The window of --window "LEFT,RIGHT" (empty: none): two decimal integers, each -1 (unbounded)
+// or >= 0. Throws InvalidArgument naming the text; validate_problem checks the window against
+// the mask.
+Window parse_window(const std::string& text);
+
 // Document lengths for a sequence of n tokens from `spec` (bench --docs): "uniform:MAX" draws
 // lengths uniformly in [1, MAX] from `seed` until the sequence is full, "fixed:L" repeats L; the
 // last document is cut to fit. Every rank draws the same list. Throws InvalidArgument naming a

@@ -26,6 +26,7 @@ RankReport make_rank_report(const World& w, const RankStats& s, double wall_s, u
   r.transfer_s = s.transfer_s;
   r.hidden = s.hidden_fraction();
   r.bytes_sent = s.bytes_sent;
+  r.hops = int64_t(s.hops.size());
   r.peak_rss = peak_rss_bytes();
   r.workspace = workspace;
   return r;
@@ -69,6 +70,7 @@ Summary summarize(const std::vector<RankReport>& all) {
     s.peak_rss = std::max(s.peak_rss, r.peak_rss);
     s.workspace = std::max(s.workspace, r.workspace);
     s.bytes_sent += r.bytes_sent;
+    s.hops = std::max(s.hops, r.hops);
     if (r.hidden >= 0) {
       hidden_sum += r.hidden;
       ++hidden_n;
@@ -85,7 +87,8 @@ std::string problem_line(const GlobalProblem& p) {
                      p.causal ? "causal" : "full", p.resolved_q_offset(),
                      p.is_ring() ? fmt::format("ring, {} sharding", sharding_name(p.sharding))
                                  : std::string("kv-sharded decode")) +
-         (p.doc_lens.empty() ? "" : fmt::format(", {} packed documents", p.doc_lens.size()));
+         (p.doc_lens.empty() ? "" : fmt::format(", {} packed documents", p.doc_lens.size())) +
+         (p.window.none() ? "" : fmt::format(", window {},{}", p.window.left, p.window.right));
 }
 
 std::string human_bytes(double b) {
@@ -119,7 +122,8 @@ nlohmann::json problem_json(const GlobalProblem& p) {
           {"q_len", p.q_len},       {"kv_len", p.kv_len},     {"head_dim", p.head_dim},
           {"dtype", dtype_name(p.dtype)}, {"causal", p.causal}, {"q_offset", p.resolved_q_offset()},
           {"sharding", sharding_name(p.sharding)}, {"mode", p.is_ring() ? "ring" : "decode"},
-          {"scale", p.resolved_scale()}};
+          {"scale", p.resolved_scale()}, {"documents", p.doc_lens.size()},
+          {"window", {p.window.left, p.window.right}}};
 }
 
 nlohmann::json ranks_json(const std::vector<RankReport>& all) {
@@ -136,6 +140,7 @@ nlohmann::json ranks_json(const std::vector<RankReport>& all) {
                  {"transfer_s", r.transfer_s},
                  {"hidden_fraction", r.hidden},
                  {"bytes_sent", r.bytes_sent},
+                 {"hops", r.hops},
                  {"peak_rss_bytes", r.peak_rss},
                  {"workspace_bytes", r.workspace},
                  {"rows_checked", r.rows_checked},

@@ -24,6 +24,7 @@ struct RankReport {
   double setup_s = 0, world_s = 0, inputs_s = 0, warm_s = -1;
   double compute_s = 0, exposed_comm_s = 0, transfer_s = -1, hidden = -1;
   uint64_t bytes_sent = 0;
+  int64_t hops = 0;  // ring hops taken (the ring stops after the last one that computes); 0 for decode
   uint64_t peak_rss = 0, workspace = 0;
   int64_t rows_checked = 0, rows_total = 0, nan_count = 0, violations = 0;
   int64_t lse_nonfinite = 0;  // of nan_count
@@ -43,6 +44,7 @@ struct Summary {
   double max_abs = 0, max_rel = 0, max_lse_abs = 0;
   int64_t rows_checked = 0, rows_total = 0, nan_count = 0, violations = 0, lse_nonfinite = 0;
   uint64_t peak_rss = 0, workspace = 0, bytes_sent = 0;
+  int64_t hops = 0;    // the most any rank took
   double hidden = -1;  // mean over ranks that could measure it
 };
 Summary summarize(const std::vector<RankReport>& all);

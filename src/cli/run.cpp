@@ -138,6 +138,7 @@ nlohmann::json run_json(const RunOptions& o, const GlobalProblem& p, const World
                       {"peak_rss_bytes", s.peak_rss},
                       {"workspace_bytes", s.workspace},
                       {"bytes_sent", s.bytes_sent},
+                      {"hops", s.hops},
                       {"hidden_fraction", s.hidden},
                       {"ranks", ranks_json(all)}};
   if (o.check)

@@ -19,6 +19,7 @@ struct Description {
   int32_t world = 0, operation = 0;  // operation: 1 ring, 2 decode
   int64_t batch = 0, q_heads = 0, kv_heads = 0, q_len = 0, kv_len = 0, head_dim = 0, q_offset = 0;
   int64_t doc_count = 0, doc_hash = 0;  // packed documents: how many, and a hash of their lengths
+  int64_t window_left = -1, window_right = -1;
   uint32_t dtype = 0, causal = 0, sharding = 0, scale_bits = 0, k_layout = 0, v_layout = 0;
   char error[224] = {};
 };
@@ -44,6 +45,8 @@ Description describe(const GlobalProblem& p, const LocalVerdict& local, int worl
   d.doc_count = int64_t(p.doc_lens.size());
   d.doc_hash = p.doc_lens.empty() ? 0 : hash_lengths(p.doc_lens);
   d.q_offset = p.resolved_q_offset();
+  d.window_left = p.window.left;
+  d.window_right = p.window.right;
   d.dtype = uint32_t(p.dtype);
   d.causal = p.causal ? 1 : 0;
   d.sharding = d.operation == 1 ? uint32_t(p.sharding) : 0;  // decode always splits KV contiguously
@@ -76,6 +79,7 @@ std::string first_difference(const Description& a, const Description& ref, int r
       {"q_offset", {a.q_offset, ref.q_offset}}, {"causal", {a.causal, ref.causal}},
       {"documents (count)", {a.doc_count, ref.doc_count}},
       {"document lengths (hash)", {a.doc_hash, ref.doc_hash}},
+      {"window left", {a.window_left, ref.window_left}}, {"window right", {a.window_right, ref.window_right}},
       {"k layout (0 bhtd, 1 bthd, 2 strided)", {a.k_layout, ref.k_layout}},
       {"v layout (0 bhtd, 1 bthd, 2 strided)", {a.v_layout, ref.v_layout}}};
   for (const auto& [name, v] : ints)

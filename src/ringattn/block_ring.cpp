@@ -8,6 +8,7 @@
 #include "core/error.hpp"
 #include "core/host.hpp"
 #include "ringattn/log.hpp"
+#include "ringattn/schedule.hpp"
 
 namespace ringattn {
 namespace {
@@ -30,6 +31,7 @@ BlockRing::BlockRing(Backend& b, Transport& t, const TensorView& k, const Tensor
       world_(t.size()), tokens_(std::move(tokens)), carried_(std::move(carried)) {
   if (!carried_.empty() && carried_.size() != size_t(world_) * size_t(world_))
     fail_arg("rank {}: the block routes need {} x {} entries (got {})", rank_, world_, world_, carried_.size());
+  hops_ = carried_.empty() ? world_ : ring_hops(carried_, world_);
   if (tokens_.size() != size_t(world_) || tokens_[size_t(rank_)] != k.len || v.len != k.len)
     fail_arg("rank {}: the block ring needs the token count of each of the {} ranks, this rank's equal to the "
              "{} rows of k and the {} of v (got {} counts)", rank_, world_, k.len, v.len, tokens_.size());

@@ -41,8 +41,11 @@ class BlockRing {
 
   int rank() const { return rank_; }
   int world() const { return world_; }
+  // The hops the ring takes: P, or with routes one more than the last that carries a block
+  // (ring_hops in schedule.hpp).
+  int hops() const { return hops_; }
   // Whether hop `hop` passes its block on (every hop but the last).
-  bool exchanges(int hop) const { return hop + 1 < world_; }
+  bool exchanges(int hop) const { return hop + 1 < hops_; }
   // Posts hop `hop`'s exchange: the block held now goes to rank r + 1, the next one arrives from
   // rank r - 1. Returns the bytes the transport sent. Failures name the hop (RuntimeError).
   uint64_t post(int hop);
@@ -74,7 +77,7 @@ class BlockRing {
   FlightRecorder& recorder_;
   TensorView k_, v_;
   BlockLayout k_layout_, v_layout_;
-  int rank_, world_;
+  int rank_, world_, hops_;
   std::vector<int64_t> tokens_;
   std::vector<char> carried_;
   size_t token_bytes_ = 0;  // bytes of one token of K (or of V): batch x kv_heads x dim x dtype size

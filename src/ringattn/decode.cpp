@@ -37,9 +37,9 @@ LocalVerdict decode_verdict(const GlobalProblem& p, const LocalTensors& x, const
 void compute_partial(const GlobalProblem& p, const LocalTensors& x, const Segment& kv, const RunOptions& opt,
                      const StateView& mine, Backend& b, RankStats& st) {
   const int64_t T = p.q_len;
-  // pos(q_0) - pos(first local key), from the offset clamped to what can change visibility
+  // pos(q_0) - pos(first local key), from the mask clamped to what can change visibility
   // (core/mask.hpp clamp_offset): no overflow for any offset.
-  MaskSpec local_mask = clamp_offset(MaskSpec{p.causal, p.resolved_q_offset()}, T, p.kv_len);
+  MaskSpec local_mask = clamp_offset(p.mask(), T, p.kv_len);
   local_mask.q_offset -= kv.start;
   if (classify_block(local_mask, 0, T, 0, kv.len) == BlockVisibility::Empty) {
     b.fill_empty(mine);

@@ -16,7 +16,7 @@ namespace ringattn {
 // ---------------------------------------------------------------------------------------------
 // The global problem. Every rank passes the same one; agree_on_problem checks that they do.
 
-inline constexpr uint32_t kProblemVersion = 2;  // 2: packed documents in the description
+inline constexpr uint32_t kProblemVersion = 3;  // 2: packed documents, 3: the window in the description
 
 struct GlobalProblem {
   int64_t batch = 1;
@@ -35,6 +35,10 @@ struct GlobalProblem {
   // Packed documents (ring only): their lengths in order, summing to q_len; each query attends
   // only to its own document (core/mask.hpp Documents). Empty: the sequence is one document.
   std::vector<int64_t> doc_lens;
+  // Sliding window (FlashAttention's window_size, core/mask.hpp Window): key at position pk is
+  // visible to the query at pq when pq - left <= pk <= pq + right; -1 leaves a side unbounded.
+  // With causal, right is 0 or -1 (the diagonal is the right edge).
+  Window window;
 
   int64_t resolved_q_offset() const { return q_offset.value_or(kv_len - q_len); }
   float resolved_scale() const;
@@ -43,6 +47,9 @@ struct GlobalProblem {
   // The document boundaries (cu_seqlens: 0, then the running sums of doc_lens); empty without
   // documents. View them with documents_of.
   std::vector<int64_t> doc_bounds() const;
+  // The mask of the whole problem's queries against its keys (core/mask.hpp band_mask with the
+  // resolved q_offset): what one device computes, and what the decode splits over ranks.
+  MaskSpec mask() const { return band_mask(causal, window, resolved_q_offset(), 1); }
 };
 
 // The Documents view of boundaries from doc_bounds() (none when empty); `bounds` must outlive it.
@@ -52,6 +59,10 @@ inline Documents documents_of(const std::vector<int64_t>& bounds) {
 
 // Checks shapes and values on this rank alone (no communication). Throws InvalidArgument.
 void validate_problem(const GlobalProblem& p, int world);
+
+// The window alone: each side -1 (unbounded) or >= 0; with causal, right is 0 or -1. (Part of
+// validate_problem; `plan` checks only this and the sharding.)
+void validate_window(const Window& w, bool causal);
 
 // Allgathers a fixed-size description of `p` (shape, dtype, causal, sharding, q_offset, scale,
 // operation, version, world size) and compares. When any rank differs, every rank throws

@@ -57,7 +57,7 @@ void compute_hop(int hop, const HopPlan& plan, const FlashParams& base, const Lo
     if (call.writes_output) f.out = x.out.rows(c.q_row0, c.q_rows);
     f.k = kb.rows(c.k_row0, c.k_rows);
     f.v = vb.rows(c.k_row0, c.k_rows);
-    f.mask = MaskSpec{c.causal, c.q_offset};
+    f.mask = c.mask;
     b.flash(f);
   }
   b.synchronize();
@@ -120,17 +120,11 @@ void validate_run_options(const RunOptions& opt) {
 
 uint64_t expected_ring_bytes(const GlobalProblem& p, int rank, int world) {
   // Hop s (s < P - 1) passes on the block of rank (r - s) mod P, K and V of its tokens, when a
-  // later rank needs it (block_routes).
-  const std::vector<int64_t> tokens = shard_tokens(p.sharding, p.kv_len, world);
+  // later rank needs it (block_routes); the ring stops after the last hop that carries a block.
   const std::vector<int64_t> bounds = p.doc_bounds();
-  const std::vector<char> carried = block_routes(p.sharding, p.q_len, p.causal, world, documents_of(bounds));
+  const std::vector<char> carried = block_routes(p.sharding, p.q_len, p.causal, world, documents_of(bounds), p.window);
   const uint64_t per_token = 2ull * uint64_t(p.batch * p.kv_heads * p.head_dim) * uint64_t(dtype_size(p.dtype));
-  uint64_t bytes = 0;
-  for (int s = 0; s + 1 < world; ++s) {
-    const int q = ((rank - s) % world + world) % world;
-    if (carried[size_t(q) * size_t(world) + size_t(s)]) bytes += per_token * uint64_t(tokens[size_t(q)]);
-  }
-  return bytes;
+  return ring_bytes_sent(carried, shard_tokens(p.sharding, p.kv_len, world), per_token, rank, world);
 }
 
 double RankStats::hidden_fraction() const {
@@ -149,14 +143,14 @@ RankStats run_ring_attention(const GlobalProblem& p, const LocalTensors& x, Back
   validate_problem(p, P);
   validate_run_options(opt);
   const std::vector<int64_t> doc_bounds = p.doc_bounds();
-  const RingSchedule sched(p.sharding, p.q_len, p.causal, r, P, documents_of(doc_bounds));
+  const RingSchedule sched(p.sharding, p.q_len, p.causal, r, P, documents_of(doc_bounds), p.window);
   RankStats st = agree_on_ring(p, x, b, t, opt, sched);
 
   // Every buffer is allocated before the hop loop.
   const auto t_setup = Clock::now();
   RowState rows(b, sched, x.out, x.lse);
   BlockRing ring(b, t, x.k, x.v, shard_tokens(p.sharding, p.q_len, P), flight_recorder(),
-                 block_routes(p.sharding, p.q_len, p.causal, P, documents_of(doc_bounds)));
+                 block_routes(p.sharding, p.q_len, p.causal, P, documents_of(doc_bounds), p.window));
   b.synchronize();
   st.setup_s = seconds_since(t_setup);
 
@@ -167,9 +161,11 @@ RankStats run_ring_attention(const GlobalProblem& p, const LocalTensors& x, Back
   base.mode = StateMode::Fold;
   base.tile_q = opt.tile_q;
   base.tile_k = opt.tile_k;
-  st.hops.reserve(size_t(P));
-  st.transfer_s = P > 1 ? 0.0 : -1.0;
-  for (int s = 0; s < P; ++s)
+  // The ring stops after the last hop that computes (ring_hops): later hops would pass only empty
+  // blocks.
+  st.hops.reserve(size_t(ring.hops()));
+  st.transfer_s = ring.hops() > 1 ? 0.0 : -1.0;
+  for (int s = 0; s < ring.hops(); ++s)
     add_hop(st, run_hop(s, sched.hops()[size_t(s)], base, x, ring, rows, b, flight_recorder()), ring.exchanges(s));
 
   const auto t_fin = Clock::now();

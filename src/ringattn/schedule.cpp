@@ -7,19 +7,10 @@
 #include "core/error.hpp"
 
 namespace ringattn {
-namespace {
-
-int64_t floor_div(int64_t a, int64_t b) {  // b > 0
-  const int64_t q = a / b;
-  return (a % b != 0 && a < 0) ? q - 1 : q;
-}
-
-}  // namespace
-
-PairClass classify_pair(const Segment& q, const Segment& k, bool causal) {
+PairClass classify_pair(const Segment& q, const Segment& k, bool causal, Window w) {
   PairClass c;
   if (q.len <= 0 || k.len <= 0) return c;
-  if (!causal) {
+  if (!causal && w.none()) {
     c.visibility = PairVisibility::Full;
     c.visible_pairs = PairCount(q.len) * k.len;
     return c;
@@ -29,13 +20,17 @@ PairClass classify_pair(const Segment& q, const Segment& k, bool causal) {
   if (S < 1 || (k.len > 1 && k.stride != S))
     fail_arg("cannot express query run (start {}, stride {}) against key run (start {}, stride {}) as one kernel "
              "call: the strides must be equal and >= 1", q.start, q.stride, k.start, k.stride);
-  const int64_t off = floor_div(checked_sub(q.start, k.start, "query position - key position"), S);
-  const MaskSpec mask{true, off};
-  c.q_offset = off;
+  bool crossed = false;
+  const MaskSpec mask =
+      band_mask(causal, w, checked_sub(q.start, k.start, "query position - key position"), S, &crossed);
+  if (crossed) return c;  // the window's edges fall between two of the stride's positions
   c.visible_pairs = count_visible<PairCount>(mask, 0, q.len, k.len);
   switch (classify_block(clamp_offset(mask, q.len, k.len), 0, q.len, 0, k.len)) {
     case BlockVisibility::Full: c.visibility = PairVisibility::Full; break;  // no mask cost
-    case BlockVisibility::Partial: c.visibility = PairVisibility::Diagonal; break;
+    case BlockVisibility::Partial:
+      c.visibility = PairVisibility::Diagonal;
+      c.mask = mask;
+      break;
     case BlockVisibility::Empty: c.visibility = PairVisibility::Invisible; break;
   }
   return c;
@@ -70,7 +65,8 @@ std::vector<DocPiece> split_by_document(const Segment& g, const Documents& docs)
 
 // Adds to `hop` the calls of the local layout's queries against the block of `remote`: one per
 // (query segment, key segment) pair with something visible, split at document boundaries.
-void add_calls(HopPlan& hop, const ShardLayout& local, const ShardLayout& remote, bool causal, const Documents& docs) {
+void add_calls(HopPlan& hop, const ShardLayout& local, const ShardLayout& remote, bool causal, const Documents& docs,
+               Window w) {
   std::vector<std::vector<DocPiece>> k_pieces;
   for (const Segment& g : remote.segments) k_pieces.push_back(split_by_document(g, docs));
   for (size_t a = 0; a < local.segments.size(); ++a)
@@ -83,15 +79,14 @@ void add_calls(HopPlan& hop, const ShardLayout& local, const ShardLayout& remote
         if (kp == kps.end() || kp->doc != qp.doc) continue;
         const Segment &qa = local.segments[a], &kb = remote.segments[b];
         const Segment qs{qa.position(qp.i0), qp.n, qa.stride}, ks{kb.position(kp->i0), kp->n, kb.stride};
-        const PairClass c = classify_pair(qs, ks, causal);
+        const PairClass c = classify_pair(qs, ks, causal, w);
         if (c.visibility == PairVisibility::Invisible) continue;
         PairCall call;
         call.q_row0 = local.first_row(a) + qp.i0;
         call.q_rows = qs.len;
         call.k_row0 = remote.first_row(b) + kp->i0;
         call.k_rows = ks.len;
-        call.causal = c.visibility == PairVisibility::Diagonal;
-        call.q_offset = call.causal ? c.q_offset : 0;
+        call.mask = c.mask;
         call.visible_pairs = c.visible_pairs;
         hop.calls.push_back(call);
         hop.visible_pairs += c.visible_pairs;
@@ -100,7 +95,8 @@ void add_calls(HopPlan& hop, const ShardLayout& local, const ShardLayout& remote
 
 }  // namespace
 
-RingSchedule::RingSchedule(Sharding sharding, int64_t seq_len, bool causal, int rank, int world, Documents docs)
+RingSchedule::RingSchedule(Sharding sharding, int64_t seq_len, bool causal, int rank, int world, Documents docs,
+                           Window window)
     : local_(shard_layout(sharding, seq_len, rank, world)) {
   if (!docs.none() && docs.cu[docs.count] != seq_len)
     fail_arg("the documents cover {} tokens but the sequence has {}", docs.cu[docs.count], seq_len);
@@ -108,15 +104,16 @@ RingSchedule::RingSchedule(Sharding sharding, int64_t seq_len, bool causal, int 
   for (int s = 0; s < world; ++s) {
     HopPlan& hop = hops_[size_t(s)];
     hop.source_rank = ((rank - s) % world + world) % world;
-    add_calls(hop, local_, shard_layout(sharding, seq_len, hop.source_rank, world), causal, docs);
+    add_calls(hop, local_, shard_layout(sharding, seq_len, hop.source_rank, world), causal, docs, window);
   }
 }
 
-std::vector<char> block_routes(Sharding sharding, int64_t seq_len, bool causal, int world, Documents docs) {
+std::vector<char> block_routes(Sharding sharding, int64_t seq_len, bool causal, int world, Documents docs,
+                               Window window) {
   const size_t P = size_t(world);
   std::vector<char> need(P * P, 0), carried(P * P, 0);
   for (int x = 0; x < world; ++x) {
-    const RingSchedule s(sharding, seq_len, causal, x, world, docs);
+    const RingSchedule s(sharding, seq_len, causal, x, world, docs, window);
     for (size_t h = 0; h < P; ++h) need[size_t(s.hops()[h].source_rank) * P + h] = !s.hops()[h].calls.empty();
   }
   for (size_t q = 0; q < P; ++q) {
@@ -129,27 +126,56 @@ std::vector<char> block_routes(Sharding sharding, int64_t seq_len, bool causal, 
   return carried;
 }
 
-double sharding_imbalance(Sharding sharding, int64_t seq_len, bool causal, int world, Documents docs) {
+int ring_hops(const std::vector<char>& carried, int world) {
+  int hops = 1;
+  for (size_t i = 0; i < carried.size(); ++i)
+    if (carried[i]) hops = std::max(hops, int(i % size_t(world)) + 2);
+  return std::min(hops, world);
+}
+
+double sharding_imbalance(Sharding sharding, int64_t seq_len, bool causal, int world, Documents docs, Window window) {
   PairCount max = 0, sum = 0;
   for (int r = 0; r < world; ++r) {
-    const PairCount v = RingSchedule(sharding, seq_len, causal, r, world, docs).visible_pairs();
+    const PairCount v = RingSchedule(sharding, seq_len, causal, r, world, docs, window).visible_pairs();
     max = v > max ? v : max;
     sum += v;
   }
   return sum > 0 ? to_double(max) * world / to_double(sum) : 1.0;
 }
 
-Sharding pick_balanced(const double (&imbalance)[3]) {
+Sharding pick_balanced(const double (&imbalance)[3], const double (*traffic)[3]) {
   int best = 0;
   for (int i = 1; i < 3; ++i)
     if (imbalance[i] < imbalance[best] - 1e-12) best = i;
-  return kAutoOrder[best];
+  if (traffic == nullptr) return kAutoOrder[best];
+  int pick = -1;
+  for (int i = 0; i < 3; ++i)
+    if (imbalance[i] <= imbalance[best] * kTrafficTolerance + 1e-12 && (pick < 0 || (*traffic)[i] < (*traffic)[pick]))
+      pick = i;
+  return kAutoOrder[pick];
 }
 
-Sharding best_sharding(int64_t seq_len, bool causal, int world, Documents docs) {
-  double imb[3];
-  for (int i = 0; i < 3; ++i) imb[i] = sharding_imbalance(kAutoOrder[i], seq_len, causal, world, docs);
-  return pick_balanced(imb);
+Sharding best_sharding(int64_t seq_len, bool causal, int world, Documents docs, Window window) {
+  double imb[3], traffic[3];
+  for (int i = 0; i < 3; ++i) {
+    imb[i] = sharding_imbalance(kAutoOrder[i], seq_len, causal, world, docs, window);
+    if (window.none()) continue;
+    const std::vector<char> routes = block_routes(kAutoOrder[i], seq_len, causal, world, docs, window);
+    const std::vector<int64_t> tokens = shard_tokens(kAutoOrder[i], seq_len, world);
+    traffic[i] = 0;
+    for (int r = 0; r < world; ++r) traffic[i] += double(ring_bytes_sent(routes, tokens, 1, r, world));
+  }
+  return window.none() ? pick_balanced(imb) : pick_balanced(imb, &traffic);
+}
+
+uint64_t ring_bytes_sent(const std::vector<char>& carried, const std::vector<int64_t>& tokens, uint64_t token_bytes,
+                         int rank, int world) {
+  uint64_t bytes = 0;
+  for (int s = 0; s + 1 < world; ++s) {
+    const int q = ((rank - s) % world + world) % world;
+    if (carried[size_t(q) * size_t(world) + size_t(s)]) bytes += token_bytes * uint64_t(tokens[size_t(q)]);
+  }
+  return bytes;
 }
 
 PairCount RingSchedule::visible_pairs() const {

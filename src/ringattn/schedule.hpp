@@ -20,22 +20,22 @@ enum class PairVisibility : uint8_t {
 
 struct PairClass {
   PairVisibility visibility = PairVisibility::Invisible;
-  int64_t q_offset = 0;         // Diagonal: the causal MaskSpec offset (core/mask.hpp) of the call
+  MaskSpec mask;                // Diagonal: the call's mask (core/mask.hpp); Full: no mask
   PairCount visible_pairs = 0;  // query-key pairs the call computes (128-bit: up to seq^2)
 };
 
-// Classifies queries at positions q.start + q.stride*i against keys at k.start + k.stride*j.
-// Both runs must share a stride S (contiguous: 1, striped: P): key j is visible to query i iff
-// k.start + S*j <= q.start + S*i, i.e. j <= i + floor((q.start - k.start) / S), one kernel call.
-// Non-causal pairs are always Full.
-PairClass classify_pair(const Segment& q, const Segment& k, bool causal);
+// Classifies queries at positions q.start + q.stride*i against keys at k.start + k.stride*j under
+// the causal rule and the window `w` (core/mask.hpp band_mask). Both runs must share a stride S
+// (contiguous: 1, striped: P): key j is visible to query i iff k.start + S*j <= q.start + S*i,
+// i.e. j <= i + floor((q.start - k.start) / S), and likewise for the window's edges: one kernel
+// call. Unwindowed non-causal pairs are always Full.
+PairClass classify_pair(const Segment& q, const Segment& k, bool causal, Window w = {});
 
 // One flash call: local query rows [q_row0, q_row0 + q_rows) against rows [k_row0, k_row0 + k_rows)
 // of the K/V block that this hop holds.
 struct PairCall {
   int64_t q_row0 = 0, q_rows = 0, k_row0 = 0, k_rows = 0;
-  bool causal = false;  // false for Full pairs: the kernel pays no masking cost
-  int64_t q_offset = 0;
+  MaskSpec mask;  // MaskSpec{} (full) for Full pairs: the kernel pays no masking cost
   PairCount visible_pairs = 0;
 };
 
@@ -50,9 +50,11 @@ class RingSchedule {
   // Validates the sharding of seq_len (check_shardable) first. With packed documents (`docs`,
   // core/mask.hpp; boundaries in absolute positions), every (query segment, key segment) pair is
   // split at the document boundaries: a call never spans two documents, and pairs of different
-  // documents are never computed.
-  RingSchedule(Sharding sharding, int64_t seq_len, bool causal, int rank, int world, Documents docs = {});
+  // documents are never computed. With a window, pairs outside the band are never computed.
+  RingSchedule(Sharding sharding, int64_t seq_len, bool causal, int rank, int world, Documents docs = {},
+               Window window = {});
 
+  // One plan per hop, P of them; hops past the ring's last needed one (ring_hops) have no calls.
   const std::vector<HopPlan>& hops() const { return hops_; }
   const ShardLayout& local_layout() const { return local_; }
   PairCount visible_pairs() const;  // over all hops, per (batch, head)
@@ -65,21 +67,39 @@ class RingSchedule {
 
 // Load balance of a sharding: max / mean over ranks of the visible query-key pairs each rank
 // computes (1.0 is perfect; the slowest rank sets the pace). O(P) schedules.
-double sharding_imbalance(Sharding sharding, int64_t seq_len, bool causal, int world, Documents docs = {});
+double sharding_imbalance(Sharding sharding, int64_t seq_len, bool causal, int world, Documents docs = {},
+                          Window window = {});
 
 // The shardings in the order `--shard auto` prefers them on a tie, and the pick itself: the
-// smallest imbalance (given in that order), the earlier on a tie.
+// smallest imbalance (given in that order), the earlier on a tie. With `traffic` (windowed
+// masks, where the bytes depend on the sharding: tokens all ranks send): among the shardings
+// within kTrafficTolerance of the best imbalance, the least traffic (contiguous shards send a
+// block one hop for a window no longer than a shard; zigzag sends blocks the whole ring).
 inline constexpr Sharding kAutoOrder[3] = {Sharding::Zigzag, Sharding::Contiguous, Sharding::Striped};
-Sharding pick_balanced(const double (&imbalance)[3]);
+inline constexpr double kTrafficTolerance = 1.05;
+Sharding pick_balanced(const double (&imbalance)[3], const double (*traffic)[3] = nullptr);
 
 // The sharding with the best balance for this mask and these documents (`--shard auto`):
-// pick_balanced over sharding_imbalance. Every rank picks the same one.
-Sharding best_sharding(int64_t seq_len, bool causal, int world, Documents docs = {});
+// pick_balanced over sharding_imbalance (and, with a window, the tokens block_routes sends).
+// Every rank picks the same one.
+Sharding best_sharding(int64_t seq_len, bool causal, int world, Documents docs = {}, Window window = {});
 
 // Which exchanges carry which block. carried[q * P + h], for source rank q and hop h < P - 1, is
 // true when some rank after the block's holder at hop h computes on it at a later hop, so the
 // holder passes it on; a block that no later rank needs is not sent (causal contiguous shards,
-// packed documents). Every rank derives the same table from the problem alone (P schedules).
-std::vector<char> block_routes(Sharding sharding, int64_t seq_len, bool causal, int world, Documents docs = {});
+// packed documents, windows). Every rank derives the same table from the problem alone (P
+// schedules).
+std::vector<char> block_routes(Sharding sharding, int64_t seq_len, bool causal, int world, Documents docs = {},
+                               Window window = {});
+
+// The hops the ring takes with these routes: one more than the last exchange that carries any
+// block, 1 when none does (hop 0 computes on the rank's own block). Every later hop would only
+// pass empty blocks and compute nothing, so the ring stops there (P at most).
+int ring_hops(const std::vector<char>& carried, int world);
+
+// The bytes rank `rank` sends over the ring with these routes: hop s (s < P - 1) passes on the
+// block of rank (r - s) mod P, tokens[q] tokens of token_bytes each (K and V), when carried.
+uint64_t ring_bytes_sent(const std::vector<char>& carried, const std::vector<int64_t>& tokens, uint64_t token_bytes,
+                         int rank, int world);
 
 }  // namespace ringattn

@@ -169,6 +169,14 @@ void check_documents(const GlobalProblem& p) {
 
 }  // namespace
 
+void validate_window(const Window& w, bool causal) {
+  for (const auto& [side, v] : {std::pair{"left", w.left}, std::pair{"right", w.right}})
+    if (v < -1) fail_arg("window {} {} is out of range: a side is -1 (unbounded) or >= 0 tokens", side, v);
+  if (causal && w.right > 0)
+    fail_arg("window right {} does not fit causal attention: with causal the right edge is the diagonal, so right "
+             "must be 0 or -1", w.right);
+}
+
 void validate_problem_values(const GlobalProblem& p, int world) {
   if (world < 1) fail_arg("the world must have at least one rank (got {})", world);
   if (p.batch < 1) fail_arg("batch must be >= 1 (got {})", p.batch);
@@ -183,11 +191,19 @@ void validate_problem_values(const GlobalProblem& p, int world) {
   if (!std::isfinite(p.scale)) fail_arg("softmax scale must be finite (got {})", p.scale);
   check_positions(p);
   check_documents(p);
+  validate_window(p.window, p.causal);
   const int64_t off = p.resolved_q_offset();
   // Clamped first (core/mask.hpp clamp_offset): row + q_offset + 1 cannot overflow.
   if (visible_range(clamp_offset(MaskSpec{p.causal, off}, p.q_len, p.kv_len), 0, p.kv_len).empty())
     fail_arg("causal attention with q_offset={} leaves query 0 with no visible key; it needs q_offset >= 0 (the "
              "default is kv_len - q_len = {})", off, p.kv_len - p.q_len);
+  // Both ends of a row's keys grow with the row and a band never skips a row: the first and the
+  // last query decide whether every query sees a key.
+  const MaskSpec m = clamp_offset(p.mask(), p.q_len, p.kv_len);
+  for (const int64_t row : {int64_t(0), p.q_len - 1})
+    if (visible_range(m, row, p.kv_len).empty())
+      fail_arg("the window (left {}, right {}) leaves query {} (position {}) with no visible key among the {} keys: "
+               "every query needs one", p.window.left, p.window.right, row, off + row, p.kv_len);
 }
 
 void validate_problem(const GlobalProblem& p, int world) {

@@ -19,7 +19,7 @@ step(EXPECT_RC 0 COMMAND ${RINGATTN} bench --kv-seq 300 -b 1 -e 20 -f 4 -n 1 -w 
      STDOUT "queries 1..20 x4 over a K/V cache of 300 \\(decode"
             "kv_GB/s = K and V read once per call \\(2 x batch x kv_heads x kv_len x dim x dtype size\\) / time"
             "\n# +queries +impl +time_ms +rate +unit +kv_GB/s +hidden%"
-            "\n +1 +flash +[0-9.]+ +[0-9.]+ +[GT]FLOP/s +[0-9.]+ +n/a +[0-9.e+-]+ +[0-9.e+-]+ +0 +[^\n]+ +OK\n"
+            "\n +1 +flash +[0-9.]+ +[0-9.]+ +[GT]FLOP/s +[0-9.]+ +n/a +[0-9]+ +[0-9.]+ [KMG]?i?B +[0-9.e+-]+ +[0-9.e+-]+ +0 +[^\n]+ +OK\n"
             "\n +4 +flash [^\n]+ OK\n" "\n +16 +flash [^\n]+ OK\n" "# Result: OK")
 file(READ ${WORK_DIR}/decode.json json)
 string(JSON sweep GET "${json}" sweep)

@@ -68,5 +68,5 @@ step(EXPECT_RC 2 COMMAND ${RINGATTN} run --q q.npy --k k.npy --v k.npy --causal 
      STDERR "non-finite results: 0 in the output, 1 in the log-sum-exp \\(a NaN or Inf in q, k or v")
 # bench --no-check shows that nothing was compared.
 step(EXPECT_RC 0 COMMAND ${RINGATTN} bench -b 64 -e 128 -n 1 -w 0 --no-check
-     STDOUT "\n +64 +flash +[0-9.]+ +[0-9.]+ +GFLOP/s +[0-9.na/]+ +- +- +0 +[^\n]+ +-\n" "# Result: not checked")
+     STDOUT "\n +64 +flash +[0-9.]+ +[0-9.]+ +GFLOP/s +[0-9.na/]+ +[0-9]+ +[0-9.]+ [KMG]?i?B +- +- +0 +[^\n]+ +-\n" "# Result: not checked")
 step(EXPECT_RC 0 COMMAND ${RINGATTN} bench --help STDOUT "write the sweep as one JSON record")

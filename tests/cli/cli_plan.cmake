@@ -3,7 +3,7 @@
 include(${HELPERS})
 step(EXPECT_RC 0 COMMAND ${RINGATTN} plan --seq 8192 --ranks 4 --causal STDOUT "zigzag sharding \\(auto: the best balanced\\)")
 step(EXPECT_RC 0 COMMAND ${RINGATTN} plan --seq 8192 --ranks 4 --causal
-     STDOUT "\n +3 +2048 +[0-9]+ +[0-9.]+ +[0-9]+ hops +25.0%  .3072,5120."
+     STDOUT "\n +3 +2048 +[0-9]+ +[0-9.]+ +[0-9]+ hops +25.0% +[0-9]+  .3072,5120."
             "contiguous 1.75 zigzag 1.00")
 step(EXPECT_RC 0 COMMAND ${RINGATTN} plan --seq 12 --ranks 3 --shard striped STDOUT "0\\+3k")
 # Any length: uneven shards (13 over 3 ranks in 6 zigzag chunks of 2 or 3 tokens), and more

@@ -20,12 +20,14 @@ struct Shape {
   int64_t b, hq, hkv, t, s, d;
   bool causal;
   int64_t q_offset;
+  int64_t window = -1;  // MaskSpec::window: the lower edge (-1: none)
 };
 
 inline std::string describe(const Shape& sh) {
   return "b=" + std::to_string(sh.b) + " hq=" + std::to_string(sh.hq) + " hkv=" + std::to_string(sh.hkv) +
          " t=" + std::to_string(sh.t) + " s=" + std::to_string(sh.s) + " d=" + std::to_string(sh.d) +
-         (sh.causal ? " causal q_offset=" + std::to_string(sh.q_offset) : " full");
+         (sh.causal ? " causal q_offset=" + std::to_string(sh.q_offset) : " full") +
+         (sh.window >= 0 ? " window=" + std::to_string(sh.window) + " (offset " + std::to_string(sh.q_offset) + ")" : "");
 }
 
 // One backward problem on the host: inputs, the forward's output (in the input dtype) and lse
@@ -46,7 +48,7 @@ struct Problem {
     f.v = v.view;
     f.state = contiguous_state(o_state.data(), lse.data(), sh.b, sh.hq, sh.t, sh.d);
     f.scale = 1.f / std::sqrt(float(sh.d));
-    f.mask = MaskSpec{sh.causal, sh.q_offset};
+    f.mask = MaskSpec{sh.causal, sh.q_offset, sh.window};
     f.out = o.view;  // the output in the input dtype, as a training framework keeps it
     cpu::flash_forward(f);
     cpu::finalize(FinalizeParams{f.state, f.out});

@@ -80,7 +80,7 @@ struct GlobalInputs {
     f.k = k.view;
     f.v = v.view;
     f.scale = p.resolved_scale();
-    f.mask = MaskSpec{p.causal, p.resolved_q_offset()};
+    f.mask = p.mask();  // band_mask: the causal rule, the q_offset and the window
     return f;
   }
 };

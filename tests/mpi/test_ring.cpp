@@ -24,6 +24,7 @@ struct RingCase {
   MpiProgress progress = MpiProgress::Auto;
   int64_t len = 0;  // > 0: seq_len itself, any length (uneven shards, ranks with no tokens)
   std::vector<int64_t> docs = {};  // packed documents (their lengths sum to len)
+  Window window = {};              // sliding window (left, right; -1 unbounded)
 };
 
 void PrintTo(const RingCase& c, std::ostream* os) {
@@ -37,13 +38,16 @@ std::string case_name(const ::testing::TestParamInfo<RingCase>& i) {
                      c.batch, c.q_heads, c.kv_heads, c.dim, dtype_name(c.dtype), c.bthd ? "_bthd" : "",
                      c.progress == MpiProgress::Nonblocking ? "_nonblocking" : "",
                      c.len > 0 ? fmt::format("_n{}", c.len) : "", i.index) +
-         (c.docs.empty() ? "" : fmt::format("_docs{}", c.docs.size()));
+         (c.docs.empty() ? "" : fmt::format("_docs{}", c.docs.size())) +
+         (c.window.none() ? "" : fmt::format("_window{}_{}", c.window.left + 1, c.window.right + 1));
 }
 
 // Key position k visible to query position q, from the definition: same document (the case's
-// lengths, scanned), and k <= q when causal.
+// lengths, scanned), k <= q when causal, and q - left <= k <= q + right for a window.
 bool test_visible(const RingCase& c, int64_t q, int64_t k) {
   if (c.causal && k > q) return false;
+  if (c.window.left >= 0 && k < q - c.window.left) return false;
+  if (c.window.right >= 0 && k > q + c.window.right) return false;
   int64_t a = 0;
   for (int64_t n : c.docs) {
     if ((q < a + n) != (k < a + n)) return false;  // one of them is in this document, the other later
@@ -90,6 +94,7 @@ TEST_P(RingAttention, MatchesOracleAndWorldOfOneAndIsDeterministic) {
   p.causal = c.causal;
   p.sharding = c.sharding;
   p.doc_lens = c.docs;
+  p.window = c.window;
   SCOPED_TRACE(fmt::format("seed {} rank {} of {} N {}", seed, r, P, p.q_len));
 
   const ShardLayout layout = shard_layout(p.sharding, p.q_len, r, P);
@@ -121,7 +126,20 @@ TEST_P(RingAttention, MatchesOracleAndWorldOfOneAndIsDeterministic) {
   EXPECT_EQ(st.bytes_sent, want_bytes);
   EXPECT_EQ(expected_ring_bytes(p, r, P), want_bytes);
   EXPECT_EQ(transport->bytes_sent() - sent_before, expected_ring_bytes(p, r, P));
-  ASSERT_EQ(int(st.hops.size()), P);
+  // Hops: the ring stops after the last hop whose block some later rank needs (rank x holds the
+  // block of x - s at hop s; the ranks x + 1 .. at hops s + 1 .. see it or not, by positions).
+  int want_hops = 1;
+  for (int x = 0; x < P; ++x)
+    for (int s = 0; s + 1 < P; ++s) {
+      const ShardLayout kl = shard_layout(p.sharding, p.q_len, ((x - s) % P + P) % P, P);
+      for (int h = 1; s + h < P && want_hops < s + 2; ++h) {
+        const ShardLayout ql = shard_layout(p.sharding, p.q_len, (x + h) % P, P);
+        for (int64_t i = 0; i < ql.tokens() && want_hops < s + 2; ++i)
+          for (int64_t j = 0; j < kl.tokens() && want_hops < s + 2; ++j)
+            if (test_visible(c, ql.global_position(i), kl.global_position(j))) want_hops = s + 2;
+      }
+    }
+  ASSERT_EQ(int(st.hops.size()), want_hops);
   uint64_t hop_bytes = 0;
   for (const HopStats& h : st.hops) hop_bytes += h.bytes_sent;
   EXPECT_EQ(hop_bytes, st.bytes_sent);
@@ -146,7 +164,7 @@ TEST_P(RingAttention, MatchesOracleAndWorldOfOneAndIsDeterministic) {
             if (pos < a + n) {
               f.k = gf.k.rows(a, n);
               f.v = gf.v.rows(a, n);
-              f.mask = MaskSpec{c.causal, -a};  // key j sits at position a + j
+              f.mask = band_mask(c.causal, c.window, -a, 1);  // key j sits at position a + j
               break;
             }
             a += n;
@@ -209,6 +227,14 @@ std::vector<RingCase> ring_cases() {
     for (bool causal : {true, false}) {
       v.push_back({sh, causal, 1, 4, 2, 0, 8, DType::F32, false, MpiProgress::Auto, 19, {1, 5, 1, 9, 3}});
       v.push_back({sh, causal, 2, 2, 1, 0, 16, DType::F32, sh == Sharding::Zigzag, MpiProgress::Auto, 78, {37, 1, 40}});
+    }
+  // Sliding windows: narrower than a shard (one hop for contiguous), wider than one, a right edge
+  // without causal, over odd lengths and packed documents.
+  for (Sharding sh : {Sharding::Contiguous, Sharding::Zigzag, Sharding::Striped})
+    for (bool causal : {true, false}) {
+      v.push_back({sh, causal, 1, 4, 2, 0, 8, DType::F32, false, MpiProgress::Auto, 77, {}, {5, causal ? 0 : 3}});
+      v.push_back({sh, causal, 1, 2, 1, 0, 16, DType::F32, sh == Sharding::Striped, MpiProgress::Auto, 101, {}, {40, -1}});
+      v.push_back({sh, causal, 1, 2, 2, 0, 8, DType::F32, false, MpiProgress::Auto, 19, {1, 5, 1, 9, 3}, {2, causal ? -1 : 1}});
     }
   return v;
 }

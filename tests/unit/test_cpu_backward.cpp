@@ -73,7 +73,11 @@ TEST(CpuBackward, ReferenceMatchesFiniteDifferences) {
   const uint64_t seed = test::fresh_seed();
   std::mt19937_64 rng(seed);
   // GQA (2 query heads per kv head), a causal offset that leaves row 0 without keys, q_len != kv_len.
-  const Shape shapes[] = {{1, 2, 1, 3, 5, 4, true, -1}, {1, 4, 2, 4, 3, 3, false, 0}, {2, 2, 2, 5, 5, 2, true, 0}};
+  const Shape shapes[] = {{1, 2, 1, 3, 5, 4, true, -1},
+                          {1, 4, 2, 4, 3, 3, false, 0},
+                          {2, 2, 2, 5, 5, 2, true, 0},
+                          {1, 2, 1, 5, 6, 3, true, 1, 1},    // a window of two keys per row
+                          {1, 2, 2, 4, 6, 3, false, 2, 0}};  // a lower edge only
   for (const Shape& sh : shapes) {
     SCOPED_TRACE(::testing::Message() << "seed " << seed << " " << describe(sh));
     HostTensor q(DType::F32, sh.b, sh.hq, sh.t, sh.d, rng), k(DType::F32, sh.b, sh.hkv, sh.s, sh.d, rng),
@@ -83,7 +87,7 @@ TEST(CpuBackward, ReferenceMatchesFiniteDifferences) {
     f.k = k.view;
     f.v = v.view;
     f.scale = 0.7f;
-    f.mask = MaskSpec{sh.causal, sh.q_offset};
+    f.mask = MaskSpec{sh.causal, sh.q_offset, sh.window};
     BackwardParams b;
     b.q = q.view;
     b.k = k.view;
@@ -123,6 +127,12 @@ TEST(CpuBackward, MatchesReferenceOnRandomShapes) {
     sh.causal = trial % 4 != 3;
     // The default offset (queries last), or any offset from "row 0 sees nothing" to "all see all".
     sh.q_offset = !sh.causal ? 0 : trial % 4 == 0 ? sh.s - sh.t : int64_t(rng() % uint64_t(sh.t + sh.s + 4)) - sh.t - 2;
+    // A window (lower edge) on every third trial, narrower or wider than a tile; without the
+    // causal edge it sits at the offset.
+    if (trial % 3 == 1) {
+      sh.window = int64_t(rng() % 50);
+      if (!sh.causal) sh.q_offset = int64_t(rng() % uint64_t(sh.s + 2)) - sh.t / 2;
+    }
     Problem pr(sh, DType::F32, rng);
     pr.p.tile_q = 1 + int(rng() % 40);
     pr.p.tile_k = 1 + int(rng() % 40);

@@ -48,6 +48,7 @@ struct Shape {
   int64_t b, hq, hkv, t, s, d;
   bool causal;
   int64_t q_offset;  // for causal; kv_len - q_len is the default
+  int64_t window = -1;  // the lower edge (MaskSpec::window): -1 none
 };
 
 // Runs the tiled kernel and the oracle on fresh random inputs; returns the relative errors.
@@ -65,7 +66,7 @@ Errors run_case(const Shape& sh, DType dtype, int tq, int tk, uint64_t seed, boo
   p.v = v.view;
   p.state = st.view;
   p.scale = 1.f / std::sqrt(float(sh.d));
-  p.mask = MaskSpec{sh.causal, sh.q_offset};
+  p.mask = MaskSpec{sh.causal, sh.q_offset, sh.window};
   p.tile_q = tq;
   p.tile_k = tk;
   cpu::flash_forward(p);
@@ -94,6 +95,25 @@ TEST(CpuFlash, MatchesNaiveOnRandomShapes) {
     SCOPED_TRACE(::testing::Message() << "seed " << seed << " trial " << trial << " b=" << sh.b << " hq=" << sh.hq
                                       << " hkv=" << sh.hkv << " t=" << sh.t << " s=" << sh.s << " d=" << sh.d
                                       << " causal=" << sh.causal << " tiles " << tq << "x" << tk);
+    EXPECT_LT(e.o, 1e-5);
+    EXPECT_LT(e.lse, 1e-4);
+  }
+}
+
+// Sliding windows (the lower edge): causal bands and lower edges alone, windows narrower and
+// wider than the tiles, offsets that put some rows' windows before or past the keys.
+TEST(CpuFlash, WindowsMatchNaive) {
+  const uint64_t seed = test::fresh_seed();
+  std::mt19937_64 rng(seed);
+  for (int trial = 0; trial < 40; ++trial) {
+    Shape sh{1 + int64_t(rng() % 2), 4, 2, 1 + int64_t(rng() % 90), 1 + int64_t(rng() % 120), trial % 2 ? 64 : 24,
+             trial % 3 != 2, 0, int64_t(rng() % 70)};
+    sh.q_offset = trial % 4 == 0 ? sh.s - sh.t : int64_t(rng() % uint64_t(sh.s + sh.t)) - sh.t / 2;
+    const int tq = 1 + int(rng() % 40), tk = 1 + int(rng() % 40);
+    SCOPED_TRACE(::testing::Message() << "seed " << seed << " trial " << trial << " t=" << sh.t << " s=" << sh.s
+                                      << " causal=" << sh.causal << " q_offset=" << sh.q_offset << " window="
+                                      << sh.window << " tiles " << tq << "x" << tk);
+    const Errors e = run_case(sh, DType::F32, tq, tk, rng());
     EXPECT_LT(e.o, 1e-5);
     EXPECT_LT(e.lse, 1e-4);
   }

@@ -248,7 +248,7 @@ TEST(Validation, RejectsBadInputWithClearMessages) {
   expect_rejected(p, true, "scale must be finite");
   p = ok.p();
   p.mask = MaskSpec{true, -1};
-  expect_rejected(p, true, "q_offset=-1 leaves query row 0 with no visible key");
+  expect_rejected(p, true, "the mask (causal true, q_offset -1, window -1) leaves query row 0 with no visible key");
   EXPECT_NO_THROW(validate_flash(p, false));  // a partial attention may have empty rows
   p = ok.p();
   p.k.dtype = DType::F16;

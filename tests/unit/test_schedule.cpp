@@ -25,18 +25,23 @@ TEST(RingSchedule, ClassifyPairMatchesPositions) {
     Segment q{int64_t(rng() % 40), 1 + int64_t(rng() % 9), S};
     Segment k{int64_t(rng() % 40), 1 + int64_t(rng() % 9), S};
     if (trial % 3 == 0) k.len = q.len;  // striped shards have equal lengths
+    // A window on half the trials: each side unbounded or 0..12 tokens (right ignored when causal).
+    const Window w = trial % 2 ? Window{} : Window{int64_t(rng() % 14) - 1, int64_t(rng() % 8) - 1};
     for (bool causal : {false, true}) {
-      const PairClass c = classify_pair(q, k, causal);
+      const PairClass c = classify_pair(q, k, causal, w);
+      const int64_t right = causal ? 0 : w.right;
       int64_t visible = 0;
       bool all = true;
       for (int64_t i = 0; i < q.len; ++i)
         for (int64_t j = 0; j < k.len; ++j) {
-          const bool vis = !causal || k.position(j) <= q.position(i);
+          const int64_t pq = q.position(i), pk = k.position(j);
+          const bool vis = (right < 0 || pk <= pq + right) && (w.left < 0 || pk >= pq - w.left);
           visible += vis;
           all = all && vis;
-          if (causal && c.visibility == PairVisibility::Diagonal)
-            ASSERT_EQ(vis, j <= i + c.q_offset) << "seed " << seed << " q " << q.start << "/" << q.len << " k "
-                                                << k.start << "/" << k.len << " S " << S;
+          if (c.visibility == PairVisibility::Diagonal)
+            ASSERT_EQ(vis, is_visible(c.mask, i, j)) << "seed " << seed << " q " << q.start << "/" << q.len << " k "
+                                                    << k.start << "/" << k.len << " S " << S << " window " << w.left
+                                                    << "," << w.right;
         }
       ASSERT_EQ(c.visible_pairs, visible) << "seed " << seed;
       const PairVisibility want = visible == 0 ? PairVisibility::Invisible
@@ -58,7 +63,7 @@ TEST(RingSchedule, StripedOffsetsAreZeroOrMinusOne) {
     for (int rs = 0; rs < P; ++rs) {
       const PairClass c = classify_pair({r, n, P}, {rs, n, P}, true);
       EXPECT_EQ(c.visibility, PairVisibility::Diagonal);
-      EXPECT_EQ(c.q_offset, rs <= r ? 0 : -1) << r << " " << rs;
+      EXPECT_EQ(c.mask.q_offset, rs <= r ? 0 : -1) << r << " " << rs;
     }
 }
 
@@ -69,7 +74,8 @@ TEST(RingSchedule, UnequalStridesAreRejected) {
 // Every (query position, key position) pair that the calls of `s` compute, counted into `count`
 // (for the rank's hops in order; `remote(rank)` is the layout of a block's source).
 using PairTally = std::map<std::pair<int64_t, int64_t>, int>;
-void tally_calls(const RingSchedule& s, Sharding sh, int64_t N, int P, int r, PairTally& count) {
+void tally_calls(const RingSchedule& s, Sharding sh, int64_t N, int P, int r, PairTally& count,
+                 const std::vector<char>* routes = nullptr) {
   ASSERT_EQ(int(s.hops().size()), P);
   for (int h = 0; h < P; ++h) {
     const HopPlan& hop = s.hops()[size_t(h)];
@@ -79,8 +85,14 @@ void tally_calls(const RingSchedule& s, Sharding sh, int64_t N, int P, int r, Pa
       ASSERT_GT(c.visible_pairs, 0);
       for (int64_t i = 0; i < c.q_rows; ++i)
         for (int64_t j = 0; j < c.k_rows; ++j)
-          if (!c.causal || j <= i + c.q_offset)
+          if (is_visible(c.mask, i, j))
             ++count[{s.local_layout().global_position(c.q_row0 + i), remote.global_position(c.k_row0 + j)}];
+      // A hop computes only on a block that reached it: the ring takes it (ring_hops) and the
+      // previous holder carried it on (block_routes).
+      if (routes != nullptr && h > 0) {
+        ASSERT_LT(h, ring_hops(*routes, P)) << "hop " << h << " computes past the ring's last hop";
+        ASSERT_TRUE((*routes)[size_t(hop.source_rank) * size_t(P) + size_t(h - 1)]) << "hop " << h << " block not carried";
+      }
     }
   }
 }
@@ -146,6 +158,68 @@ TEST(RingSchedule, DocumentsAreCoveredExactlyOnceAndNeverCrossed) {
   }
 }
 
+// Windows, with and without documents: over every sharding, P = 1..4, odd lengths and windows
+// narrower and wider than a shard, every pair inside the band (and the document) is computed
+// exactly once and none outside; every hop that computes received its block (block_routes), and
+// the ring stops after the last one (ring_hops).
+TEST(RingSchedule, WindowsAreCoveredExactlyOnceAndHopsStopEarly) {
+  const std::vector<std::vector<int64_t>> packings = {{}, {5, 1, 9, 3, 13}};
+  const std::vector<Window> windows = {{0, 0}, {1, -1}, {3, 2}, {-1, 1}, {6, 0}, {20, -1}, {2, 5}};
+  for (const std::vector<int64_t>& lens : packings)
+    for (const Window& w : windows)
+      for (Sharding sh : {Sharding::Contiguous, Sharding::Zigzag, Sharding::Striped})
+        for (int P = 1; P <= 4; ++P)
+          for (bool causal : {false, true}) {
+            if (causal && w.right > 0) continue;  // refused by validate_problem
+            std::vector<int64_t> cu{0};
+            for (int64_t n : lens) cu.push_back(cu.back() + n);
+            const int64_t N = lens.empty() ? 31 : cu.back();
+            const Documents docs = lens.empty() ? Documents{} : Documents{cu.data(), int64_t(lens.size())};
+            SCOPED_TRACE(testing::Message() << sharding_name(sh) << " P=" << P << " N=" << N << " causal=" << causal
+                                            << " window " << w.left << "," << w.right << " docs " << lens.size());
+            const std::vector<char> routes = block_routes(sh, N, causal, P, docs, w);
+            PairTally count;
+            int64_t total = 0;
+            for (int r = 0; r < P; ++r) {
+              const RingSchedule s(sh, N, causal, r, P, docs, w);
+              tally_calls(s, sh, N, P, r, count, &routes);
+              total += int64_t(s.visible_pairs());
+            }
+            int64_t want = 0;
+            for (int64_t q = 0; q < N; ++q) {
+              const KeyRange keys = document_keys(docs, causal, q, w, N);
+              for (int64_t k = 0; k < N; ++k) {
+                const bool in = k >= keys.begin && k < keys.end;
+                want += in;
+                const auto it = count.find({q, k});
+                ASSERT_EQ(it == count.end() ? 0 : it->second, in ? 1 : 0) << "query " << q << " key " << k;
+              }
+            }
+            EXPECT_EQ(total, want);
+          }
+}
+
+// Contiguous shards with a window no longer than a shard: rank r needs only its own block and
+// rank r - 1's, so the ring takes two hops and sends each block once (the last rank's not at all
+// when causal).
+TEST(RingSchedule, ContiguousWindowTakesOneHop) {
+  for (int P = 2; P <= 6; ++P)
+    for (const int64_t left : {int64_t(1), int64_t(16), int64_t(100)}) {
+      const int64_t N = 100 * P + 3;
+      const std::vector<char> routes = block_routes(Sharding::Contiguous, N, true, P, {}, {left, 0});
+      EXPECT_EQ(ring_hops(routes, P), 2) << "P=" << P << " left " << left;
+      for (int q = 0; q < P; ++q) EXPECT_EQ(bool(routes[size_t(q) * size_t(P)]), q + 1 < P) << "block of " << q;
+      // A window longer than a shard reaches two ranks back.
+      EXPECT_EQ(ring_hops(block_routes(Sharding::Contiguous, N, true, P, {}, {150, 0}), P), std::min(P, 3));
+      // Zigzag needs the whole ring: each rank's second chunk borders the next rank's.
+      EXPECT_EQ(ring_hops(block_routes(Sharding::Zigzag, N, true, P, {}, {left, 0}), P), P);
+      // Auto: contiguous is balanced (its first rank's ramp is short) and sends the least. A
+      // window as long as a shard makes rank 0 light (imbalance ~1.2): auto then balances work.
+      if (left <= 16) EXPECT_EQ(best_sharding(N, true, P, {}, {left, 0}), Sharding::Contiguous) << "P=" << P;
+      else EXPECT_NE(best_sharding(N, true, P, {}, {left, 0}), Sharding::Contiguous) << "P=" << P;
+    }
+}
+
 // --shard auto: the pick has the smallest imbalance of the three (ties to the earlier in
 // kAutoOrder), over dense and packed problems; dense causal picks zigzag, and a packing whose
 // documents make zigzag lopsided picks another.
@@ -186,12 +260,12 @@ TEST(RingSchedule, ContiguousCausalOnlyForwardsBlocksFromLaterRanks) {
       EXPECT_EQ(h.calls.empty(), h.source_rank > r) << "rank " << r << " source " << h.source_rank;
       if (h.source_rank == r) {
         ASSERT_EQ(h.calls.size(), 1u);
-        EXPECT_TRUE(h.calls[0].causal);
-        EXPECT_EQ(h.calls[0].q_offset, 0);
+        EXPECT_TRUE(h.calls[0].mask.causal);
+        EXPECT_EQ(h.calls[0].mask.q_offset, 0);
       }
       if (h.source_rank < r) {
         ASSERT_EQ(h.calls.size(), 1u);
-        EXPECT_FALSE(h.calls[0].causal);  // fully visible: no mask cost
+        EXPECT_FALSE(h.calls[0].mask.causal);  // fully visible: no mask cost
       }
     }
   }
