@@ -163,17 +163,23 @@ class CudaBackend final : public Backend {
       return;
     }
     // fp32: each key chunk through the SIMT flash kernel into its own partial, then one merge.
-    const int64_t keys = f.k.len;
+    // Only the keys that some row sees are split (a window's lower edge, the causal end); with
+    // none, one chunk of one key that the mask hides from every row.
+    const KeyRange visible = visible_range_of_rows(f.mask, 0, f.q.len, f.k.len);
+    const int64_t key0 = visible.empty() ? 0 : visible.begin, keys = visible.empty() ? 1 : visible.size();
     const int64_t want = dp.splits > 0 ? dp.splits : 16;
     const int64_t chunk = (keys + want - 1) / want;
     const int64_t n = (keys + chunk - 1) / chunk;
     const cuda::SplitPartials parts = partials(n, rows, f.q.dim);
     for (int64_t c = 0; c < n; ++c) {
-      const int64_t c0 = c * chunk, len = std::min(chunk, keys - c0);
+      const int64_t c0 = key0 + c * chunk, len = std::min(chunk, key0 + keys - c0);
       FlashParams sub = f;
       sub.k = f.k.rows(c0, len);
       sub.v = f.v.rows(c0, len);
-      sub.mask.q_offset = f.mask.q_offset - c0;  // the chunk's keys start at position c0
+      // The chunk's keys start at position c0: both edges move with the offset (the window is a
+      // distance from the upper edge); clamped again for the chunk's length.
+      sub.mask.q_offset = f.mask.q_offset - c0;
+      sub.mask = clamp_offset(sub.mask, f.q.len, len);
       sub.mode = StateMode::Write;
       sub.state = contiguous_state(parts.o + c * rows * f.q.dim, parts.lse + c * rows, f.q.batch, f.q.heads, f.q.len,
                                    f.q.dim);

@@ -40,9 +40,11 @@ struct SplitPartials {
   int64_t parts = 0, rows = 0, dim = 0;
 };
 
-// How a decode is cut: `splits` key chunks of `chunk` keys (a multiple of the key tile).
+// How a decode is cut: `splits` key chunks of `chunk` keys (a multiple of the key tile), the
+// first starting at key `key0` (the first key that any query row sees).
 struct DecodePlan {
   int64_t splits = 1, chunk = 0, row_blocks = 1;
+  int64_t key0 = 0;
   int64_t parts = 1;  // partial states per row (one per split)
 };
 

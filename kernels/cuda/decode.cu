@@ -31,6 +31,7 @@ constexpr size_t decode_smem_bytes() {
 struct DecodeKernelParams {
   FlashParams f;
   SplitPartials out;
+  int64_t key0;   // the first key of split 0 (the first key any row sees)
   int64_t chunk;  // keys per split, a multiple of kTileKeys
 };
 
@@ -127,13 +128,15 @@ __global__ void __launch_bounds__(kThreads) decode_mma_kernel(const DecodeKernel
 
   load_packed_q<T, D>(sQ, f, b, hk, group, packed_rows, row0, tid);
 
-  // This CTA's keys: [c0, c1), cut further by the mask at the block's positions.
-  const int64_t c0 = split * a.chunk;
+  // This CTA's keys: [c0, c1), cut further by the mask at the block's positions (both edges: a
+  // split wholly outside the block's keys loads nothing and writes the empty state).
+  int64_t c0 = a.key0 + split * a.chunk;
   int64_t c1 = c0 + a.chunk < len_k ? c0 + a.chunk : len_k;
   const int64_t t_first = row0 / group;
   const int64_t t_last = ((row0 + 15 < packed_rows ? row0 + 15 : packed_rows - 1)) / group;
-  const int64_t block_end = visible_range_of_rows(f.mask, t_first, t_last - t_first + 1, len_k).end;
-  if (block_end < c1) c1 = block_end;
+  const KeyRange block_keys = visible_range_of_rows(f.mask, t_first, t_last - t_first + 1, len_k);
+  if (block_keys.begin > c0) c0 = block_keys.begin;
+  if (block_keys.end < c1) c1 = block_keys.end;
   const int n_tiles = c1 > c0 ? int((c1 - c0 + kTileKeys - 1) / kTileKeys) : 0;
 
   const T* k_base = static_cast<const T*>(f.k.data) + b * f.k.stride_b + hk * f.k.stride_h;
@@ -157,14 +160,15 @@ __global__ void __launch_bounds__(kThreads) decode_mma_kernel(const DecodeKernel
 #pragma unroll
   for (int n = 0; n < kDT; ++n) acc[n][0] = acc[n][1] = acc[n][2] = acc[n][3] = 0.f;
   float m[2] = {neg_inf(), neg_inf()}, l[2] = {0.f, 0.f};
-  // One past the last key of the CTA's chunk that this thread's two rows see (rows past the end
-  // take the last position; they are never written).
-  int64_t row_end[2];
+  // The keys of the CTA's chunk that this thread's two rows see, [row_begin, row_end) (rows past
+  // the end take the last position; they are never written).
+  int64_t row_begin[2], row_end[2];
 #pragma unroll
   for (int half = 0; half < 2; ++half) {
     const int64_t R = row0 + (lane >> 2) + half * 8;
-    const int64_t e = visible_range(f.mask, (R < packed_rows ? R : packed_rows - 1) / group, len_k).end;
-    row_end[half] = e < c1 ? e : c1;
+    const KeyRange r = visible_range(f.mask, (R < packed_rows ? R : packed_rows - 1) / group, len_k);
+    row_begin[half] = r.begin;
+    row_end[half] = r.end < c1 ? r.end : c1;
   }
 
   const int mi = lane >> 3;
@@ -202,8 +206,10 @@ __global__ void __launch_bounds__(kThreads) decode_mma_kernel(const DecodeKernel
     }
 #pragma unroll
     for (int half = 0; half < 2; ++half) {
-      const int key_end = need_mask ? tile_key_end(row_end[half], kw, 16) : 16;
-      const float alpha = online_softmax_row<2, false>(s, half, lane, need_mask, key_end, scale_log2, m[half], l[half]);
+      const int key_begin = need_mask ? tile_key_bound(row_begin[half], kw, 16) : 0;
+      const int key_end = need_mask ? tile_key_bound(row_end[half], kw, 16) : 16;
+      const float alpha = online_softmax_row<2, false, true>(s, half, lane, need_mask, key_begin, key_end,
+                                                             scale_log2, m[half], l[half]);
 #pragma unroll
       for (int n = 0; n < kDT; ++n) {
         acc[n][half * 2] *= alpha;
@@ -247,7 +253,7 @@ template <typename T, int D>
 void launch_instance(const FlashParams& f, const DecodePlan& plan, const SplitPartials& out, cudaStream_t stream) {
   const dim3 grid(unsigned(plan.splits), unsigned(f.q.batch * f.k.heads), unsigned(plan.row_blocks));
   auto kernel = decode_kernel_prepared<T, D>();
-  kernel<<<grid, kThreads, decode_smem_bytes<D>(), stream>>>(DecodeKernelParams{f, out, plan.chunk});
+  kernel<<<grid, kThreads, decode_smem_bytes<D>(), stream>>>(DecodeKernelParams{f, out, plan.key0, plan.chunk});
   RA_CHECK_CUDA_LAUNCH("decode_mma_kernel");
 }
 
@@ -280,7 +286,10 @@ DecodePlan plan_decode_mma(const FlashParams& f, int splits_hint, int sms) {
     const int64_t slots = int64_t(sms) * per_sm;
     splits = slots / units > 1 ? slots / units : 1;
   }
-  const int64_t keys = f.k.len;
+  // Only the keys some row sees are split: a window's lower edge puts every CTA on the band.
+  const KeyRange visible = visible_range_of_rows(f.mask, 0, f.q.len, f.k.len);
+  plan.key0 = visible.empty() ? 0 : visible.begin;
+  const int64_t keys = visible.empty() ? 1 : visible.size();  // nothing visible: one split, empty
   int64_t chunk = (keys + splits - 1) / splits;
   chunk = (chunk + kTileKeys - 1) / kTileKeys * kTileKeys;
   plan.chunk = chunk;

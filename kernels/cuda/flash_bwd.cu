@@ -4,8 +4,9 @@
 //   D_i = dout_i . o_i (a pass of its own),  P = exp(scale q.k - lse),  dP = dout . v,
 //   dS = P (dP - D),  dv += P dout,  dk += scale dS q,  dq += scale dS k.
 // The key kernel gives each warp kKeysPerWarp keys of one (batch, kv head), whose K, V and dK, dV
-// stay in registers while the warp walks every query row of the group's heads that may see them;
-// query tiles of kRowTile rows that see none of the CTA's keys are skipped (classify_block).
+// stay in registers while the warp walks the query rows of the group's heads that may see them
+// (query_rows_of_keys: the rows between the causal edge and a window's lower edge); query tiles
+// of kRowTile rows that see none of the CTA's keys are skipped (classify_block).
 // dq: fast mode adds each warp's share with fp32 atomics from the key kernel; deterministic mode
 // runs a separate pass, one warp per query row over its visible keys in order (no atomics, so
 // bitwise reproducible). Every lane of a warp works on the same row and key, so the warp-wide
@@ -114,6 +115,19 @@ __global__ void __launch_bounds__(32 * kWarps) zero_rows_kernel(const TensorView
   for (int64_t d = threadIdx.x % 32; d < g.dim; d += 32) row[d] = 0.f;
 }
 
+// The query rows [begin, end) of [0, q_len) outside which no row sees any of the keys
+// [j0, j0 + keys): a row i sees key j only when j <= i + q_offset (causal) and
+// j >= i + q_offset - window (windowed), so rows before j0 - q_offset and after
+// j0 + keys - 1 - q_offset + window see none. Only a bound for the loop: classify_block and
+// is_visible still decide every tile and key. (The mask is clamp_offset'ed: no sum overflows.)
+__device__ __forceinline__ KeyRange query_rows_of_keys(const MaskSpec& m, int64_t j0, int64_t keys, int64_t q_len) {
+  int64_t begin = m.causal ? j0 - m.q_offset : 0;
+  int64_t end = m.windowed() ? j0 + keys - m.q_offset + m.window : q_len;
+  begin = begin < 0 ? 0 : (begin > q_len ? q_len : begin);
+  end = end < begin ? begin : (end > q_len ? q_len : end);
+  return {begin, end};
+}
+
 // dk and dv of kKeysPerCta keys of one (b, kv head) (and, kAtomicDq, dq's share of them);
 // grid (ceil(S / kKeysPerCta), B * Hkv).
 template <typename T, int kPer, bool kAtomicDq>
@@ -133,10 +147,11 @@ __global__ void __launch_bounds__(32 * kWarps) bwd_keys_kernel(const BackwardPar
 #pragma unroll
     for (int e = 0; e < kPer; ++e) dk[c][e] = dv[c][e] = 0.f;
   }
+  const KeyRange row_range = query_rows_of_keys(p.mask, cta_j0, cta_keys, Tq);
   for (int64_t h = hk * group; h < (hk + 1) * group; ++h) {
     const float* lse = p.lse.row(b, h);
-    for (int64_t i0 = 0; i0 < Tq; i0 += kRowTile) {
-      const int64_t rows = min64(kRowTile, Tq - i0);
+    for (int64_t i0 = row_range.begin; i0 < row_range.end; i0 += kRowTile) {
+      const int64_t rows = min64(kRowTile, row_range.end - i0);
       const BlockVisibility vis = classify_block(p.mask, i0, rows, cta_j0, cta_keys);
       if (vis == BlockVisibility::Empty) continue;
       for (int64_t i = i0; i < i0 + rows; ++i) {

@@ -123,8 +123,11 @@ std::string cuda_layout_problem(const FlashParams& p) {
     return why;
   }
   if (why = grid_problem("batch * q_heads", p.q.batch * p.q.heads); !why.empty()) return why;
-  // Causal launches put the query tiles (of at least 64 rows) in the grid's y dimension.
-  if (p.mask.causal && p.q.dtype != DType::F32) return grid_problem("causal query tiles ceil(q_len / 64)", (p.q.len + 63) / 64);
+  // Causal and windowed launches put the query tiles (of at least 64 rows) in the grid's y
+  // dimension (heaviest tiles first, flash_fwd.cu).
+  if ((p.mask.causal || p.mask.windowed()) && p.q.dtype != DType::F32)
+    return grid_problem(p.mask.causal ? "causal query tiles ceil(q_len / 64)" : "windowed query tiles ceil(q_len / 64)",
+                        (p.q.len + 63) / 64);
   return {};
 }
 

@@ -1,8 +1,9 @@
 // ringattn_gpu_bench: times the CUDA backend over the peers' shapes (.bench/peers.py syntax
-// batch,q_heads,kv_heads,q_len,kv_len,head_dim,causal|full) and prints CSV rows
+// batch,q_heads,kv_heads,q_len,kv_len,head_dim,causal|full, or causal_w<W>|full_w<W> for a
+// sliding window of W keys) and prints CSV rows
 //   shape,impl,tflops,ms,kv_gbps
-// with the peers' FLOP and byte counts: 4*B*Hq*T*S*D FLOPs (halved for causal self-attention)
-// and the K and V bytes read once. "ours" is the complete attention as the peers compute it
+// with the peers' FLOP and byte counts: 4*B*Hq*T*S*D FLOPs (halved for causal self-attention;
+// with a window 4*B*Hq*D per visible (query, key) pair) and the K and V bytes read once. "ours" is the complete attention as the peers compute it
 // (flash or split-KV decode into the fp32 state, then the cast to the input dtype);
 // "ours_state" is the kernel alone, ending at the fp32 (o, lse) state the ring runner carries.
 // Inputs are fresh random normals (a new seed every run), rotated over several copies when they
@@ -42,16 +43,26 @@ struct Shape {
   std::string text;
   int64_t b, hq, hkv, t, s, d;
   bool causal;
+  int64_t window = -1;  // causal_w<W> / full_w<W>: a sliding window's lower edge (MaskSpec::window)
+  MaskSpec mask() const { return MaskSpec{causal, s - t, window}; }
 };
 
 Shape parse_shape(const std::string& text) {
   Shape sh{text, 0, 0, 0, 0, 0, 0, false};
-  char mask[16] = {0};
-  long long v[6];
-  if (std::sscanf(text.c_str(), "%lld,%lld,%lld,%lld,%lld,%lld,%15s", &v[0], &v[1], &v[2], &v[3], &v[4], &v[5], mask) != 7)
-    throw std::invalid_argument("bad --shape '" + text + "': expected batch,q_heads,kv_heads,q_len,kv_len,head_dim,causal|full");
+  char mask[32] = {0};
+  long long v[6], w = -1;
+  const std::string bad = "bad --shape '" + text +
+                          "': expected batch,q_heads,kv_heads,q_len,kv_len,head_dim,causal|full[_w<window>]";
+  if (std::sscanf(text.c_str(), "%lld,%lld,%lld,%lld,%lld,%lld,%31s", &v[0], &v[1], &v[2], &v[3], &v[4], &v[5], mask) != 7)
+    throw std::invalid_argument(bad);
   sh.b = v[0], sh.hq = v[1], sh.hkv = v[2], sh.t = v[3], sh.s = v[4], sh.d = v[5];
-  sh.causal = std::string(mask) == "causal" && sh.t > 1;  // as peers.py: causal decode is full
+  const std::string m(mask);
+  const bool causal = m.rfind("causal", 0) == 0, full = m.rfind("full", 0) == 0;
+  const std::string rest = m.substr(causal ? 6 : 4);
+  if ((!causal && !full) || (!rest.empty() && (std::sscanf(rest.c_str(), "_w%lld", &w) != 1 || w < 0)))
+    throw std::invalid_argument(bad);
+  sh.causal = causal && sh.t > 1;  // as peers.py: causal decode is full
+  sh.window = w;
   return sh;
 }
 
@@ -149,7 +160,7 @@ Result bench_shape(Backend& be, const Shape& sh, DType dt, int reps, bool& ok, s
   DeviceBuffer o(be, size_t(q_elems) * 4), lse(be, size_t(sh.b * sh.hq * sh.t) * 4), out(be, size_t(q_elems) * 2);
   FlashParams p;
   p.scale = 1.f / std::sqrt(float(sh.d));
-  p.mask = MaskSpec{sh.causal, sh.s - sh.t};
+  p.mask = sh.mask();
   p.state = contiguous_state(o.as<float>(), lse.as<float>(), sh.b, sh.hq, sh.t, sh.d);
   const TensorView out_view = bhtd_view(out.get(), dt, sh.b, sh.hq, sh.t, sh.d);
   const bool decode = sh.t <= 16;
@@ -242,6 +253,8 @@ int main(int argc, char** argv) {
       const Shape sh = parse_shape(text);
       double flops = 4.0 * double(sh.b * sh.hq) * double(sh.t) * double(sh.s) * double(sh.d);
       if (sh.causal && sh.t == sh.s) flops /= 2;
+      // A window: the visible (query, key) pairs.
+      if (sh.window >= 0) flops = 4.0 * double(sh.b * sh.hq) * double(sh.d) * count_visible<double>(sh.mask(), 0, sh.t, sh.s);
       const double kv_bytes = 2.0 * double(sh.b * sh.hkv * sh.s * sh.d) * 2;
       auto emit = [&](const char* impl, double ms) {
         std::printf("%s,%s,%.1f,%.3f,%.0f\n", text.c_str(), impl, flops / ms / 1e9, ms, kv_bytes / ms / 1e6);

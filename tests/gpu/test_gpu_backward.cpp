@@ -1,8 +1,9 @@
 // The CUDA flash backward against the fp64 gradient oracle (cpu::naive_backward): bf16, fp16 and
-// fp32 inputs, causal (with offsets, including rows that see no key) and full, GQA 1/4/8, odd
-// lengths, head dims 64 and 128 (and a small one), Write and Accumulate, the fast (atomic dq)
-// and the deterministic mode, and bitwise reproducibility of the deterministic mode. The forward's
-// output and lse come from the CPU engine, so that only the backward is under test.
+// fp32 inputs, causal (with offsets, including rows that see no key) and full, sliding windows
+// (causal and the lower edge alone), GQA 1/4/8, odd lengths, head dims 64 and 128 (and a small
+// one), Write and Accumulate, the fast (atomic dq) and the deterministic mode, and bitwise
+// reproducibility of the deterministic mode. The forward's output and lse come from the CPU
+// engine (the fp64 oracle for windowed masks), so that only the backward is under test.
 #include <gtest/gtest.h>
 
 #include <cstring>
@@ -11,6 +12,7 @@
 #include <tuple>
 
 #include "common/backward_util.hpp"
+#include "kernels/cpu/cpu_kernels.hpp"
 #include "core/error.hpp"
 #include "gpu/gpu_test_util.hpp"
 
@@ -69,8 +71,79 @@ const Shape kShapes[] = {
     {1, 8, 2, 70, 90, 0, true, -10},     // rows that see no key
 };
 
+// Sliding windows: a shape and the window (MaskSpec::window) on its mask. Windows of 0, 1 and odd
+// sizes, below and above the key kernel's 16 keys and its 64-row query tiles, with causal
+// offsets (rows that see no key included), and the lower edge alone.
+struct WindowShape {
+  Shape sh;
+  int64_t window;
+};
+const WindowShape kWindowShapes[] = {
+    {{1, 2, 2, 200, 200, 0, true, 0}, 0},      // the diagonal alone
+    {{1, 4, 1, 131, 131, 0, true, 0}, 1},      // GQA 4
+    {{2, 8, 2, 257, 257, 0, true, 0}, 37},     // GQA 4, odd lengths
+    {{1, 8, 1, 77, 300, 0, true, 223}, 100},   // chunked prefill, GQA 8
+    {{1, 2, 2, 300, 333, 0, true, 33}, 150},   // window over several query tiles
+    {{1, 8, 2, 70, 90, 0, true, -10}, 5},      // rows 0..9 see no key
+    {{2, 4, 2, 130, 333, 0, false, 100}, 50},  // the lower edge alone
+    {{1, 4, 4, 150, 200, 0, false, 100}, 20},  // the lower edge alone, rows 120.. see no key
+};
+
+// The forward of h under the window: o (in h's dtype) and lse from the fp64 oracle instead of the
+// CPU engine, and the window on the backward's mask.
+void window_forward(Problem& h, int64_t window) {
+  h.p.mask.window = window;
+  FlashParams f;
+  f.q = h.q.view;
+  f.k = h.k.view;
+  f.v = h.v.view;
+  f.scale = h.p.scale;
+  f.mask = h.p.mask;
+  const cpu::Reference ref = cpu::naive_attention(f);
+  const TensorView& o = h.o.view;  // ref.o is contiguous [B, Hq, T, D]
+  for (int64_t b = 0, r = 0; b < o.batch; ++b)
+    for (int64_t hq = 0; hq < o.heads; ++hq)
+      for (int64_t t = 0; t < o.len; ++t, ++r) {
+        for (int64_t d = 0; d < o.dim; ++d)
+          store_from_float(h.o.bytes.data(), o.dtype, o.offset(b, hq, t) + d, float(ref.o[size_t(r * o.dim + d)]));
+        h.lse[size_t(r)] = float(ref.lse[size_t(r)]);
+      }
+}
+
 // (dtype, head dim, deterministic)
 class BackwardVsOracle : public test::GpuTestP<std::tuple<DType, int, bool>> {};
+
+// Runs the backward of sh (with `window` on its mask when >= 0) in both gradient modes on fresh
+// random inputs (Write into NaN-poisoned gradients) and checks the gradients against the fp64
+// oracle.
+void check_backward(Backend& be, const Shape& sh, int64_t window, DType dtype, bool deterministic,
+                    std::mt19937_64& rng, uint64_t seed) {
+  for (GradMode mode : {GradMode::Write, GradMode::Accumulate}) {
+    Problem h(sh, dtype, rng);
+    if (window >= 0) window_forward(h, window);
+    h.p.deterministic = deterministic;
+    h.p.mode = mode;
+    std::vector<float> dq0, dk0, dv0;
+    if (mode == GradMode::Accumulate) {  // start from random gradients, not from the poison
+      std::normal_distribution<float> n(0.f, 1.f);
+      for (auto* g : {&h.dq, &h.dk, &h.dv})
+        for (float& x : *g) x = n(rng);
+      dq0 = h.dq, dk0 = h.dk, dv0 = h.dv;
+    }
+    DeviceProblem d(be, h);
+    d.run(be, h);
+    cpu::GradReference ref = cpu::naive_backward(h.p);
+    for (size_t i = 0; i < dq0.size(); ++i) ref.dq[i] += dq0[i];
+    for (size_t i = 0; i < dk0.size(); ++i) ref.dk[i] += dk0[i], ref.dv[i] += dv0[i];
+    const test::Errors e = test::errors_of(h, ref);
+    SCOPED_TRACE(::testing::Message() << "seed " << seed << " " << dtype_name(dtype) << " " << test::describe(sh)
+                                      << " window " << window << (deterministic ? " deterministic" : " fast")
+                                      << (mode == GradMode::Write ? " write" : " accumulate"));
+    EXPECT_LT(e.dq, test::grad_tolerance(dtype));
+    EXPECT_LT(e.dk, test::grad_tolerance(dtype));
+    EXPECT_LT(e.dv, test::grad_tolerance(dtype));
+  }
+}
 
 TEST_P(BackwardVsOracle, MatchesFp64Reference) {
   const auto [dtype, dim, deterministic] = GetParam();
@@ -78,30 +151,17 @@ TEST_P(BackwardVsOracle, MatchesFp64Reference) {
   std::mt19937_64 rng(seed);
   for (Shape sh : kShapes) {
     sh.d = dim;
-    for (GradMode mode : {GradMode::Write, GradMode::Accumulate}) {
-      Problem h(sh, dtype, rng);
-      h.p.deterministic = deterministic;
-      h.p.mode = mode;
-      std::vector<float> dq0, dk0, dv0;
-      if (mode == GradMode::Accumulate) {  // start from random gradients, not from the poison
-        std::normal_distribution<float> n(0.f, 1.f);
-        for (auto* g : {&h.dq, &h.dk, &h.dv})
-          for (float& x : *g) x = n(rng);
-        dq0 = h.dq, dk0 = h.dk, dv0 = h.dv;
-      }
-      DeviceProblem d(*be, h);
-      d.run(*be, h);
-      cpu::GradReference ref = cpu::naive_backward(h.p);
-      for (size_t i = 0; i < dq0.size(); ++i) ref.dq[i] += dq0[i];
-      for (size_t i = 0; i < dk0.size(); ++i) ref.dk[i] += dk0[i], ref.dv[i] += dv0[i];
-      const test::Errors e = test::errors_of(h, ref);
-      SCOPED_TRACE(::testing::Message() << "seed " << seed << " " << dtype_name(dtype) << " " << test::describe(sh)
-                                        << (deterministic ? " deterministic" : " fast")
-                                        << (mode == GradMode::Write ? " write" : " accumulate"));
-      EXPECT_LT(e.dq, test::grad_tolerance(dtype));
-      EXPECT_LT(e.dk, test::grad_tolerance(dtype));
-      EXPECT_LT(e.dv, test::grad_tolerance(dtype));
-    }
+    check_backward(*be, sh, -1, dtype, deterministic, rng, seed);
+  }
+}
+
+TEST_P(BackwardVsOracle, SlidingWindowMatchesFp64Reference) {
+  const auto [dtype, dim, deterministic] = GetParam();
+  const uint64_t seed = test::fresh_seed();
+  std::mt19937_64 rng(seed);
+  for (WindowShape ws : kWindowShapes) {
+    ws.sh.d = dim;
+    check_backward(*be, ws.sh, ws.window, dtype, deterministic, rng, seed);
   }
 }
 

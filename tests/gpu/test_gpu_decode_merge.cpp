@@ -1,5 +1,5 @@
-// Split-KV decode (== the unsplit flash, == the oracle), the merge kernel (== the CPU merge on
-// empty, one-empty and far-apart states), finalize and fill_empty on the GPU.
+// Split-KV decode (== the unsplit flash, == the oracle; sliding windows too), the merge kernel
+// (== the CPU merge on empty, one-empty and far-apart states), finalize and fill_empty on the GPU.
 #include <gtest/gtest.h>
 
 #include <cstring>
@@ -25,6 +25,7 @@ struct DecodeCase {
   int64_t batch, kv_heads, group, q_len, kv_len;
   bool causal;
   int64_t q_offset;
+  int64_t window = -1;  // >= 0: the mask's lower edge (MaskSpec::window)
 };
 const DecodeCase kDecodeCases[] = {
     {"gqa4_q1", 2, 2, 4, 1, 3001, false, 0},
@@ -32,58 +33,80 @@ const DecodeCase kDecodeCases[] = {
     {"gqa8_q5_three_row_blocks", 1, 2, 8, 5, 700, true, 695},
     {"mha_q2", 1, 4, 1, 2, 129, false, 0},
 };
+// Sliding windows: the splits cover only the band, keys below it are never loaded.
+const DecodeCase kWindowDecodeCases[] = {
+    {"gqa4_q1_window700", 2, 2, 4, 1, 3001, true, 3000, 700},
+    {"gqa8_q3_window0", 1, 1, 8, 3, 500, true, 497, 0},  // one key per row
+    {"gqa8_q5_window33_three_row_blocks", 1, 2, 8, 5, 2000, true, 1995, 33},
+    {"gqa8_q3_window1_keys_past_end", 1, 1, 8, 3, 2500, true, 2000, 1},
+    {"mha_q3_lower_edge_only", 1, 4, 1, 3, 1500, false, 1000, 200},  // rows see keys i + 800 ..
+    {"gqa4_q4_lower_edge_rows_without_keys", 1, 1, 4, 4, 300, false, 299, 0},  // rows 1..3 see none
+};
 
 class DecodeSplits : public test::GpuTestP<std::tuple<DType, int>> {};
+
+// Decode of case c split 1, 3, default and 50 ways against the unsplit flash and the fp64 oracle,
+// on fresh random inputs and NaN-poisoned states.
+void check_decode_case(Backend& be, const DecodeCase& c, DType dtype, int dim, std::mt19937_64& rng,
+                       uint64_t seed) {
+  const int64_t hq = c.kv_heads * c.group;
+  HostTensor q(dtype, c.batch, hq, c.q_len, dim, rng), k(dtype, c.batch, c.kv_heads, c.kv_len, dim, rng),
+      v(dtype, c.batch, c.kv_heads, c.kv_len, dim, rng);
+  DeviceTensor dq(be, q), dk(be, k), dv(be, v);
+  FlashParams p;
+  p.q = dq.view;
+  p.k = dk.view;
+  p.v = dv.view;
+  p.scale = 1.f / std::sqrt(float(dim));
+  p.mask = MaskSpec{c.causal, c.q_offset, c.window};
+  DeviceState whole(be, c.batch, hq, c.q_len, dim);
+  p.state = whole.view;
+  be.flash(p);
+  std::vector<float> wo, wl;
+  whole.read(be, wo, wl);
+  FlashParams hp = p;
+  hp.q = q.view;
+  hp.k = k.view;
+  hp.v = v.view;
+  const cpu::Reference ref = cpu::naive_attention(hp);
+  for (int splits : {1, 3, 0, 50}) {
+    DeviceState part(be, c.batch, hq, c.q_len, dim);
+    DecodeParams dp{p, splits};
+    dp.flash.state = part.view;
+    be.decode(dp);
+    std::vector<float> so, sl;
+    part.read(be, so, sl);
+    SCOPED_TRACE(::testing::Message() << "case " << c.name << " dtype " << dtype_name(dtype) << " dim " << dim
+                                      << " splits " << splits << " seed " << seed);
+    std::vector<double> wod(wo.begin(), wo.end()), wld(wl.begin(), wl.end());
+    if (dtype == DType::F32) {
+      EXPECT_LT(test::rel_error(so, wod), 1e-5);
+      EXPECT_LT(test::max_abs_error(sl, wld), 2e-5);
+      EXPECT_LT(test::rel_error(so, ref.o), 1e-5);
+    } else {
+      // Each split rounds its probabilities to bf16/fp16 against its own maximum.
+      EXPECT_LT(test::rel_error(so, wod), 1e-2);
+      EXPECT_LT(test::max_abs_error(sl, wld), 1e-3);
+      EXPECT_LT(test::rel_error(so, ref.o), 1e-2);
+      const double naive = test::rel_error(test::naive_same_dtype(hp), ref.o);
+      EXPECT_LE(test::rel_error(so, ref.o), test::same_dtype_bound(naive)) << "naive same-dtype error " << naive;
+    }
+    EXPECT_LT(test::max_abs_error(sl, ref.lse), dtype == DType::F32 ? 2e-5 : 1e-3);
+  }
+}
 
 TEST_P(DecodeSplits, SplitEqualsUnsplitAndOracle) {
   const auto [dtype, dim] = GetParam();
   const uint64_t seed = test::fresh_seed();
   std::mt19937_64 rng(seed);
-  for (const DecodeCase& c : kDecodeCases) {
-    const int64_t hq = c.kv_heads * c.group;
-    HostTensor q(dtype, c.batch, hq, c.q_len, dim, rng), k(dtype, c.batch, c.kv_heads, c.kv_len, dim, rng),
-        v(dtype, c.batch, c.kv_heads, c.kv_len, dim, rng);
-    DeviceTensor dq(*be, q), dk(*be, k), dv(*be, v);
-    FlashParams p;
-    p.q = dq.view;
-    p.k = dk.view;
-    p.v = dv.view;
-    p.scale = 1.f / std::sqrt(float(dim));
-    p.mask = MaskSpec{c.causal, c.q_offset};
-    DeviceState whole(*be, c.batch, hq, c.q_len, dim);
-    p.state = whole.view;
-    be->flash(p);
-    std::vector<float> wo, wl;
-    whole.read(*be, wo, wl);
-    FlashParams hp = p;
-    hp.q = q.view;
-    hp.k = k.view;
-    hp.v = v.view;
-    const cpu::Reference ref = cpu::naive_attention(hp);
-    for (int splits : {1, 3, 0, 50}) {
-      DeviceState part(*be, c.batch, hq, c.q_len, dim);
-      DecodeParams dp{p, splits};
-      dp.flash.state = part.view;
-      be->decode(dp);
-      std::vector<float> so, sl;
-      part.read(*be, so, sl);
-      SCOPED_TRACE(::testing::Message() << "case " << c.name << " dtype " << dtype_name(dtype) << " dim " << dim
-                                        << " splits " << splits << " seed " << seed);
-      std::vector<double> wod(wo.begin(), wo.end()), wld(wl.begin(), wl.end());
-      if (dtype == DType::F32) {
-        EXPECT_LT(test::rel_error(so, wod), 1e-5);
-        EXPECT_LT(test::max_abs_error(sl, wld), 2e-5);
-        EXPECT_LT(test::rel_error(so, ref.o), 1e-5);
-      } else {
-        // Each split rounds its probabilities to bf16/fp16 against its own maximum.
-        EXPECT_LT(test::rel_error(so, wod), 1e-2);
-        EXPECT_LT(test::max_abs_error(sl, wld), 1e-3);
-        EXPECT_LT(test::rel_error(so, ref.o), 1e-2);
-        EXPECT_LE(test::rel_error(so, ref.o), 2.0 * test::rel_error(test::naive_same_dtype(hp), ref.o));
-      }
-      EXPECT_LT(test::max_abs_error(sl, ref.lse), dtype == DType::F32 ? 2e-5 : 1e-3);
-    }
-  }
+  for (const DecodeCase& c : kDecodeCases) check_decode_case(*be, c, dtype, dim, rng, seed);
+}
+
+TEST_P(DecodeSplits, SlidingWindowSplitEqualsUnsplitAndOracle) {
+  const auto [dtype, dim] = GetParam();
+  const uint64_t seed = test::fresh_seed();
+  std::mt19937_64 rng(seed);
+  for (const DecodeCase& c : kWindowDecodeCases) check_decode_case(*be, c, dtype, dim, rng, seed);
 }
 
 INSTANTIATE_TEST_SUITE_P(DtypesAndDims, DecodeSplits,

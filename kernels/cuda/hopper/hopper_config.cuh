@@ -87,22 +87,33 @@ struct SmemPlan {
   __device__ __forceinline__ uint32_t q_empty(int s) const { return bar(4 * C::kStages + C::kQStages + s); }
 };
 
-// The work of one CTA iteration: a block_m-row query tile of one (batch, head).
+// The work of one CTA iteration: a block_m-row query tile of one (batch, head). Its key blocks
+// are n_begin .. n_begin + n_blocks - 1, the blocks that hold a key some row of the tile sees;
+// step i (0 .. n_blocks - 1) of the producer's and the consumers' loops takes block(i), from the
+// last block down to the first. Both sides walk exactly n_blocks steps per tile.
 struct Tile {
   int b, h, m0;
-  int n_blocks;  // key tiles with at least one visible key, processed from last to first
-  int full_end;  // keys [0, full_end) are visible to every row of the tile (and inside kv_len)
+  int n_begin;     // the first key block (0 without a window)
+  int n_blocks;    // how many key blocks, from n_begin up; 0: the tile sees no key
+  int full_begin;  // keys [full_begin, full_end) are visible to every row of the tile (and inside
+  int full_end;    // kv_len); full_begin is 0 without a window
+  __host__ __device__ int block(int i) const { return n_begin + n_blocks - 1 - i; }
 };
 
 // Causal tiles are ordered longest first (the last query block of every head, then the one
 // before...), so that the static round-robin over CTAs hands out the heavy tiles first and the
-// short ones fill the tail. Full tiles go head by head, so concurrent CTAs share K/V in L2.
+// short ones fill the tail (with a window as well, where the tiles are about equal and the order
+// no longer matters). A window without the causal edge: the first query block of every head,
+// then the second... Full tiles go head by head, so concurrent CTAs share K/V in L2.
 __host__ __device__ inline Tile decode_tile(const HopperParams& p, int t) {
   Tile tile;
   const int bh_count = p.batch * p.q_heads;
   int bh, mb;
   if (p.mask.causal) {
     mb = p.m_blocks - 1 - t / bh_count;
+    bh = t % bh_count;
+  } else if (p.mask.windowed()) {  // only a lower edge: the first query blocks are the longest
+    mb = t / bh_count;
     bh = t % bh_count;
   } else {
     bh = t / p.m_blocks;
@@ -112,20 +123,28 @@ __host__ __device__ inline Tile decode_tile(const HopperParams& p, int t) {
   tile.h = bh % p.q_heads;
   tile.m0 = mb * p.block_m;
   const int rows = tile.m0 + p.block_m < p.q_len ? p.block_m : p.q_len - tile.m0;
-  const long long n_end = visible_range_of_rows(p.mask, tile.m0, rows, p.kv_len).end;  // in [0, kv_len]
-  tile.n_blocks = n_end <= 0 ? 0 : int((n_end + p.block_n - 1) / p.block_n);
-  // Visible ranges grow with the row, so the first row's range is what every row sees.
+  const KeyRange keys = visible_range_of_rows(p.mask, tile.m0, rows, p.kv_len);  // within [0, kv_len]
+  if (keys.empty()) {
+    tile.n_begin = tile.n_blocks = 0;
+  } else {
+    tile.n_begin = int(keys.begin / p.block_n);
+    tile.n_blocks = int((keys.end + p.block_n - 1) / p.block_n) - tile.n_begin;
+  }
+  // Both ends of the visible ranges grow with the row, so every row of the tile sees the keys
+  // from the last row's begin to the first row's end.
+  tile.full_begin = int(visible_range(p.mask, tile.m0 + rows - 1, p.kv_len).begin);
   tile.full_end = int(visible_range(p.mask, tile.m0, p.kv_len).end);
   return tile;
 }
 
 // True when key block nb needs the element mask: it reaches past kv_len, or the mask hides some
 // of its keys from some row of the tile. Every other block is fully visible.
-// classify_block's Full test, as one int comparison against the bound decode_tile found once per
-// tile (keys past kv_len count as needing the mask). Uniform across the warpgroup.
+// classify_block's Full test, as two int comparisons against the bounds decode_tile found once
+// per tile (keys past kv_len count as needing the mask; without a window full_begin is 0 and the
+// first never holds). Uniform across the warpgroup.
 template <typename C>
 __device__ __forceinline__ bool block_needs_mask(const HopperParams& /*p*/, const Tile& t, int nb) {
-  return (nb + 1) * C::kBlockN > t.full_end;
+  return nb * C::kBlockN < t.full_begin || (nb + 1) * C::kBlockN > t.full_end;
 }
 
 }  // namespace ringattn::cuda::hopper

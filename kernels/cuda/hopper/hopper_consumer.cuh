@@ -147,7 +147,7 @@ __device__ __forceinline__ void consume_per_tile(const HopperParams& p, const Sm
     I::turn_qk(ln, sm, s, q_base, s_cur);
     if (ln.lane == 0) mbar_arrive(sm.empty_k(s_cur));
     {
-      const int nb = t.n_blocks - 1;
+      const int nb = t.block(0);
       if (block_needs_mask<C>(p, t, nb)) mask_scores(s, row0, nb * C::kBlockN + 2 * ln.tq, p.kv_len, p.mask);
       softmax_step(s, st, corr, p.scale_log2, lazy);
       scores_to_p<T>(s, pf);
@@ -155,7 +155,7 @@ __device__ __forceinline__ void consume_per_tile(const HopperParams& p, const Sm
     int s_prev = s_cur, it_prev = it;
     ++it;
     for (int i = 1; i < t.n_blocks; ++i, ++it) {
-      const int nb = t.n_blocks - 1 - i;
+      const int nb = t.block(i);
       s_cur = it % S;
       mbar_wait(sm.full_k(s_cur), (it / S) & 1);
       mbar_wait(sm.full_v(s_prev), (it_prev / S) & 1);
@@ -198,7 +198,7 @@ struct BlockCursor {
     }
     return false;
   }
-  __device__ __forceinline__ int nb() const { return t.n_blocks - 1 - i; }
+  __device__ __forceinline__ int nb() const { return t.block(i); }
 };
 
 template <typename T, typename C>

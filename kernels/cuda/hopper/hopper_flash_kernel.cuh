@@ -14,9 +14,11 @@
 //     and the consumers take turns issuing their wgmmas (named barriers 1..NC, round robin), so
 //     that one warpgroup's softmax runs while the others' matrix products occupy the tensor cores.
 //
-// Key tiles are visited from the last to the first: the tiles that need the causal or length
-// mask come first, every later tile runs the unmasked path. The consumer loops (per query tile,
-// or streamed across query tiles with two Q buffers) are in hopper_consumer.cuh.
+// Key tiles are visited from the last to the first (Tile::block): the tiles that need the causal
+// or length mask come first, then the unmasked ones, and with a window the lowest tiles, on the
+// window's lower edge, need the mask again; tiles below the window are never loaded. The consumer
+// loops (per query tile, or streamed across query tiles with two Q buffers) are in
+// hopper_consumer.cuh.
 #pragma once
 
 #include "kernels/cuda/hopper/hopper_config.cuh"
@@ -67,7 +69,7 @@ __global__ void __launch_bounds__(C::kThreads, 1) hopper_flash_kernel(const __gr
                     t.b);
       ++q_it;
       for (int i = 0; i < t.n_blocks; ++i, ++it) {
-        const int nb = t.n_blocks - 1 - i, s = it % C::kStages;
+        const int nb = t.block(i), s = it % C::kStages;
         const uint32_t ph = (it / C::kStages) & 1;
         mbar_wait(sm.empty_k(s), ph ^ 1);
         mbar_arrive_expect_tx(sm.full_k(s), C::kKVBytes);

@@ -135,10 +135,13 @@ HopperParams kernel_params(const FlashParams& p, const TileInfo& ti, bool lazy) 
 // The default per head dim and mask, from the H200 measurements in PERF.md: hd64 gains from a
 // third consumer warpgroup (its softmax is twice as heavy relative to the matrix work); hd128
 // from the 176-key tile on long rows (8k full, 32k causal), while shorter rows prefer 128 keys
-// (fewer partial and masked key tiles).
+// (fewer partial and masked key tiles). A window of w keys makes every row at most w + 1 keys
+// long: such rows are measured like full rows of that length.
 HopperTile pick_tile(const FlashParams& p, const FlashKernelOptions& opt) {
   const bool d64 = p.q.dim == 64;
-  const bool long_rows = p.k.len >= (p.mask.causal ? 16384 : 8192);
+  const bool windowed = p.mask.windowed() && p.mask.window < p.k.len;
+  const int64_t row_keys = windowed ? p.mask.window + 1 : p.k.len;
+  const bool long_rows = row_keys >= (p.mask.causal && !windowed ? 16384 : 8192);
   HopperTile pick = d64 ? HopperTile::M192N128 : (long_rows ? HopperTile::M128N176 : HopperTile::M128N128);
   for (const TileInfo& ti : kTiles)
     if (opt.hopper_tile == hopper_tile_name(ti.tile) && (d64 ? ti.dim64 : ti.dim128)) pick = ti.tile;

@@ -1,8 +1,10 @@
 // Throughput of the Hopper flash forward over the peers' shapes (.bench/peers.py syntax:
-// batch,q_heads,kv_heads,q_len,kv_len,head_dim,causal|full). Random non-zero inputs made on the
-// device, warm-up, then the median of many CUDA-event-timed launches. Prints CSV
-// `shape,peer,tflops,ms` with peer = ours_<tile configuration>[_lazy]; TFLOP/s counts 4*B*Hq*T*S*D, halved for causal
-// self-attention (T == S), as the peers do. Exits non-zero on any CUDA error or a NaN in the output.
+// batch,q_heads,kv_heads,q_len,kv_len,head_dim,causal|full, or causal_w<W>|full_w<W> for a sliding
+// window of W keys, the lower edge). Random non-zero inputs made on the device, warm-up, then the
+// median of many CUDA-event-timed launches. Prints CSV `shape,peer,tflops,ms` with
+// peer = ours_<tile configuration>[_lazy]; TFLOP/s counts 4*B*Hq*T*S*D, halved for causal
+// self-attention (T == S), as the peers do; with a window, 4*B*Hq*D per visible (query, key) pair.
+// Exits non-zero on any CUDA error or a NaN in the output.
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
@@ -63,14 +65,18 @@ struct Shape {
   int64_t b, hq, hkv, t, s, d;
   bool causal;
   std::string text;
+  long long window = -1;  // causal_w<W> / full_w<W>: the mask's lower edge
 };
 
 bool parse_shape(const std::string& text, Shape& sh) {
-  char mask[16] = {};
-  long long b, hq, hkv, t, s, d;
-  if (std::sscanf(text.c_str(), "%lld,%lld,%lld,%lld,%lld,%lld,%15s", &b, &hq, &hkv, &t, &s, &d, mask) != 7) return false;
-  sh = {b, hq, hkv, t, s, d, std::strcmp(mask, "causal") == 0, text};
-  return std::strcmp(mask, "causal") == 0 || std::strcmp(mask, "full") == 0;
+  char mask[32] = {};
+  long long b, hq, hkv, t, s, d, w = -1;
+  if (std::sscanf(text.c_str(), "%lld,%lld,%lld,%lld,%lld,%lld,%31s", &b, &hq, &hkv, &t, &s, &d, mask) != 7) return false;
+  const bool causal = std::strncmp(mask, "causal", 6) == 0, full = std::strncmp(mask, "full", 4) == 0;
+  const char* rest = mask + (causal ? 6 : 4);
+  if (*rest != '\0' && (std::sscanf(rest, "_w%lld", &w) != 1 || w < 0)) return false;
+  sh = {b, hq, hkv, t, s, d, causal, text, w};
+  return causal || full;
 }
 
 void bench(const Shape& sh) {
@@ -94,7 +100,7 @@ void bench(const Shape& sh) {
   p.v = bhtd_view(v, DType::BF16, sh.b, sh.hkv, sh.s, sh.d);
   p.state = contiguous_state(o, lse, sh.b, sh.hq, sh.t, sh.d);
   p.scale = 1.f / std::sqrt(float(sh.d));
-  p.mask = MaskSpec{sh.causal && sh.t > 1, sh.s - sh.t};
+  p.mask = MaskSpec{sh.causal && sh.t > 1, sh.s - sh.t, sh.window};
   // Under RINGATTN_HOPPER_TILE, shapes whose head dim lacks that configuration are skipped
   // (they would run the default one).
   const char* want = std::getenv("RINGATTN_HOPPER_TILE");
@@ -136,6 +142,7 @@ void bench(const Shape& sh) {
     const double med = ms[ms.size() / 2];
     double flops = 4.0 * double(sh.b * sh.hq) * double(sh.t) * double(sh.s) * double(sh.d);
     if (p.mask.causal && sh.t == sh.s) flops /= 2;
+    if (p.mask.windowed()) flops = 4.0 * double(sh.b * sh.hq) * double(sh.d) * count_visible<double>(p.mask, 0, sh.t, sh.s);
     std::vector<float> l(nrows);
     BENCH_CHECK(cudaMemcpy(l.data(), lse, nrows * 4, cudaMemcpyDeviceToHost));
     size_t bad = 0;
@@ -163,7 +170,8 @@ int main(int argc, char** argv) {
     if (std::strcmp(argv[i], "--shape") == 0 && i + 1 < argc) {
       Shape sh;
       if (!parse_shape(argv[++i], sh)) {
-        std::fprintf(stderr, "bad shape '%s': want batch,q_heads,kv_heads,q_len,kv_len,head_dim,causal|full\n", argv[i]);
+        std::fprintf(stderr, "bad shape '%s': want batch,q_heads,kv_heads,q_len,kv_len,head_dim,causal|full[_w<W>]\n",
+                     argv[i]);
         return 2;
       }
       shapes.push_back(sh);

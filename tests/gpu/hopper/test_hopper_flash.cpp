@@ -1,7 +1,9 @@
 // The Hopper flash forward against the fp64 CPU oracle (cpu::naive_attention) on fresh random
 // inputs: bf16/fp16, head dims 64/128, lengths off the 128 tile, GQA 1/4/8, causal with q_offset
-// (prefill, chunked prefill, rows that see no key), Fold into an incoming state, [B,T,H,D] views,
-// more tiles than multiprocessors (the persistent schedule), and the support check.
+// (prefill, chunked prefill, rows that see no key), sliding windows (causal and the lower edge
+// alone: key blocks below the window skipped, masked blocks on both edges), Fold into an incoming
+// state, [B,T,H,D] views, more tiles than multiprocessors (the persistent schedule), and the
+// support check.
 // Skips with a message where no sm_90 GPU (or no sm_90a build) is present.
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
@@ -52,15 +54,21 @@ struct Case {
   int64_t q_offset = 0;
   StateMode mode = StateMode::Write;
   bool bthd = false;
+  int64_t window = -1;  // >= 0: the mask's lower edge (MaskSpec::window)
   std::string name() const {
-    char buf[200];
-    std::snprintf(buf, sizeof buf, "%s b=%lld hq=%lld hkv=%lld t=%lld s=%lld d=%lld %s q_offset=%lld %s %s",
+    char buf[240];
+    std::snprintf(buf, sizeof buf, "%s b=%lld hq=%lld hkv=%lld t=%lld s=%lld d=%lld %s q_offset=%lld window=%lld %s %s",
                   dtype_name(dtype), (long long)b, (long long)hq, (long long)hkv, (long long)t, (long long)s,
-                  (long long)d, causal ? "causal" : "full", (long long)q_offset,
+                  (long long)d, causal ? "causal" : "full", (long long)q_offset, (long long)window,
                   mode == StateMode::Fold ? "fold" : "write", bthd ? "bthd" : "bhtd");
     return buf;
   }
 };
+// c with a sliding window of w keys (the lower edge) on its mask.
+Case windowed(Case c, int64_t w) {
+  c.window = w;
+  return c;
+}
 
 class HopperFlash : public ::testing::Test {
  protected:
@@ -128,7 +136,7 @@ void run_case(const Case& c) {
   hp.v = v.view;
   hp.state = init.view;
   hp.scale = 1.f / std::sqrt(float(c.d));
-  hp.mask = MaskSpec{c.causal, c.q_offset};
+  hp.mask = MaskSpec{c.causal, c.q_offset, c.window};
   hp.mode = c.mode;
   const cpu::Reference ref = cpu::naive_attention(hp);
 
@@ -197,6 +205,56 @@ TEST_F(HopperFlash, PersistentTilesWithEmptyOnesFold) {
 }
 TEST_F(HopperFlash, PersistentTilesWithEmptyOnesWriteDim128) {
   run_case({DType::BF16, 1, 32, 4, 1000, 1000, 128, true, -250});
+}
+
+// Sliding windows. Key blocks are 128 or 176 keys and query tiles 128 or 192 rows: windows of
+// 0 and 1 key, odd sizes inside one block, on block multiples and over several blocks (the
+// middle ones unmasked), causal offsets (chunked prefill: whole blocks below every row's window),
+// rows and whole tiles that see no key, and the lower edge alone.
+TEST_F(HopperFlash, WindowCausalDiagonalOnly) { run_case(windowed({DType::BF16, 1, 4, 4, 300, 300, 128, true, 0}, 0)); }
+TEST_F(HopperFlash, WindowCausalOneKeyDim64) { run_case(windowed({DType::F16, 1, 4, 2, 333, 333, 64, true, 0}, 1)); }
+TEST_F(HopperFlash, WindowCausalSmall) { run_case(windowed({DType::BF16, 1, 4, 1, 700, 700, 128, true, 0}, 37)); }
+TEST_F(HopperFlash, WindowCausalBlockMultipleDim64) {
+  run_case(windowed({DType::BF16, 1, 2, 2, 640, 640, 64, true, 0}, 128));
+}
+TEST_F(HopperFlash, WindowCausalOneUnderBlock) {
+  run_case(windowed({DType::F16, 1, 2, 2, 641, 641, 128, true, 0}, 175));
+}
+TEST_F(HopperFlash, WindowCausalSeveralBlocks) {
+  run_case(windowed({DType::BF16, 1, 4, 2, 1000, 1000, 128, true, 0}, 300));
+}
+TEST_F(HopperFlash, WindowCausalWide) { run_case(windowed({DType::F16, 1, 2, 1, 1300, 1300, 64, true, 0}, 700)); }
+TEST_F(HopperFlash, WindowCausalChunkedPrefill) {
+  run_case(windowed({DType::BF16, 1, 4, 2, 130, 1500, 128, true, 1370}, 500));
+}
+TEST_F(HopperFlash, WindowCausalChunkedPrefillDim64) {
+  run_case(windowed({DType::F16, 1, 8, 8, 64, 1020, 64, true, 956}, 99));
+}
+// q_offset < 0: the first 100 rows see no key, the others at most 51.
+TEST_F(HopperFlash, WindowCausalRowsWithNoKey) {
+  run_case(windowed({DType::BF16, 1, 2, 2, 300, 250, 128, true, -100}, 50));
+}
+TEST_F(HopperFlash, WindowLowerEdgeOnly) { run_case(windowed({DType::BF16, 1, 4, 2, 300, 500, 128, false, 150}, 200)); }
+TEST_F(HopperFlash, WindowLowerEdgeOnlyZeroDim64) {
+  run_case(windowed({DType::F16, 1, 2, 2, 211, 301, 64, false, 0}, 0));
+}
+// The lower edge alone, rows 110.. see no key: the tiles past row 128 have no key block.
+TEST_F(HopperFlash, WindowLowerEdgeTilesWithNoKey) {
+  run_case(windowed({DType::BF16, 1, 2, 1, 260, 300, 128, false, 200}, 10));
+}
+TEST_F(HopperFlash, WindowFoldRowsWithNoKey) {
+  run_case(windowed({DType::F16, 1, 4, 2, 260, 260, 64, true, -40, StateMode::Fold}, 50));
+}
+TEST_F(HopperFlash, WindowBthdViews) {
+  run_case(windowed({DType::BF16, 2, 8, 2, 256, 256, 128, true, 0, StateMode::Write, true}, 77));
+}
+// 144 query tiles with their key blocks starting at different blocks: CTAs take several tiles,
+// and the streamed consumer crosses tile boundaries with work in flight.
+TEST_F(HopperFlash, WindowPersistentManyTiles) {
+  run_case(windowed({DType::F16, 2, 8, 8, 1152, 1152, 128, true, 0}, 333));
+}
+TEST_F(HopperFlash, WindowPersistentTilesWithEmptyOnesFold) {
+  run_case(windowed({DType::BF16, 1, 32, 8, 1600, 1600, 64, true, -300, StateMode::Fold}, 250));
 }
 
 TEST_F(HopperFlash, UnsupportedCallsAreRefused) {
