@@ -86,8 +86,9 @@ double share_percent(PairCount v, PairCount total) { return total > 0 ? 100.0 * 
 // One row per rank: tokens, kernel calls, GFLOP, the hops (of those the ring takes) that only
 // forward, the share of the pairs, the K/V bytes it sends (ring_bytes_sent: what a run reports).
 void print_rank_rows(const GlobalProblem& p, int ranks, PairCount total, double flop_per_pair) {
-  const std::vector<char> routes = block_routes(p.sharding, p.q_len, p.causal, ranks, {}, p.window);
-  const std::vector<int64_t> tokens = shard_tokens(p.sharding, p.q_len, ranks);
+  const RingRoutes ring = ring_routes(p.sharding, p.q_len, p.causal, ranks, {}, p.window);
+  const std::vector<char>& routes = ring.carried;
+  const std::vector<int64_t> tokens = ring.shipped_tokens();
   const uint64_t token_bytes = 2ull * uint64_t(p.batch * p.kv_heads * p.head_dim) * uint64_t(dtype_size(p.dtype));
   const int hops = ring_hops(routes, ranks);
   fmt::print("# ring hops: {} of {} (the ring stops after the last hop that carries a block); sent: K/V bytes of "

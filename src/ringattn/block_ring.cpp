@@ -26,19 +26,25 @@ namespace {
 }  // namespace
 
 BlockRing::BlockRing(Backend& b, Transport& t, const TensorView& k, const TensorView& v, std::vector<int64_t> tokens,
-                     FlightRecorder& recorder, std::vector<char> carried)
+                     FlightRecorder& recorder, std::vector<char> carried, std::vector<KeyRange> shipped)
     : t_(t), recorder_(recorder), k_(k), v_(v), k_layout_(layout_of(k)), v_layout_(layout_of(v)), rank_(t.rank()),
-      world_(t.size()), tokens_(std::move(tokens)), carried_(std::move(carried)) {
+      world_(t.size()), tokens_(std::move(tokens)), carried_(std::move(carried)), shipped_(std::move(shipped)) {
   if (!carried_.empty() && carried_.size() != size_t(world_) * size_t(world_))
     fail_arg("rank {}: the block routes need {} x {} entries (got {})", rank_, world_, world_, carried_.size());
   hops_ = carried_.empty() ? world_ : ring_hops(carried_, world_);
   if (tokens_.size() != size_t(world_) || tokens_[size_t(rank_)] != k.len || v.len != k.len)
     fail_arg("rank {}: the block ring needs the token count of each of the {} ranks, this rank's equal to the "
              "{} rows of k and the {} of v (got {} counts)", rank_, world_, k.len, v.len, tokens_.size());
+  bool shipped_ok = shipped_.empty() || shipped_.size() == tokens_.size();
+  for (size_t q = 0; shipped_ok && !shipped_.empty() && q < shipped_.size(); ++q)
+    shipped_ok = shipped_[q].empty() || (shipped_[q].begin >= 0 && shipped_[q].end <= tokens_[q]);
+  if (!shipped_ok) fail_arg("rank {}: the shipped rows need one range inside each of the {} shards", rank_, world_);
   if (b.stream() != nullptr) t.set_stream(b.stream());
   if (world_ <= 1) return;  // nothing to send: hop 0 reads k and v in place
   token_bytes_ = size_t(k.batch * k.heads * k.dim) * size_t(dtype_size(k.dtype));
-  const size_t capacity = 2 * token_bytes_ * size_t(*std::max_element(tokens_.begin(), tokens_.end()));
+  int64_t most = 0;  // the largest block that travels
+  for (int q = 0; q < world_; ++q) most = std::max(most, travel(q).size());
+  const size_t capacity = 2 * token_bytes_ * size_t(std::max<int64_t>(most, 1));  // never a 0-byte buffer
   for (DeviceBuffer& blk : blocks_) blk = DeviceBuffer(b, capacity);
   if (b.device_memory() && !t.accepts_device_memory()) {
     DeviceCopies copies{[&b](void* host, const void* dev, size_t n) { b.copy_to_host(host, dev, n); },
@@ -48,9 +54,11 @@ BlockRing::BlockRing(Backend& b, Transport& t, const TensorView& k, const Tensor
                         }};
     staging_ = std::make_unique<StagingTransport>(t, std::move(copies), capacity);
   }
-  if (k.len == 0) return;  // this rank holds no tokens: its block is empty
-  pack_block(b, blocks_[0].get(), k);
-  pack_block(b, static_cast<char*>(blocks_[0].get()) + token_bytes_ * size_t(k.len), v);
+  const KeyRange mine = travel(rank_);
+  if (mine.empty()) return;  // nothing of this rank travels: its block is empty
+  pack_block(b, blocks_[0].get(), k.rows(mine.begin, mine.size()));
+  pack_block(b, static_cast<char*>(blocks_[0].get()) + token_bytes_ * size_t(mine.size()),
+             v.rows(mine.begin, mine.size()));
 }
 
 BlockRing::~BlockRing() {
@@ -91,7 +99,7 @@ void BlockRing::complete(int hop) {
 
 TensorView BlockRing::shaped(const TensorView& x, int hop) const {
   TensorView s = x;
-  s.len = tokens_[size_t(source(hop))];
+  s.len = travel(source(hop)).size();
   return s;
 }
 

@@ -32,9 +32,12 @@ class BlockRing {
   // when `t` cannot take device pointers; device-side exchanges are ordered after `b`'s stream.
   // `carried[q * P + h]` says whether hop h's exchange carries the block of rank q on
   // (block_routes in schedule.hpp); empty: every block travels the whole ring. A block that is not
-  // carried is sent and received as 0 bytes, and no later hop may compute on it.
+  // carried is sent and received as 0 bytes, and no later hop may compute on it. `shipped[q]`
+  // (RingRoutes, schedule.hpp; empty: every block whole) is the rows of rank q's shard its block
+  // travels with: hop 0 reads this rank's whole k and v, a later hop's block holds only the
+  // shipped rows of its source.
   BlockRing(Backend& b, Transport& t, const TensorView& k, const TensorView& v, std::vector<int64_t> tokens,
-            FlightRecorder& recorder, std::vector<char> carried = {});
+            FlightRecorder& recorder, std::vector<char> carried = {}, std::vector<KeyRange> shipped = {});
   ~BlockRing();
   BlockRing(const BlockRing&) = delete;
   BlockRing& operator=(const BlockRing&) = delete;
@@ -51,8 +54,10 @@ class BlockRing {
   uint64_t post(int hop);
   // The rank whose block hop `hop` holds: (r - hop) mod P.
   int source(int hop) const { return ((rank_ - hop) % world_ + world_) % world_; }
-  // The bytes of the block that hop `hop` holds (K and V of its source's tokens).
-  size_t block_bytes(int hop) const { return 2 * token_bytes_ * size_t(tokens_[size_t(source(hop))]); }
+  // The bytes of the block that hop `hop` holds (K and V of its source's shipped tokens).
+  size_t block_bytes(int hop) const { return 2 * token_bytes_ * size_t(travel(source(hop)).size()); }
+  // The row of its source's shard at which the block of hop `hop` starts (0 at hop 0).
+  int64_t first_row(int hop) const { return hop == 0 ? 0 : travel(source(hop)).begin; }
   // The bytes hop `hop`'s exchange sends (the block held, when it is carried on) and receives
   // (the next hop's block, when its holder carries it).
   size_t send_bytes(int hop) const { return carries(source(hop), hop) ? block_bytes(hop) : 0; }
@@ -71,6 +76,8 @@ class BlockRing {
   Transport& exchange() const { return staging_ ? *staging_ : t_; }
   void* block(int hop) const { return blocks_[hop % 2].get(); }
   TensorView shaped(const TensorView& x, int hop) const;  // x with the token count of hop's source
+  // The rows of rank q's shard that its block travels with.
+  KeyRange travel(int q) const { return shipped_.empty() ? KeyRange{0, tokens_[size_t(q)]} : shipped_[size_t(q)]; }
   bool carries(int src, int hop) const { return carried_.empty() || carried_[size_t(src) * size_t(world_) + size_t(hop)]; }
 
   Transport& t_;
@@ -80,6 +87,7 @@ class BlockRing {
   int rank_, world_, hops_;
   std::vector<int64_t> tokens_;
   std::vector<char> carried_;
+  std::vector<KeyRange> shipped_;
   size_t token_bytes_ = 0;  // bytes of one token of K (or of V): batch x kv_heads x dim x dtype size
   DeviceBuffer blocks_[2];
   std::unique_ptr<StagingTransport> staging_;  // after the blocks: destroyed first

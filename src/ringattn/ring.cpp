@@ -47,6 +47,7 @@ RankStats agree_on_ring(const GlobalProblem& p, const LocalTensors& x, Backend& 
 void compute_hop(int hop, const HopPlan& plan, const FlashParams& base, const LocalTensors& x,
                  const BlockRing& ring, RowState& rows, Backend& b) {
   const TensorView kb = ring.k(hop), vb = ring.v(hop);
+  const int64_t k0 = ring.first_row(hop);  // the block holds its source's rows from k0 on
   for (size_t i = 0; i < plan.calls.size(); ++i) {
     const PairCall& c = plan.calls[i];
     FlashParams f = base;
@@ -55,8 +56,8 @@ void compute_hop(int hop, const HopPlan& plan, const FlashParams& base, const Lo
     const RowState::Call call = rows.begin_call(hop, i, c);
     f.mode = call.mode;
     if (call.writes_output) f.out = x.out.rows(c.q_row0, c.q_rows);
-    f.k = kb.rows(c.k_row0, c.k_rows);
-    f.v = vb.rows(c.k_row0, c.k_rows);
+    f.k = kb.rows(c.k_row0 - k0, c.k_rows);
+    f.v = vb.rows(c.k_row0 - k0, c.k_rows);
     f.mask = c.mask;
     b.flash(f);
   }
@@ -119,12 +120,12 @@ void validate_run_options(const RunOptions& opt) {
 }
 
 uint64_t expected_ring_bytes(const GlobalProblem& p, int rank, int world) {
-  // Hop s (s < P - 1) passes on the block of rank (r - s) mod P, K and V of its tokens, when a
-  // later rank needs it (block_routes); the ring stops after the last hop that carries a block.
+  // Hop s (s < P - 1) passes on the block of rank (r - s) mod P, K and V of its shipped tokens,
+  // when a later rank needs it (ring_routes); the ring stops after the last hop that carries one.
   const std::vector<int64_t> bounds = p.doc_bounds();
-  const std::vector<char> carried = block_routes(p.sharding, p.q_len, p.causal, world, documents_of(bounds), p.window);
+  const RingRoutes routes = ring_routes(p.sharding, p.q_len, p.causal, world, documents_of(bounds), p.window);
   const uint64_t per_token = 2ull * uint64_t(p.batch * p.kv_heads * p.head_dim) * uint64_t(dtype_size(p.dtype));
-  return ring_bytes_sent(carried, shard_tokens(p.sharding, p.kv_len, world), per_token, rank, world);
+  return ring_bytes_sent(routes.carried, routes.shipped_tokens(), per_token, rank, world);
 }
 
 double RankStats::hidden_fraction() const {
@@ -149,8 +150,9 @@ RankStats run_ring_attention(const GlobalProblem& p, const LocalTensors& x, Back
   // Every buffer is allocated before the hop loop.
   const auto t_setup = Clock::now();
   RowState rows(b, sched, x.out, x.lse);
-  BlockRing ring(b, t, x.k, x.v, shard_tokens(p.sharding, p.q_len, P), flight_recorder(),
-                 block_routes(p.sharding, p.q_len, p.causal, P, documents_of(doc_bounds), p.window));
+  RingRoutes routes = ring_routes(p.sharding, p.q_len, p.causal, P, documents_of(doc_bounds), p.window);
+  BlockRing ring(b, t, x.k, x.v, shard_tokens(p.sharding, p.q_len, P), flight_recorder(), std::move(routes.carried),
+                 std::move(routes.shipped));
   b.synchronize();
   st.setup_s = seconds_since(t_setup);
 

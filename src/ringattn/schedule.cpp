@@ -63,6 +63,19 @@ std::vector<DocPiece> split_by_document(const Segment& g, const Documents& docs)
   return out;
 }
 
+// Cuts a masked call's keys to those some row sees (a window leaves most of a long key segment
+// unseen; a block then travels with only those keys, ring_routes). The mask moves with the first
+// key; a call that becomes fully visible drops its mask.
+void trim_keys(PairCall& call, int64_t q_rows) {
+  const KeyRange seen = visible_range_of_rows(clamp_offset(call.mask, q_rows, call.k_rows), 0, q_rows, call.k_rows);
+  if (seen.begin == 0 && seen.end == call.k_rows) return;
+  call.k_row0 += seen.begin;
+  call.k_rows = seen.size();
+  call.mask.q_offset -= seen.begin;
+  if (classify_block(clamp_offset(call.mask, q_rows, call.k_rows), 0, q_rows, 0, call.k_rows) == BlockVisibility::Full)
+    call.mask = MaskSpec{};
+}
+
 // Adds to `hop` the calls of the local layout's queries against the block of `remote`: one per
 // (query segment, key segment) pair with something visible, split at document boundaries.
 void add_calls(HopPlan& hop, const ShardLayout& local, const ShardLayout& remote, bool causal, const Documents& docs,
@@ -87,6 +100,7 @@ void add_calls(HopPlan& hop, const ShardLayout& local, const ShardLayout& remote
         call.k_row0 = remote.first_row(b) + kp->i0;
         call.k_rows = ks.len;
         call.mask = c.mask;
+        if (c.visibility == PairVisibility::Diagonal) trim_keys(call, qs.len);
         call.visible_pairs = c.visible_pairs;
         hop.calls.push_back(call);
         hop.visible_pairs += c.visible_pairs;
@@ -110,11 +124,32 @@ RingSchedule::RingSchedule(Sharding sharding, int64_t seq_len, bool causal, int 
 
 std::vector<char> block_routes(Sharding sharding, int64_t seq_len, bool causal, int world, Documents docs,
                                Window window) {
+  return ring_routes(sharding, seq_len, causal, world, docs, window).carried;
+}
+
+std::vector<int64_t> RingRoutes::shipped_tokens() const {
+  std::vector<int64_t> n;
+  for (const KeyRange& r : shipped) n.push_back(r.size());
+  return n;
+}
+
+RingRoutes ring_routes(Sharding sharding, int64_t seq_len, bool causal, int world, Documents docs, Window window) {
   const size_t P = size_t(world);
   std::vector<char> need(P * P, 0), carried(P * P, 0);
+  RingRoutes routes;
+  routes.shipped.assign(P, KeyRange{});
   for (int x = 0; x < world; ++x) {
     const RingSchedule s(sharding, seq_len, causal, x, world, docs, window);
-    for (size_t h = 0; h < P; ++h) need[size_t(s.hops()[h].source_rank) * P + h] = !s.hops()[h].calls.empty();
+    for (size_t h = 0; h < P; ++h) {
+      const HopPlan& hop = s.hops()[h];
+      need[size_t(hop.source_rank) * P + h] = !hop.calls.empty();
+      KeyRange& ship = routes.shipped[size_t(hop.source_rank)];
+      for (const PairCall& c : hop.calls) {
+        if (h == 0) continue;  // hop 0 reads the rank's own tensors in place
+        ship = ship.empty() ? KeyRange{c.k_row0, c.k_row0 + c.k_rows}
+                            : KeyRange{std::min(ship.begin, c.k_row0), std::max(ship.end, c.k_row0 + c.k_rows)};
+      }
+    }
   }
   for (size_t q = 0; q < P; ++q) {
     bool later = false;  // some hop after h needs the block
@@ -123,7 +158,8 @@ std::vector<char> block_routes(Sharding sharding, int64_t seq_len, bool causal, 
       later = later || need[q * P + h];
     }
   }
-  return carried;
+  routes.carried = std::move(carried);
+  return routes;
 }
 
 int ring_hops(const std::vector<char>& carried, int world) {
@@ -160,10 +196,10 @@ Sharding best_sharding(int64_t seq_len, bool causal, int world, Documents docs, 
   for (int i = 0; i < 3; ++i) {
     imb[i] = sharding_imbalance(kAutoOrder[i], seq_len, causal, world, docs, window);
     if (window.none()) continue;
-    const std::vector<char> routes = block_routes(kAutoOrder[i], seq_len, causal, world, docs, window);
-    const std::vector<int64_t> tokens = shard_tokens(kAutoOrder[i], seq_len, world);
+    const RingRoutes routes = ring_routes(kAutoOrder[i], seq_len, causal, world, docs, window);
+    const std::vector<int64_t> tokens = routes.shipped_tokens();
     traffic[i] = 0;
-    for (int r = 0; r < world; ++r) traffic[i] += double(ring_bytes_sent(routes, tokens, 1, r, world));
+    for (int r = 0; r < world; ++r) traffic[i] += double(ring_bytes_sent(routes.carried, tokens, 1, r, world));
   }
   return window.none() ? pick_balanced(imb) : pick_balanced(imb, &traffic);
 }

@@ -32,7 +32,8 @@ struct PairClass {
 PairClass classify_pair(const Segment& q, const Segment& k, bool causal, Window w = {});
 
 // One flash call: local query rows [q_row0, q_row0 + q_rows) against rows [k_row0, k_row0 + k_rows)
-// of the K/V block that this hop holds.
+// of the K/V block that this hop holds (rows of the source's shard; a masked call's keys are cut
+// to those some of its rows see).
 struct PairCall {
   int64_t q_row0 = 0, q_rows = 0, k_row0 = 0, k_rows = 0;
   MaskSpec mask;  // MaskSpec{} (full) for Full pairs: the kernel pays no masking cost
@@ -92,13 +93,26 @@ Sharding best_sharding(int64_t seq_len, bool causal, int world, Documents docs =
 std::vector<char> block_routes(Sharding sharding, int64_t seq_len, bool causal, int world, Documents docs = {},
                                Window window = {});
 
+// The routes and what travels on them. shipped[q] is the rows of rank q's shard that any hop
+// after the first computes on (a contiguous range: [0, 0) when none): a block travels with those
+// rows only, so a window sends only the keys a neighbour's window reaches, not the whole shard.
+// The block a hop holds then starts at row shipped[source].begin of its source's shard.
+struct RingRoutes {
+  std::vector<char> carried;     // block_routes
+  std::vector<KeyRange> shipped;  // per source rank
+  std::vector<int64_t> shipped_tokens() const;
+};
+RingRoutes ring_routes(Sharding sharding, int64_t seq_len, bool causal, int world, Documents docs = {},
+                       Window window = {});
+
 // The hops the ring takes with these routes: one more than the last exchange that carries any
 // block, 1 when none does (hop 0 computes on the rank's own block). Every later hop would only
 // pass empty blocks and compute nothing, so the ring stops there (P at most).
 int ring_hops(const std::vector<char>& carried, int world);
 
 // The bytes rank `rank` sends over the ring with these routes: hop s (s < P - 1) passes on the
-// block of rank (r - s) mod P, tokens[q] tokens of token_bytes each (K and V), when carried.
+// block of rank (r - s) mod P, tokens[q] tokens of token_bytes each (K and V), when carried
+// (tokens: RingRoutes::shipped_tokens).
 uint64_t ring_bytes_sent(const std::vector<char>& carried, const std::vector<int64_t>& tokens, uint64_t token_bytes,
                          int rank, int world);
 

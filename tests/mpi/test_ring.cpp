@@ -106,22 +106,28 @@ TEST_P(RingAttention, MatchesOracleAndWorldOfOneAndIsDeterministic) {
   const uint64_t sent_before = transport->bytes_sent();
   const RankStats st = run_ring_attention(p, shard.tensors(), *backend, *transport, opt);
 
-  // Bytes: hop s passes on exactly the tokens of rank r - s, when a later rank needs them (some
-  // query of the rank holding it at a later hop sees one of its keys, by positions and documents);
-  // a ring that silently did not exchange, padded uneven blocks or sent unneeded ones fails here.
+  // Bytes: hop s passes on the block of rank q = r - s when a later rank needs it (some query of
+  // the rank holding it at a later hop sees one of its keys, by positions, documents and window),
+  // with the rows of q's shard from the first to the last that any other rank sees; a ring that
+  // silently did not exchange, padded uneven blocks or sent unneeded rows fails here.
   uint64_t want_bytes = 0;
   for (int s = 0; s + 1 < P; ++s) {
     const int q = (r - s + P) % P;
     const ShardLayout kl = shard_layout(p.sharding, p.q_len, q, P);
     bool needed = false;
-    for (int h = s + 1; h < P && !needed; ++h) {
+    int64_t lo = kl.tokens(), hi = -1;  // rows of q's shard seen by any other rank
+    for (int h = 1; h < P; ++h) {
       const ShardLayout ql = shard_layout(p.sharding, p.q_len, (q + h) % P, P);
-      for (int64_t i = 0; i < ql.tokens() && !needed; ++i)
-        for (int64_t j = 0; j < kl.tokens() && !needed; ++j)
-          needed = test_visible(c, ql.global_position(i), kl.global_position(j));
+      for (int64_t i = 0; i < ql.tokens(); ++i)
+        for (int64_t j = 0; j < kl.tokens(); ++j)
+          if (test_visible(c, ql.global_position(i), kl.global_position(j))) {
+            needed = needed || h > s;
+            lo = std::min(lo, j);
+            hi = std::max(hi, j);
+          }
     }
     if (needed)
-      want_bytes += uint64_t(kl.tokens()) * 2 * uint64_t(p.batch * p.kv_heads * p.head_dim * dtype_size(p.dtype));
+      want_bytes += uint64_t(hi - lo + 1) * 2 * uint64_t(p.batch * p.kv_heads * p.head_dim * dtype_size(p.dtype));
   }
   EXPECT_EQ(st.bytes_sent, want_bytes);
   EXPECT_EQ(expected_ring_bytes(p, r, P), want_bytes);
