@@ -276,9 +276,9 @@ void refuse_empty_paths(const CLI::App& sub) {
 
 // Flags that a combination would silently ignore.
 void refuse_ignored_flags(const CLI::App& sub, const ProblemOptions& o, bool check) {
-  if (o.q_offset && !o.causal)
-    fail_arg("--q-offset {} only shifts the causal mask and does nothing without --causal; add --causal or drop "
-             "--q-offset", *o.q_offset);
+  if (o.q_offset && !o.causal && o.window.empty())
+    fail_arg("--q-offset {} only shifts the causal mask or the window and does nothing without --causal or "
+             "--window; add one or drop --q-offset", *o.q_offset);
   if (given(sub, "--check-rows") && !check)
     fail_arg("--check-rows {} without the check does nothing; add --check (run) or drop --no-check (bench)",
              o.check_rows);

@@ -211,7 +211,8 @@ TEST(CliDecimal, NonDecimalAndOutOfRangeAreRefused) {
 
 TEST(CliIgnoredFlags, CombinationsThatWouldBeIgnoredAreRefused) {
   const std::pair<std::vector<const char*>, std::string> cases[] = {
-      {{"run", "--q-offset", "5"}, "--q-offset 5 only shifts the causal mask and does nothing without --causal"},
+      {{"run", "--q-offset", "5"},
+       "--q-offset 5 only shifts the causal mask or the window and does nothing without --causal or --window"},
       {{"run", "--check-rows", "4"}, "--check-rows 4 without the check does nothing"},
       {{"bench", "--no-check", "--check-rows", "4"}, "--check-rows 4 without the check does nothing"},
       {{"run", "--out", ""}, "--out: the path is empty; give a file name"},

@@ -17,6 +17,7 @@ struct DecodeCase {
   int64_t batch, q_heads, kv_heads, q_len, kv_len, dim;
   bool causal;
   std::optional<int64_t> q_offset;
+  Window window = {};
 };
 
 void PrintTo(const DecodeCase& c, std::ostream* os) {
@@ -32,7 +33,7 @@ TEST_P(DistributedDecode, EqualsSingleDeviceDecode) {
   const uint64_t seed = test::shared_seed();
   GlobalProblem p;
   p.batch = c.batch, p.q_heads = c.q_heads, p.kv_heads = c.kv_heads, p.q_len = c.q_len, p.kv_len = c.kv_len;
-  p.head_dim = c.dim, p.causal = c.causal, p.q_offset = c.q_offset;
+  p.head_dim = c.dim, p.causal = c.causal, p.q_offset = c.q_offset, p.window = c.window;
   SCOPED_TRACE(fmt::format("seed {} rank {} of {}", seed, r, P));
 
   const GlobalInputs g(p, seed);  // queries are replicated: every rank holds all of them
@@ -56,6 +57,17 @@ TEST_P(DistributedDecode, EqualsSingleDeviceDecode) {
   const RankStats st = run_distributed_decode(p, LocalTensors{g.q.view, kview, vview, out.view, lse.data()}, *backend,
                                               *transport, opt);
   EXPECT_TRUE(st.hops.empty());
+  // A rank computes only when some query sees one of its keys (positions: query i at
+  // q_offset + i, key j at j; causal and the window decide); otherwise it contributes the empty
+  // state without a kernel call.
+  bool any_visible = false;
+  const int64_t off = p.resolved_q_offset();
+  for (int64_t i = 0; i < p.q_len; ++i)
+    for (int64_t j = kv.start; j < kv.start + kv.len; ++j) {
+      const int64_t pq = off + i, right = c.causal ? 0 : c.window.right;
+      any_visible = any_visible || ((right < 0 || j <= pq + right) && (c.window.left < 0 || j >= pq - c.window.left));
+    }
+  EXPECT_EQ(st.kernel_calls, any_visible ? 1 : 0);
 
   // The oracle.
   const FlashParams gf = g.params(p);
@@ -106,8 +118,13 @@ INSTANTIATE_TEST_SUITE_P(
                       DecodeCase{1, 3, 1, 1, 64, 32, false},   // decode, MQA, odd heads
                       DecodeCase{1, 4, 4, 5, 61, 16, true},    // chunked prefill against a cache
                       DecodeCase{1, 2, 1, 3, 3, 8, false},     // fewer keys than ranks at P = 4
-                      DecodeCase{1, 2, 2, 1, 64, 16, true, 20} // query at 20: later shards see nothing
-                      ));
+                      DecodeCase{1, 2, 2, 1, 64, 16, true, 20}, // query at 20: later shards see nothing
+                      // Windows: the last query's window covers only the last shard(s); a window
+                      // with a right edge past some queries (not causal).
+                      DecodeCase{1, 4, 2, 1, 64, 16, true, std::nullopt, {10, 0}},
+                      DecodeCase{2, 4, 2, 5, 61, 16, true, std::nullopt, {3, -1}},
+                      DecodeCase{1, 2, 2, 3, 61, 16, false, 20, {5, 7}},
+                      DecodeCase{1, 2, 1, 2, 50, 8, false, 30, {-1, 2}}));
 
 }  // namespace
 }  // namespace ringattn
