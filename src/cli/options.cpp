@@ -157,8 +157,8 @@ void add_problem_flags(CLI::App& app, ProblemOptions& o, bool with_seq) {
       ->check(CLI::IsMember({"fp32", "fp16", "bf16"}));
   app.add_option("--tile-q", o.tile_q, "CPU query tile, 1 to 4096 rows (0: default)")->check(int_range<int>(0, kMaxTile));
   app.add_option("--tile-k", o.tile_k, "CPU key tile, 1 to 4096 rows (0: default)")->check(int_range<int>(0, kMaxTile));
-  app.add_option("--shard", o.shard, "sequence sharding over ranks (auto: the best balanced for the mask and documents)")
-      ->check(CLI::IsMember({"auto", "contiguous", "zigzag", "striped"}))
+  app.add_option("--shard", o.shard, "sequence sharding over ranks (auto: the best balanced for the mask and documents; doc-zigzag: zigzag inside every document)")
+      ->check(CLI::IsMember({"auto", "contiguous", "zigzag", "striped", "doc-zigzag"}))
       ->capture_default_str();
   app.add_option("--transport", o.transport, "auto: nccl between GPUs when built, mpi under mpirun, else local")
       ->check(CLI::IsMember({"auto", "mpi", "nccl", "local"}))
@@ -227,8 +227,8 @@ void add_bench_flags(CLI::App& app, BenchOptions& o) {
 void add_plan_flags(CLI::App& app, PlanOptions& o) {
   app.add_option("--seq", o.seq, "tokens (global)")->check(int_range<int64_t>(1))->capture_default_str();
   app.add_option("--ranks", o.ranks, "ranks of the ring")->check(int_range<int>(1, 1 << 20))->capture_default_str();
-  app.add_option("--shard", o.shard, "sequence sharding over ranks (auto: the best balanced for the mask and documents)")
-      ->check(CLI::IsMember({"auto", "contiguous", "zigzag", "striped"}))
+  app.add_option("--shard", o.shard, "sequence sharding over ranks (auto: the best balanced for the mask and documents; doc-zigzag: zigzag inside every document)")
+      ->check(CLI::IsMember({"auto", "contiguous", "zigzag", "striped", "doc-zigzag"}))
       ->capture_default_str();
   app.add_flag("--causal", o.causal, "causal mask");
   add_window_flag(app, o.window);

@@ -145,8 +145,8 @@ int plan_command(const PlanOptions& o) {
   if (o.shard == "auto" && !w.none()) {
     sharding = best_sharding(o.seq, o.causal, o.ranks, {}, w);
   } else if (o.shard == "auto") {
-    double imb[3];
-    for (int i = 0; i < 3; ++i) imb[i] = imbalance(pair_stats(kAutoOrder[i], o.seq, o.causal, o.ranks), o.ranks);
+    double imb[kShardings];
+    for (int i = 0; i < kShardings; ++i) imb[i] = imbalance(pair_stats(kAutoOrder[i], o.seq, o.causal, o.ranks), o.ranks);
     sharding = pick_balanced(imb);
   } else {
     sharding = parse_sharding(o.shard);

@@ -261,7 +261,8 @@ ProblemSetup setup_problem(const ProblemOptions& o) {
 
 void layouts_for(const GlobalProblem& p, int rank, int world, ShardLayout& q_layout, ShardLayout& kv_layout) {
   if (p.is_ring()) {
-    q_layout = shard_layout(p.sharding, p.q_len, rank, world);
+    const std::vector<int64_t> bounds = p.doc_bounds();
+    q_layout = shard_layout(p.sharding, p.q_len, rank, world, documents_of(bounds));
     kv_layout = q_layout;
   } else {
     q_layout.segments = {Segment{0, p.q_len, 1}};

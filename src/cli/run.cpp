@@ -68,7 +68,9 @@ namespace {
 // The bytes of the ring's K/V block, the same on every rank: packed K and V of the largest shard.
 size_t ring_block_bytes(const GlobalProblem& p, int world) {
   int64_t tokens = 0;
-  for (int r = 0; r < world; ++r) tokens = std::max(tokens, shard_layout(p.sharding, p.kv_len, r, world).tokens());
+  const std::vector<int64_t> bounds = p.doc_bounds();
+  for (int r = 0; r < world; ++r)
+    tokens = std::max(tokens, shard_layout(p.sharding, p.kv_len, r, world, documents_of(bounds)).tokens());
   return 2 * size_t(p.batch * p.kv_heads * tokens * p.head_dim) * size_t(dtype_size(p.dtype));
 }
 

@@ -151,7 +151,8 @@ RankStats run_ring_attention(const GlobalProblem& p, const LocalTensors& x, Back
   const auto t_setup = Clock::now();
   RowState rows(b, sched, x.out, x.lse);
   RingRoutes routes = ring_routes(p.sharding, p.q_len, p.causal, P, documents_of(doc_bounds), p.window);
-  BlockRing ring(b, t, x.k, x.v, shard_tokens(p.sharding, p.q_len, P), flight_recorder(), std::move(routes.carried),
+  BlockRing ring(b, t, x.k, x.v, shard_tokens(p.sharding, p.q_len, P, documents_of(doc_bounds)), flight_recorder(),
+                 std::move(routes.carried),
                  std::move(routes.shipped));
   b.synchronize();
   st.setup_s = seconds_since(t_setup);

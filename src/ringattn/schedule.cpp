@@ -111,14 +111,14 @@ void add_calls(HopPlan& hop, const ShardLayout& local, const ShardLayout& remote
 
 RingSchedule::RingSchedule(Sharding sharding, int64_t seq_len, bool causal, int rank, int world, Documents docs,
                            Window window)
-    : local_(shard_layout(sharding, seq_len, rank, world)) {
+    : local_(shard_layout(sharding, seq_len, rank, world, docs)) {
   if (!docs.none() && docs.cu[docs.count] != seq_len)
     fail_arg("the documents cover {} tokens but the sequence has {}", docs.cu[docs.count], seq_len);
   hops_.resize(size_t(world));
   for (int s = 0; s < world; ++s) {
     HopPlan& hop = hops_[size_t(s)];
     hop.source_rank = ((rank - s) % world + world) % world;
-    add_calls(hop, local_, shard_layout(sharding, seq_len, hop.source_rank, world), causal, docs, window);
+    add_calls(hop, local_, shard_layout(sharding, seq_len, hop.source_rank, world, docs), causal, docs, window);
   }
 }
 
@@ -179,21 +179,21 @@ double sharding_imbalance(Sharding sharding, int64_t seq_len, bool causal, int w
   return sum > 0 ? to_double(max) * world / to_double(sum) : 1.0;
 }
 
-Sharding pick_balanced(const double (&imbalance)[3], const double (*traffic)[3]) {
+Sharding pick_balanced(const double (&imbalance)[kShardings], const double (*traffic)[kShardings]) {
   int best = 0;
-  for (int i = 1; i < 3; ++i)
+  for (int i = 1; i < kShardings; ++i)
     if (imbalance[i] < imbalance[best] - 1e-12) best = i;
   if (traffic == nullptr) return kAutoOrder[best];
   int pick = -1;
-  for (int i = 0; i < 3; ++i)
+  for (int i = 0; i < kShardings; ++i)
     if (imbalance[i] <= imbalance[best] * kTrafficTolerance + 1e-12 && (pick < 0 || (*traffic)[i] < (*traffic)[pick]))
       pick = i;
   return kAutoOrder[pick];
 }
 
 Sharding best_sharding(int64_t seq_len, bool causal, int world, Documents docs, Window window) {
-  double imb[3], traffic[3];
-  for (int i = 0; i < 3; ++i) {
+  double imb[kShardings], traffic[kShardings];
+  for (int i = 0; i < kShardings; ++i) {
     imb[i] = sharding_imbalance(kAutoOrder[i], seq_len, causal, world, docs, window);
     if (window.none()) continue;
     const RingRoutes routes = ring_routes(kAutoOrder[i], seq_len, causal, world, docs, window);

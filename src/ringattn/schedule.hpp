@@ -76,9 +76,12 @@ double sharding_imbalance(Sharding sharding, int64_t seq_len, bool causal, int w
 // masks, where the bytes depend on the sharding: tokens all ranks send): among the shardings
 // within kTrafficTolerance of the best imbalance, the least traffic (contiguous shards send a
 // block one hop for a window no longer than a shard; zigzag sends blocks the whole ring).
-inline constexpr Sharding kAutoOrder[3] = {Sharding::Zigzag, Sharding::Contiguous, Sharding::Striped};
+// doc-zigzag comes last: without documents it is zigzag, which the tie then keeps.
+inline constexpr int kShardings = 4;
+inline constexpr Sharding kAutoOrder[kShardings] = {Sharding::Zigzag, Sharding::Contiguous, Sharding::Striped,
+                                                    Sharding::DocZigzag};
 inline constexpr double kTrafficTolerance = 1.05;
-Sharding pick_balanced(const double (&imbalance)[3], const double (*traffic)[3] = nullptr);
+Sharding pick_balanced(const double (&imbalance)[kShardings], const double (*traffic)[kShardings] = nullptr);
 
 // The sharding with the best balance for this mask and these documents (`--shard auto`):
 // pick_balanced over sharding_imbalance (and, with a window, the tokens block_routes sends).

@@ -16,6 +16,7 @@ const char* sharding_name(Sharding s) {
     case Sharding::Contiguous: return "contiguous";
     case Sharding::Zigzag: return "zigzag";
     case Sharding::Striped: return "striped";
+    case Sharding::DocZigzag: return "doc-zigzag";
   }
   return "?";
 }
@@ -24,7 +25,8 @@ Sharding parse_sharding(const std::string& name) {
   if (name == "contiguous") return Sharding::Contiguous;
   if (name == "zigzag") return Sharding::Zigzag;
   if (name == "striped") return Sharding::Striped;
-  fail_arg("unknown sharding '{}': allowed are contiguous, zigzag, striped", name);
+  if (name == "doc-zigzag") return Sharding::DocZigzag;
+  fail_arg("unknown sharding '{}': allowed are contiguous, zigzag, striped, doc-zigzag", name);
 }
 
 int64_t ShardLayout::tokens() const {
@@ -69,12 +71,25 @@ void check_shardable(Sharding /*s*/, int64_t seq_len, int world) {
   if (seq_len < 1) fail_arg("sequence length must be >= 1 (got {})", seq_len);
 }
 
-ShardLayout shard_layout(Sharding s, int64_t seq_len, int rank, int world) {
+ShardLayout shard_layout(Sharding s, int64_t seq_len, int rank, int world, Documents docs) {
   check_shardable(s, seq_len, world);
   if (rank < 0 || rank >= world) fail_arg("rank {} is outside the world of {} ranks", rank, world);
+  if (s == Sharding::DocZigzag && !docs.none() && docs.cu[docs.count] != seq_len)
+    fail_arg("doc-zigzag sharding: the documents cover {} tokens but the sequence has {}", docs.cu[docs.count], seq_len);
   const int64_t P = world, r = rank;
   std::vector<Segment> raw;
   switch (s) {
+    case Sharding::DocZigzag:
+      if (docs.none()) return shard_layout(Sharding::Zigzag, seq_len, rank, world);
+      for (int64_t d = 0; d < docs.count; ++d) {  // chunks r and 2P-1-r of every document
+        const int64_t a = docs.cu[d], n = docs.cu[d + 1] - a;
+        for (const int64_t c : {r, 2 * P - 1 - r}) {
+          Segment g = chunk(c, n, 2 * P);
+          g.start += a;
+          raw.push_back(g);
+        }
+      }
+      break;
     case Sharding::Contiguous:
       raw.push_back(chunk(r, seq_len, P));
       break;
@@ -103,9 +118,9 @@ ShardLayout shard_layout(Sharding s, int64_t seq_len, int rank, int world) {
   return l;
 }
 
-std::vector<int64_t> shard_tokens(Sharding s, int64_t seq_len, int world) {
+std::vector<int64_t> shard_tokens(Sharding s, int64_t seq_len, int world, Documents docs) {
   std::vector<int64_t> n(size_t(world > 0 ? world : 0));
-  for (int r = 0; r < world; ++r) n[size_t(r)] = shard_layout(s, seq_len, r, world).tokens();
+  for (int r = 0; r < world; ++r) n[size_t(r)] = shard_layout(s, seq_len, r, world, docs).tokens();
   return n;
 }
 

@@ -7,6 +7,8 @@
 #include <string>
 #include <vector>
 
+#include "core/mask.hpp"
+
 namespace ringattn {
 
 // ---------------------------------------------------------------------------------------------
@@ -16,10 +18,11 @@ enum class Sharding : uint8_t {
   Contiguous = 0,  // rank r holds tokens [r*N/P, (r+1)*N/P)
   Zigzag = 1,      // N in 2P chunks; rank r holds chunks r and 2P-1-r (balances causal work)
   Striped = 2,     // token t on rank t mod P
+  DocZigzag = 3,   // zigzag inside every packed document (TransformerEngine's); zigzag without documents
 };
 
-const char* sharding_name(Sharding s);  // "contiguous", "zigzag", "striped"
-// Parses "contiguous|zigzag|striped"; throws InvalidArgument naming the allowed values.
+const char* sharding_name(Sharding s);  // "contiguous", "zigzag", "striped", "doc-zigzag"
+// Parses "contiguous|zigzag|striped|doc-zigzag"; throws InvalidArgument naming the allowed values.
 Sharding parse_sharding(const std::string& name);
 
 // An arithmetic run of global token positions: start, start + stride, ..., len of them.
@@ -49,10 +52,13 @@ void check_shardable(Sharding s, int64_t seq_len, int world);
 
 // The layout of `rank` out of `world` for a sequence of `seq_len` tokens. Calls check_shardable.
 // Segments are never empty; a world of one is one segment [0, seq_len) under every scheme.
-ShardLayout shard_layout(Sharding s, int64_t seq_len, int rank, int world);
+// doc-zigzag cuts every document of `docs` (core/mask.hpp; covering [0, seq_len)) into 2P chunks
+// and gives rank r chunks r and 2P-1-r of each, document by document, so causal work inside
+// every document is balanced; without documents it is zigzag.
+ShardLayout shard_layout(Sharding s, int64_t seq_len, int rank, int world, Documents docs = {});
 
 // The tokens every rank holds (shard_layout(...).tokens() for rank 0 .. world - 1).
-std::vector<int64_t> shard_tokens(Sharding s, int64_t seq_len, int world);
+std::vector<int64_t> shard_tokens(Sharding s, int64_t seq_len, int world, Documents docs = {});
 
 // The contiguous KV split of distributed decode: rank r holds keys [r*S/P, (r+1)*S/P) (floor
 // division, so any S works; a rank may hold none when S < P).

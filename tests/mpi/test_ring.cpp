@@ -34,7 +34,8 @@ void PrintTo(const RingCase& c, std::ostream* os) {
 
 std::string case_name(const ::testing::TestParamInfo<RingCase>& i) {
   const RingCase& c = i.param;
-  return fmt::format("{}_{}_b{}h{}kv{}d{}_{}{}{}{}_{}", sharding_name(c.sharding), c.causal ? "causal" : "full",
+  return fmt::format("{}_{}_b{}h{}kv{}d{}_{}{}{}{}_{}", c.sharding == Sharding::DocZigzag ? "doczigzag" : sharding_name(c.sharding),
+                     c.causal ? "causal" : "full",
                      c.batch, c.q_heads, c.kv_heads, c.dim, dtype_name(c.dtype), c.bthd ? "_bthd" : "",
                      c.progress == MpiProgress::Nonblocking ? "_nonblocking" : "",
                      c.len > 0 ? fmt::format("_n{}", c.len) : "", i.index) +
@@ -95,9 +96,11 @@ TEST_P(RingAttention, MatchesOracleAndWorldOfOneAndIsDeterministic) {
   p.sharding = c.sharding;
   p.doc_lens = c.docs;
   p.window = c.window;
+  const std::vector<int64_t> bounds = p.doc_bounds();
+  const Documents docs = documents_of(bounds);  // doc-zigzag lays shards out by document
   SCOPED_TRACE(fmt::format("seed {} rank {} of {} N {}", seed, r, P, p.q_len));
 
-  const ShardLayout layout = shard_layout(p.sharding, p.q_len, r, P);
+  const ShardLayout layout = shard_layout(p.sharding, p.q_len, r, P, docs);
   RingShard shard(p, layout, seed, c.bthd);
   auto backend = make_cpu_backend();
   auto transport = make_mpi_transport(MPI_COMM_WORLD, c.progress);
@@ -113,11 +116,11 @@ TEST_P(RingAttention, MatchesOracleAndWorldOfOneAndIsDeterministic) {
   uint64_t want_bytes = 0;
   for (int s = 0; s + 1 < P; ++s) {
     const int q = (r - s + P) % P;
-    const ShardLayout kl = shard_layout(p.sharding, p.q_len, q, P);
+    const ShardLayout kl = shard_layout(p.sharding, p.q_len, q, P, docs);
     bool needed = false;
     int64_t lo = kl.tokens(), hi = -1;  // rows of q's shard seen by any other rank
     for (int h = 1; h < P; ++h) {
-      const ShardLayout ql = shard_layout(p.sharding, p.q_len, (q + h) % P, P);
+      const ShardLayout ql = shard_layout(p.sharding, p.q_len, (q + h) % P, P, docs);
       for (int64_t i = 0; i < ql.tokens(); ++i)
         for (int64_t j = 0; j < kl.tokens(); ++j)
           if (test_visible(c, ql.global_position(i), kl.global_position(j))) {
@@ -137,9 +140,9 @@ TEST_P(RingAttention, MatchesOracleAndWorldOfOneAndIsDeterministic) {
   int want_hops = 1;
   for (int x = 0; x < P; ++x)
     for (int s = 0; s + 1 < P; ++s) {
-      const ShardLayout kl = shard_layout(p.sharding, p.q_len, ((x - s) % P + P) % P, P);
+      const ShardLayout kl = shard_layout(p.sharding, p.q_len, ((x - s) % P + P) % P, P, docs);
       for (int h = 1; s + h < P && want_hops < s + 2; ++h) {
-        const ShardLayout ql = shard_layout(p.sharding, p.q_len, (x + h) % P, P);
+        const ShardLayout ql = shard_layout(p.sharding, p.q_len, (x + h) % P, P, docs);
         for (int64_t i = 0; i < ql.tokens() && want_hops < s + 2; ++i)
           for (int64_t j = 0; j < kl.tokens() && want_hops < s + 2; ++j)
             if (test_visible(c, ql.global_position(i), kl.global_position(j))) want_hops = s + 2;
@@ -229,14 +232,14 @@ std::vector<RingCase> ring_cases() {
       }
   v.push_back({Sharding::Zigzag, true, 1, 2, 1, 0, 16, DType::F16, true, MpiProgress::Nonblocking, 5});
   // Packed documents: of length 1, shorter than a shard, and spanning several ranks.
-  for (Sharding sh : {Sharding::Contiguous, Sharding::Zigzag, Sharding::Striped})
+  for (Sharding sh : {Sharding::Contiguous, Sharding::Zigzag, Sharding::Striped, Sharding::DocZigzag})
     for (bool causal : {true, false}) {
       v.push_back({sh, causal, 1, 4, 2, 0, 8, DType::F32, false, MpiProgress::Auto, 19, {1, 5, 1, 9, 3}});
       v.push_back({sh, causal, 2, 2, 1, 0, 16, DType::F32, sh == Sharding::Zigzag, MpiProgress::Auto, 78, {37, 1, 40}});
     }
   // Sliding windows: narrower than a shard (one hop for contiguous), wider than one, a right edge
   // without causal, over odd lengths and packed documents.
-  for (Sharding sh : {Sharding::Contiguous, Sharding::Zigzag, Sharding::Striped})
+  for (Sharding sh : {Sharding::Contiguous, Sharding::Zigzag, Sharding::Striped, Sharding::DocZigzag})
     for (bool causal : {true, false}) {
       v.push_back({sh, causal, 1, 4, 2, 0, 8, DType::F32, false, MpiProgress::Auto, 77, {}, {5, causal ? 0 : 3}});
       v.push_back({sh, causal, 1, 2, 1, 0, 16, DType::F32, sh == Sharding::Striped, MpiProgress::Auto, 101, {}, {40, -1}});

@@ -75,12 +75,12 @@ TEST(RingSchedule, UnequalStridesAreRejected) {
 // (for the rank's hops in order; `remote(rank)` is the layout of a block's source).
 using PairTally = std::map<std::pair<int64_t, int64_t>, int>;
 void tally_calls(const RingSchedule& s, Sharding sh, int64_t N, int P, int r, PairTally& count,
-                 const std::vector<char>* routes = nullptr) {
+                 const std::vector<char>* routes = nullptr, Documents docs = {}) {
   ASSERT_EQ(int(s.hops().size()), P);
   for (int h = 0; h < P; ++h) {
     const HopPlan& hop = s.hops()[size_t(h)];
     ASSERT_EQ(hop.source_rank, ((r - h) % P + P) % P);
-    const ShardLayout remote = shard_layout(sh, N, hop.source_rank, P);
+    const ShardLayout remote = shard_layout(sh, N, hop.source_rank, P, docs);
     for (const PairCall& c : hop.calls) {
       ASSERT_GT(c.visible_pairs, 0);
       for (int64_t i = 0; i < c.q_rows; ++i)
@@ -134,7 +134,7 @@ TEST(RingSchedule, DocumentsAreCoveredExactlyOnceAndNeverCrossed) {
     for (size_t d = 0; d + 1 < cu.size(); ++d)
       for (int64_t t = cu[d]; t < cu[d + 1]; ++t) doc_of[size_t(t)] = int64_t(d);
     const Documents docs{cu.data(), int64_t(cu.size()) - 1};
-    for (Sharding sh : {Sharding::Contiguous, Sharding::Zigzag, Sharding::Striped})
+    for (Sharding sh : {Sharding::Contiguous, Sharding::Zigzag, Sharding::Striped, Sharding::DocZigzag})
       for (int P = 1; P <= 4; ++P)
         for (bool causal : {false, true}) {
           SCOPED_TRACE(testing::Message() << sharding_name(sh) << " P=" << P << " N=" << N << " causal=" << causal);
@@ -142,7 +142,7 @@ TEST(RingSchedule, DocumentsAreCoveredExactlyOnceAndNeverCrossed) {
           int64_t total = 0;
           for (int r = 0; r < P; ++r) {
             const RingSchedule s(sh, N, causal, r, P, docs);
-            tally_calls(s, sh, N, P, r, count);
+            tally_calls(s, sh, N, P, r, count, nullptr, docs);
             total += int64_t(s.visible_pairs());
           }
           for (const auto& [pair, n] : count) {
@@ -167,7 +167,7 @@ TEST(RingSchedule, WindowsAreCoveredExactlyOnceAndHopsStopEarly) {
   const std::vector<Window> windows = {{0, 0}, {1, -1}, {3, 2}, {-1, 1}, {6, 0}, {20, -1}, {2, 5}};
   for (const std::vector<int64_t>& lens : packings)
     for (const Window& w : windows)
-      for (Sharding sh : {Sharding::Contiguous, Sharding::Zigzag, Sharding::Striped})
+      for (Sharding sh : {Sharding::Contiguous, Sharding::Zigzag, Sharding::Striped, Sharding::DocZigzag})
         for (int P = 1; P <= 4; ++P)
           for (bool causal : {false, true}) {
             if (causal && w.right > 0) continue;  // refused by validate_problem
@@ -182,7 +182,7 @@ TEST(RingSchedule, WindowsAreCoveredExactlyOnceAndHopsStopEarly) {
             int64_t total = 0;
             for (int r = 0; r < P; ++r) {
               const RingSchedule s(sh, N, causal, r, P, docs, w);
-              tally_calls(s, sh, N, P, r, count, &routes);
+              tally_calls(s, sh, N, P, r, count, &routes, docs);
               total += int64_t(s.visible_pairs());
             }
             int64_t want = 0;
@@ -233,12 +233,12 @@ TEST(RingSchedule, BestShardingIsTheBestBalanced) {
         for (int64_t n : lens) cu.push_back(cu.back() + n);
         const int64_t N = lens.empty() ? 3000 : cu.back();
         const Documents docs = lens.empty() ? Documents{} : Documents{cu.data(), int64_t(lens.size())};
-        double imb[3];
-        for (int i = 0; i < 3; ++i) imb[i] = sharding_imbalance(kAutoOrder[i], N, causal, P, docs);
+        double imb[kShardings];
+        for (int i = 0; i < kShardings; ++i) imb[i] = sharding_imbalance(kAutoOrder[i], N, causal, P, docs);
         const Sharding best = best_sharding(N, causal, P, docs);
         int bi = 0;
         while (kAutoOrder[bi] != best) ++bi;
-        for (int i = 0; i < 3; ++i) {
+        for (int i = 0; i < kShardings; ++i) {
           EXPECT_LE(imb[bi], imb[i] + 1e-12) << "P=" << P << " docs " << lens.size();
           if (i < bi) EXPECT_GT(imb[i], imb[bi] + 1e-12) << "a tie goes to the earlier sharding";
         }

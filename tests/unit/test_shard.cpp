@@ -94,6 +94,42 @@ TEST(Shard, AdjacentChunksBecomeOneSegment) {
   }
 }
 
+// doc-zigzag: every document is cut into 2P near-equal chunks and rank r holds chunks r and
+// 2P-1-r of each, in document order; together the ranks hold every token once; without documents
+// it is zigzag.
+TEST(Shard, DocZigzagCutsEveryDocument) {
+  const std::vector<std::vector<int64_t>> packings = {{1}, {5, 1, 1, 9, 3}, {17}, {2, 30, 1, 4}, {40, 3}};
+  for (const std::vector<int64_t>& lens : packings)
+    for (int P = 1; P <= 4; ++P) {
+      std::vector<int64_t> cu{0};
+      for (int64_t n : lens) cu.push_back(cu.back() + n);
+      const Documents docs{cu.data(), int64_t(lens.size())};
+      const int64_t N = cu.back();
+      std::vector<int> owner(size_t(N), -1);
+      for (int r = 0; r < P; ++r) {
+        const ShardLayout l = shard_layout(Sharding::DocZigzag, N, r, P, docs);
+        std::vector<int64_t> want;  // the positions rank r should hold, in row order
+        for (size_t d = 0; d < lens.size(); ++d)
+          for (const int64_t c : {int64_t(r), int64_t(2 * P - 1 - r)})
+            for (int64_t t = c * lens[d] / (2 * P); t < (c + 1) * lens[d] / (2 * P); ++t) want.push_back(cu[d] + t);
+        ASSERT_EQ(l.tokens(), int64_t(want.size())) << "P=" << P << " rank " << r;
+        for (int64_t i = 0; i < l.tokens(); ++i) {
+          const int64_t pos = l.global_position(i);
+          ASSERT_EQ(pos, want[size_t(i)]) << "P=" << P << " rank " << r << " row " << i;
+          ASSERT_EQ(owner[size_t(pos)], -1) << "token " << pos << " held twice";
+          owner[size_t(pos)] = r;
+        }
+        for (const Segment& g : l.segments) ASSERT_GT(g.len, 0);
+      }
+      for (int64_t t = 0; t < N; ++t) ASSERT_GE(owner[size_t(t)], 0) << "token " << t << " held by no rank";
+    }
+  for (int P = 1; P <= 4; ++P)
+    for (int r = 0; r < P; ++r)
+      EXPECT_EQ(shard_layout(Sharding::DocZigzag, 77, r, P).tokens(), shard_layout(Sharding::Zigzag, 77, r, P).tokens());
+  EXPECT_EQ(parse_sharding("doc-zigzag"), Sharding::DocZigzag);
+  EXPECT_STREQ(sharding_name(Sharding::DocZigzag), "doc-zigzag");
+}
+
 TEST(Shard, ValuesThatCannotWorkAreNamed) {
   auto message = [](auto&& f) -> std::string {
     try {
