@@ -60,6 +60,52 @@ struct SizeResult {
   int64_t grad_nonfinite = 0;
 };
 
+// One call of the implementation on every rank (the flash call synchronized).
+RankStats call_once(const std::string& impl, const GlobalProblem& p, LocalProblem& local, World& w,
+                    const ringattn::RunOptions& ro) {
+  if (impl == "naive") return run_naive(p, local);
+  RankStats stats;
+  try {
+    stats = run_attention(p, local.views, *w.backend, *w.transport, ro);
+  } catch (const InvalidArgument& e) {
+    throw CollectiveError(e.what());
+  }
+  w.backend->synchronize();
+  return stats;
+}
+
+// The slowest rank's `dt` (collective).
+double slowest(Transport& t, double dt, int world) {
+  std::vector<double> all(static_cast<size_t>(world), 0.0);
+  t.allgather(&dt, all.data(), sizeof(double));
+  return *std::max_element(all.begin(), all.end());
+}
+
+// The time of one call by --timer: per-call, the median over the iterations of barrier, call and
+// synchronize (slowest rank each); batch, the iterations back to back after one barrier, the total
+// over the iterations (slowest rank). `stats` is the last call's.
+double time_calls(const BenchOptions& o, const std::string& impl, const GlobalProblem& p, LocalProblem& local,
+                  World& w, const ringattn::RunOptions& ro, RankStats& stats) {
+  Transport& t = *w.transport;
+  for (int it = 0; o.timer == "batch" && it < o.warmup; ++it) stats = call_once(impl, p, local, w, ro);
+  if (o.timer == "batch") {
+    t.barrier();
+    const auto t0 = std::chrono::steady_clock::now();
+    for (int it = 0; it < o.iters; ++it) stats = call_once(impl, p, local, w, ro);
+    return slowest(t, seconds_since(t0), w.size) / o.iters;
+  }
+  std::vector<double> times;
+  for (int it = 0; it < o.warmup + o.iters; ++it) {
+    t.barrier();
+    const auto t0 = std::chrono::steady_clock::now();
+    stats = call_once(impl, p, local, w, ro);
+    const double dt = slowest(t, seconds_since(t0), w.size);
+    if (it >= o.warmup) times.push_back(dt);
+  }
+  std::sort(times.begin(), times.end());
+  return times[times.size() / 2];
+}
+
 // One size, one implementation, on every rank.
 SizeResult bench_size(const BenchOptions& o, GlobalProblem p, InputSource& src, World& w, const std::string& impl) {
   Transport& t = *w.transport;
@@ -73,29 +119,8 @@ SizeResult bench_size(const BenchOptions& o, GlobalProblem p, InputSource& src, 
   ringattn::RunOptions ro;
   ro.tile_q = o.problem.tile_q;
   ro.tile_k = o.problem.tile_k;
-  std::vector<double> times;
   RankStats stats;
-  for (int it = 0; it < o.warmup + o.iters; ++it) {
-    t.barrier();
-    const auto t0 = std::chrono::steady_clock::now();
-    if (impl == "naive") {
-      stats = run_naive(p, local);
-    } else {
-      try {
-        stats = run_attention(p, local.views, *w.backend, t, ro);
-      } catch (const InvalidArgument& e) {
-        throw CollectiveError(e.what());
-      }
-      w.backend->synchronize();
-    }
-    double dt = seconds_since(t0);
-    // The slowest rank sets the time of an iteration.
-    std::vector<double> all(size_t(w.size));
-    t.allgather(&dt, all.data(), sizeof(double));
-    if (it >= o.warmup) times.push_back(*std::max_element(all.begin(), all.end()));
-  }
-  std::sort(times.begin(), times.end());
-  r.median_s = times[times.size() / 2];
+  r.median_s = time_calls(o, impl, p, local, w, ro, stats);
   const HostResult result = copy_result(p, local, *w.backend);
   CheckResult chk;
   r.checked = o.check && impl != "naive";
@@ -142,6 +167,9 @@ void print_header(std::FILE* f, const BenchOptions& o, const GlobalProblem& p, c
              "sent in one call\n");
   fmt::print(f, "# check: {}\n", o.check ? "fp64 naive reference (all rows when small, a seeded sample when large)"
                                        : "off (non-finite values still counted)");
+  fmt::print(f, "# time: {}\n", o.timer == "batch"
+                                    ? "batch: the iterations back to back, one synchronize at the end, total / iters"
+                                    : "per-call: barrier + call + synchronize per iteration, the median");
   fmt::print(f, "# rate: FLOP/s = 4 x batch x heads x dim x visible query-key pairs / time{}\n",
              decode_sweep(o) ? "; kv_GB/s = K and V read once per call (2 x batch x kv_heads x kv_len x dim x "
                                "dtype size) / time"
@@ -269,7 +297,7 @@ int finish_sweep(std::FILE* f, const BenchOptions& o, const World& w, const Glob
   nlohmann::json j = {{"command", "bench"},  {"impl", o.impl},       {"device", o.problem.device},
                       {"transport", w.transport_name}, {"world", w.size}, {"problem", problem_json(p)},
                       {"sweep", decode_sweep(o) ? "decode" : "ring"},
-                      {"iters", o.iters},    {"warmup", o.warmup},   {"sizes", rows},
+                      {"iters", o.iters},    {"warmup", o.warmup},   {"timer", o.timer}, {"sizes", rows},
                       {"ranks", ranks_json(ranks)},    {"pass", all_ok},
                       {"checked", any_checked}};
   for (const char* k : {"q_len", "kv_len", "q_offset"}) j["problem"].erase(k);  // per size, in "sizes"

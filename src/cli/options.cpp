@@ -205,6 +205,11 @@ void add_bench_flags(CLI::App& app, BenchOptions& o) {
       ->capture_default_str();
   app.add_option("-n,--iters", o.iters, "timed iterations per size")->check(int_range<int>(1))->capture_default_str();
   app.add_option("-w,--warmup", o.warmup, "untimed iterations per size")->check(int_range<int>(0))->capture_default_str();
+  app.add_option("--timer", o.timer,
+                 "per-call: barrier + call + synchronize per iteration, the median; batch: the iterations back to "
+                 "back between one barrier and one synchronize, the mean (as the peers are timed)")
+      ->check(CLI::IsMember({"per-call", "batch"}))
+      ->capture_default_str();
   app.add_option("--docs", o.docs,
                  "packed documents at every size, drawn from the seed: uniform:MAX (lengths uniform in [1, MAX] "
                  "until the sequence is full) or fixed:L (length L; the last may be shorter)");

@@ -55,6 +55,10 @@ struct BenchOptions {
   int64_t seq_min = 1024, seq_max = 8192;
   double seq_factor = 2.0;
   int iters = 5, warmup = 1;
+  // per-call: barrier, one call, synchronize, per iteration (the median of the slowest rank);
+  // batch: the iterations back to back after one barrier, one synchronize at the end, total / iters
+  // (how shared/bench/peers.py times the peers: short calls are not charged a barrier each).
+  std::string timer = "per-call";
   std::string impl = "flash";  // flash | naive (the fp64 oracle, CPU, one process)
   std::string docs;            // packed documents per size: "uniform:MAX" or "fixed:L" (empty: none)
   bool check = true;

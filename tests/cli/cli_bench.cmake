@@ -46,3 +46,13 @@ step(EXPECT_RC 1 COMMAND ${RINGATTN} bench --kv-seq 512 -b 256 -e 1024 --causal
 step(EXPECT_RC 1 COMMAND ${RINGATTN} bench -b 64 -e 64 --causal --q-offset 3
      STDERR "--q-offset 3 applies to bench only with --kv-seq")
 step(EXPECT_RC 1 COMMAND ${RINGATTN} bench --kv-seq 0 STDERR "--kv-seq: must be an integer in 1..9223372036854775807")
+# --timer batch: the iterations back to back, said in the header and the JSON; a bad value is refused.
+step(EXPECT_RC 0 COMMAND ${RINGATTN} bench -b 64 -e 128 -n 3 -w 1 --causal --timer batch --json tb.json
+     STDOUT "# time: batch: the iterations back to back" "# Result: OK")
+file(READ ${WORK_DIR}/tb.json json)
+string(JSON timer GET "${json}" timer)
+if(NOT timer STREQUAL "batch")
+  message(FATAL_ERROR "tb.json: timer '${timer}' (want batch)")
+endif()
+step(EXPECT_RC 0 COMMAND ${RINGATTN} bench -b 64 -e 64 -n 1 -w 0 STDOUT "# time: per-call: barrier")
+step(EXPECT_RC 1 COMMAND ${RINGATTN} bench -b 64 -e 64 --timer events STDERR "--timer: events not in")
