@@ -34,6 +34,11 @@ class Backend {
   virtual void merge(const MergeParams& p) = 0;
   virtual void finalize(const FinalizeParams& p) = 0;
   virtual void fill_empty(const StateView& s) = 0;
+  // fp32 views of one shape, any strides: x := 0, and dst += src (the ring backward's gradient
+  // accumulators). The defaults work on host memory in place and stage device memory through the
+  // host row by row (correct on any backend; a device backend may override them with kernels).
+  virtual void zero_f32(const TensorView& x);
+  virtual void add_f32(const TensorView& dst, const TensorView& src);
   virtual void synchronize() = 0;
   // Bound in seconds on synchronize() (--timeout): a device backend polls its stream and throws
   // RuntimeError past it instead of blocking for good. Host backends have nothing to wait for.

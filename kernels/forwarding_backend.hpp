@@ -25,6 +25,8 @@ class ForwardingBackend : public Backend {
   void merge(const MergeParams& p) override { inner_.merge(p); }
   void finalize(const FinalizeParams& p) override { inner_.finalize(p); }
   void fill_empty(const StateView& s) override { inner_.fill_empty(s); }
+  void zero_f32(const TensorView& x) override { inner_.zero_f32(x); }
+  void add_f32(const TensorView& dst, const TensorView& src) override { inner_.add_f32(dst, src); }
   void synchronize() override { inner_.synchronize(); }
   void set_wait_timeout(double seconds) override { inner_.set_wait_timeout(seconds); }
   void* stream() const override { return inner_.stream(); }

@@ -16,7 +16,7 @@ constexpr uint32_t kMagic = 0x52494e47;  // "RING": catches a peer running somet
 // Fixed size and trivially copyable: it travels as bytes through Transport::allgather.
 struct Description {
   uint32_t magic = kMagic, version = kProblemVersion;
-  int32_t world = 0, operation = 0;  // operation: 1 ring, 2 decode
+  int32_t world = 0, operation = 0;  // operation: 1 ring, 2 decode, 3 ring backward
   int64_t batch = 0, q_heads = 0, kv_heads = 0, q_len = 0, kv_len = 0, head_dim = 0, q_offset = 0;
   int64_t doc_count = 0, doc_hash = 0;  // packed documents: how many, and a hash of their lengths
   int64_t window_left = -1, window_right = -1;
@@ -35,7 +35,7 @@ int64_t hash_lengths(const std::vector<int64_t>& lens) {
 Description describe(const GlobalProblem& p, const LocalVerdict& local, int world) {
   Description d;
   d.world = world;
-  d.operation = p.is_ring() && !local.decode ? 1 : 2;
+  d.operation = local.backward ? 3 : p.is_ring() && !local.decode ? 1 : 2;
   d.batch = p.batch;
   d.q_heads = p.q_heads;
   d.kv_heads = p.kv_heads;
@@ -49,7 +49,7 @@ Description describe(const GlobalProblem& p, const LocalVerdict& local, int worl
   d.window_right = p.window.right;
   d.dtype = uint32_t(p.dtype);
   d.causal = p.causal ? 1 : 0;
-  d.sharding = d.operation == 1 ? uint32_t(p.sharding) : 0;  // decode always splits KV contiguously
+  d.sharding = d.operation != 2 ? uint32_t(p.sharding) : 0;  // decode always splits KV contiguously
   const float s = p.resolved_scale();
   std::memcpy(&d.scale_bits, &s, 4);
   d.k_layout = local.k_layout;
@@ -72,7 +72,8 @@ std::string first_difference(const Description& a, const Description& ref, int r
   };
   const std::pair<const char*, std::pair<int64_t, int64_t>> ints[] = {
       {"magic", {a.magic, ref.magic}},          {"version", {a.version, ref.version}},
-      {"world size", {a.world, ref.world}},     {"operation (1 ring, 2 decode)", {a.operation, ref.operation}},
+      {"world size", {a.world, ref.world}},
+      {"operation (1 ring, 2 decode, 3 ring backward)", {a.operation, ref.operation}},
       {"batch", {a.batch, ref.batch}},          {"q_heads", {a.q_heads, ref.q_heads}},
       {"kv_heads", {a.kv_heads, ref.kv_heads}}, {"q_len", {a.q_len, ref.q_len}},
       {"kv_len", {a.kv_len, ref.kv_len}},       {"head_dim", {a.head_dim, ref.head_dim}},

@@ -15,6 +15,7 @@ namespace ringattn {
 struct LocalVerdict {
   uint32_t k_layout = 0, v_layout = 0;
   bool decode = false;  // run_distributed_decode (also of a self-attention shaped problem)
+  bool backward = false;  // run_attention_backward: a rank running the forward disagrees
   std::string error;
 };
 

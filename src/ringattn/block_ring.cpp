@@ -11,11 +11,10 @@
 #include "ringattn/schedule.hpp"
 
 namespace ringattn {
-namespace {
 
 // A transport failure, restated with what the ring was doing: the hop, the peers and the bytes
 // (the transport knows its own exchange count, not the runner's hop).
-[[noreturn]] void hop_failed(int r, int P, int s, size_t bytes, const char* stage, const std::exception& e) {
+void ring_hop_failed(int r, int P, int s, size_t bytes, const char* stage, const std::exception& e) {
   const std::string who = fmt::format("rank {} on {}: ", r, host_name());
   std::string cause = e.what();
   if (cause.rfind(who, 0) == 0) cause.erase(0, who.size());  // said once is enough
@@ -23,7 +22,15 @@ namespace {
                                  s, P, stage, bytes, (r + 1) % P, (r + P - 1) % P, cause));
 }
 
-}  // namespace
+std::unique_ptr<StagingTransport> staging_for(Backend& b, Transport& t, size_t capacity) {
+  if (!b.device_memory() || t.accepts_device_memory()) return nullptr;
+  DeviceCopies copies{[&b](void* host, const void* dev, size_t n) { b.copy_to_host(host, dev, n); },
+                      [&b](void* dev, const void* host, size_t n) {
+                        b.copy_from_host(dev, host, n);
+                        b.synchronize();
+                      }};
+  return std::make_unique<StagingTransport>(t, std::move(copies), capacity);
+}
 
 BlockRing::BlockRing(Backend& b, Transport& t, const TensorView& k, const TensorView& v, std::vector<int64_t> tokens,
                      FlightRecorder& recorder, std::vector<char> carried, std::vector<KeyRange> shipped)
@@ -46,14 +53,7 @@ BlockRing::BlockRing(Backend& b, Transport& t, const TensorView& k, const Tensor
   for (int q = 0; q < world_; ++q) most = std::max(most, travel(q).size());
   const size_t capacity = 2 * token_bytes_ * size_t(std::max<int64_t>(most, 1));  // never a 0-byte buffer
   for (DeviceBuffer& blk : blocks_) blk = DeviceBuffer(b, capacity);
-  if (b.device_memory() && !t.accepts_device_memory()) {
-    DeviceCopies copies{[&b](void* host, const void* dev, size_t n) { b.copy_to_host(host, dev, n); },
-                        [&b](void* dev, const void* host, size_t n) {
-                          b.copy_from_host(dev, host, n);
-                          b.synchronize();
-                        }};
-    staging_ = std::make_unique<StagingTransport>(t, std::move(copies), capacity);
-  }
+  staging_ = staging_for(b, t, capacity);
   const KeyRange mine = travel(rank_);
   if (mine.empty()) return;  // nothing of this rank travels: its block is empty
   pack_block(b, blocks_[0].get(), k.rows(mine.begin, mine.size()));
@@ -80,7 +80,7 @@ uint64_t BlockRing::post(int hop) {
       exchange().forward_exchange(block(hop), send, block(hop + 1), recv);
   } catch (const std::exception& e) {
     recorder_.record(hop, HopEvent::Failed, next, send);
-    hop_failed(rank_, world_, hop, send, "posting the exchange", e);
+    ring_hop_failed(rank_, world_, hop, send, "posting the exchange", e);
   }
   return t_.bytes_sent() - before;
 }
@@ -91,7 +91,7 @@ void BlockRing::complete(int hop) {
     exchange().wait_exchange();
   } catch (const std::exception& e) {
     recorder_.record(hop, HopEvent::Failed, prev);
-    hop_failed(rank_, world_, hop, send_bytes(hop), "waiting for the exchange", e);
+    ring_hop_failed(rank_, world_, hop, send_bytes(hop), "waiting for the exchange", e);
   }
   outstanding_ = false;
   recorder_.record(hop, HopEvent::Completed, prev, recv_bytes(hop));

@@ -23,6 +23,15 @@
 
 namespace ringattn {
 
+// A transport failure at hop `hop` of rank `rank` (posting or waiting: `stage`), restated as a
+// RuntimeError naming the rank, its host, the hop, the peers and the bytes.
+[[noreturn]] void ring_hop_failed(int rank, int world, int hop, size_t bytes, const char* stage,
+                                  const std::exception& e);
+
+// Host staging over `t` for device buffers of up to `capacity` bytes when `b`'s memory is a
+// device's and `t` cannot take device pointers; null otherwise.
+std::unique_ptr<StagingTransport> staging_for(Backend& b, Transport& t, size_t capacity);
+
 class BlockRing {
  public:
   // Packs `k` and `v` into the first block when the world has more than one rank (a world of one

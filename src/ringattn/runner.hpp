@@ -23,8 +23,17 @@ struct LocalTensors {
   float* lse = nullptr;      // optional fp32 [batch, q_heads, q rows] contiguous, backend memory
 };
 
+// The ring backward's own tensors beside LocalTensors (whose out and lse are then the forward's
+// results, inputs here): dO in the shape and dtype of out, and the fp32 gradients, any strides:
+// dq in the shape of q, dk and dv in the shape of k. Every element of dq, dk and dv is written.
+struct BackwardTensors {
+  TensorView dout;
+  TensorView dq, dk, dv;
+};
+
 struct RunOptions {
   int tile_q = 0, tile_k = 0;  // CPU tile sizes: 0 (default) or 1..kMaxTile (kernels/params.hpp)
+  bool deterministic = false;  // backward: bitwise reproducible dq (BackwardParams::deterministic)
   int decode_splits = 0;       // split-KV chunks inside a rank for decode (0: default)
   bool check_agreement = true; // run agree_on_problem first (collective: all ranks or none)
 };
@@ -46,6 +55,22 @@ RankStats run_distributed_decode(const GlobalProblem& p, const LocalTensors& x, 
 // run_ring_attention when p.is_ring(), run_distributed_decode otherwise.
 RankStats run_attention(const GlobalProblem& p, const LocalTensors& x, Backend& b, Transport& t,
                         const RunOptions& opt = {});
+
+// The gradients of ring attention (p.is_ring()) for the loss whose gradient with respect to the
+// output is g.dout, after the forward (run_attention) wrote x.out and x.lse (required). Each rank
+// keeps its Q, O, LSE and dO and accumulates dQ; K and V travel around the ring over `t` as in the
+// forward (same schedule and routes), and their fp32 dK/dV accumulators travel over `grad_t`
+// one hop behind and come home at the end (ARCHITECTURE.md, "A second ring"). `grad_t` is a
+// second transport over the same ranks (MPI: another make_mpi_transport on the communicator; a
+// transport carries one exchange at a time); in a world of one it may be `t` itself. Ranks agree
+// on running a backward before the first hop (a rank running the forward disagrees by name).
+// Collective over both transports. The stats count the bytes of both rings.
+RankStats run_attention_backward(const GlobalProblem& p, const LocalTensors& x, const BackwardTensors& g, Backend& b,
+                                 Transport& t, Transport& grad_t, const RunOptions& opt = {});
+
+// Bytes rank `rank` sends in run_attention_backward: the K/V ring's (expected_ring_bytes) plus the
+// dK/dV ring's (fp32 dK and dV of the shipped rows, per exchange that carries an accumulator).
+uint64_t expected_backward_bytes(const GlobalProblem& p, int rank, int world);
 
 // Bytes rank `rank` sends through the ring exchange for `p` over `world` ranks: P - 1 hops, hop s
 // passing on the K and V of the tokens of rank (rank - s) mod P (shards may be uneven).

@@ -159,6 +159,10 @@ RingRoutes ring_routes(Sharding sharding, int64_t seq_len, bool causal, int worl
     }
   }
   routes.carried = std::move(carried);
+  routes.first_remote_hop.assign(P, world);
+  for (size_t q = 0; q < P; ++q)
+    for (size_t h = P; h-- > 1;)
+      if (need[q * P + h]) routes.first_remote_hop[q] = int(h);
   return routes;
 }
 
@@ -210,6 +214,25 @@ uint64_t ring_bytes_sent(const std::vector<char>& carried, const std::vector<int
   for (int s = 0; s + 1 < world; ++s) {
     const int q = ((rank - s) % world + world) % world;
     if (carried[size_t(q) * size_t(world) + size_t(s)]) bytes += token_bytes * uint64_t(tokens[size_t(q)]);
+  }
+  return bytes;
+}
+
+bool grad_exchange_carries(const RingRoutes& routes, int source, int exchange) {
+  return routes.first_remote_hop[size_t(source)] <= exchange - 1;
+}
+
+bool grad_exchange_runs(const RingRoutes& routes, int exchange, int world) {
+  for (int q = 0; q < world; ++q)
+    if (grad_exchange_carries(routes, q, exchange)) return true;
+  return false;
+}
+
+uint64_t grad_bytes_sent(const RingRoutes& routes, uint64_t token_bytes, int rank, int world) {
+  uint64_t bytes = 0;
+  for (int s = 1; s <= world; ++s) {
+    const int q = ((rank - s + 1) % world + world) % world;
+    if (grad_exchange_carries(routes, q, s)) bytes += token_bytes * uint64_t(routes.shipped[size_t(q)].size());
   }
   return bytes;
 }

@@ -103,6 +103,9 @@ std::vector<char> block_routes(Sharding sharding, int64_t seq_len, bool causal, 
 struct RingRoutes {
   std::vector<char> carried;     // block_routes
   std::vector<KeyRange> shipped;  // per source rank
+  // Per source rank q: the first hop h >= 1 at which rank q + h computes on q's block; P when
+  // none does. The ring backward's dK/dV accumulator of q's block travels from there on.
+  std::vector<int> first_remote_hop;
   std::vector<int64_t> shipped_tokens() const;
 };
 RingRoutes ring_routes(Sharding sharding, int64_t seq_len, bool causal, int world, Documents docs = {},
@@ -118,5 +121,17 @@ int ring_hops(const std::vector<char>& carried, int world);
 // (tokens: RingRoutes::shipped_tokens).
 uint64_t ring_bytes_sent(const std::vector<char>& carried, const std::vector<int64_t>& tokens, uint64_t token_bytes,
                          int rank, int world);
+
+// The ring backward's second ring (ARCHITECTURE.md, "A second ring"): the fp32 dK/dV accumulator
+// of rank q's block holds its shipped rows; it starts at the holder of hop f = first_remote_hop[q]
+// and moves one rank on per exchange until it is home at rank q (P - f exchanges). Exchange s
+// (1 <= s <= P) of rank r sends the accumulator of block (r - s + 1) on when f <= s - 1: the one
+// rank r computed into at hop s - 1. Whether exchange s of any rank sends anything (every rank
+// posts it then, or none does).
+bool grad_exchange_carries(const RingRoutes& routes, int source, int exchange);
+bool grad_exchange_runs(const RingRoutes& routes, int exchange, int world);
+// The bytes rank `rank` sends over the dK/dV ring: per exchange, shipped rows x token_bytes (dK
+// and dV of one token in fp32).
+uint64_t grad_bytes_sent(const RingRoutes& routes, uint64_t token_bytes, int rank, int world);
 
 }  // namespace ringattn
