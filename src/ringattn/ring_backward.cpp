@@ -177,8 +177,8 @@ RankStats run_attention_backward(const GlobalProblem& p, const LocalTensors& x, 
   const auto t_setup = Clock::now();
   RingRoutes routes = ring_routes(p.sharding, p.q_len, p.causal, P, documents_of(doc_bounds), p.window);
   GradRing grads(b, grad_t, x.k, routes, flight_recorder());
-  BlockRing kv(b, t, x.k, x.v, shard_tokens(p.sharding, p.q_len, P), flight_recorder(), std::move(routes.carried),
-               std::move(routes.shipped));
+  BlockRing kv(b, t, x.k, x.v, shard_tokens(p.sharding, p.q_len, P, documents_of(doc_bounds)), flight_recorder(),
+               std::move(routes.carried), std::move(routes.shipped));
   for (const TensorView* v : {&g.dq, &g.dk, &g.dv}) b.zero_f32(*v);
   b.synchronize();
   st.setup_s = seconds_since(t_setup);

@@ -26,7 +26,8 @@ struct BwdCase {
 
 std::string case_name(const ::testing::TestParamInfo<BwdCase>& i) {
   const BwdCase& c = i.param;
-  return fmt::format("{}_{}_b{}h{}kv{}d{}_n{}_{}", sharding_name(c.sharding), c.causal ? "causal" : "full", c.batch,
+  const char* shard = c.sharding == Sharding::DocZigzag ? "doczigzag" : sharding_name(c.sharding);  // no '-'
+  return fmt::format("{}_{}_b{}h{}kv{}d{}_n{}_{}", shard, c.causal ? "causal" : "full", c.batch,
                      c.q_heads, c.kv_heads, c.dim, c.len, dtype_name(c.dtype)) +
          (c.docs.empty() ? "" : fmt::format("_docs{}", c.docs.size())) +
          (c.window.none() ? "" : fmt::format("_window{}_{}", c.window.left + 1, c.window.right + 1)) +
@@ -60,6 +61,12 @@ GlobalProblem problem_of(const BwdCase& c) {
   p.doc_lens = c.docs;
   p.window = c.window;
   return p;
+}
+
+// The layout of `rank` (doc-zigzag lays shards out by document).
+ShardLayout rank_layout(const GlobalProblem& p, int rank, int P) {
+  const std::vector<int64_t> bounds = p.doc_bounds();
+  return shard_layout(p.sharding, p.q_len, rank, P, documents_of(bounds));
 }
 
 // One rank's tensors: inputs and dO from the deterministic global inputs, outputs poisoned (NaN).
@@ -144,11 +151,11 @@ uint64_t brute_force_bytes(const BwdCase& c, const GlobalProblem& p, int r, int 
   const uint64_t kv_token = 2 * uint64_t(p.batch * p.kv_heads * p.head_dim * dtype_size(p.dtype));
   const uint64_t grad_token = 2 * uint64_t(p.batch * p.kv_heads * p.head_dim) * 4;
   for (int q = 0; q < P; ++q) {
-    const ShardLayout kl = shard_layout(p.sharding, p.q_len, q, P);
+    const ShardLayout kl = rank_layout(p, q, P);
     int64_t lo = kl.tokens(), hi = -1;
     int first = P;  // the first hop h >= 1 whose holder q + h sees a key of q
     for (int h = 1; h < P; ++h) {
-      const ShardLayout ql = shard_layout(p.sharding, p.q_len, (q + h) % P, P);
+      const ShardLayout ql = rank_layout(p, (q + h) % P, P);
       for (int64_t i = 0; i < ql.tokens(); ++i)
         for (int64_t j = 0; j < kl.tokens(); ++j)
           if (test_visible(c, ql.global_position(i), kl.global_position(j))) {
@@ -161,7 +168,7 @@ uint64_t brute_force_bytes(const BwdCase& c, const GlobalProblem& p, int r, int 
     if (s_kv + 1 < P && first < P) {          // the K/V exchange s_kv passes it on if a later hop needs it
       bool later = false;
       for (int h = s_kv + 1; h < P && !later; ++h) {
-        const ShardLayout ql = shard_layout(p.sharding, p.q_len, (q + h) % P, P);
+        const ShardLayout ql = rank_layout(p, (q + h) % P, P);
         for (int64_t i = 0; i < ql.tokens() && !later; ++i)
           for (int64_t j = 0; j < kl.tokens() && !later; ++j)
             later = test_visible(c, ql.global_position(i), kl.global_position(j));
@@ -182,7 +189,7 @@ TEST_P(RingBackward, MatchesOracleAndWorldOfOneWithExactBytes) {
   const uint64_t seed = test::shared_seed();
   const GlobalProblem p = problem_of(c);
   SCOPED_TRACE(fmt::format("seed {} rank {} of {} N {}", seed, r, P, p.q_len));
-  const ShardLayout layout = shard_layout(p.sharding, p.q_len, r, P);
+  const ShardLayout layout = rank_layout(p, r, P);
   BwdShard shard(p, layout.segments, layout.tokens(), seed);
   auto backend = make_cpu_backend();
   auto t = make_mpi_transport(MPI_COMM_WORLD), grad_t = make_mpi_transport(MPI_COMM_WORLD);
@@ -230,7 +237,7 @@ TEST_P(RingBackward, MatchesOracleAndWorldOfOneWithExactBytes) {
 
 std::vector<BwdCase> backward_cases() {
   std::vector<BwdCase> v;
-  for (Sharding sh : {Sharding::Contiguous, Sharding::Zigzag, Sharding::Striped})
+  for (Sharding sh : {Sharding::Contiguous, Sharding::Zigzag, Sharding::Striped, Sharding::DocZigzag})
     for (bool causal : {true, false}) {
       v.push_back({sh, causal, 2, 3, 1, 40, 16});                   // GQA 3:1, odd heads
       for (int64_t n : {1, 3, 77}) v.push_back({sh, causal, 1, 4, 2, n, 8});  // odd lengths, empty shards
@@ -254,7 +261,7 @@ TEST(RingBackwardAgreement, ForwardAndBackwardRanksDisagree) {
   if (P < 2) GTEST_SKIP() << "needs two ranks";
   const BwdCase c{Sharding::Zigzag, true, 1, 2, 1, 24, 8};
   const GlobalProblem p = problem_of(c);
-  const ShardLayout layout = shard_layout(p.sharding, p.q_len, r, P);
+  const ShardLayout layout = rank_layout(p, r, P);
   BwdShard shard(p, layout.segments, layout.tokens(), test::shared_seed());
   auto backend = make_cpu_backend();
   auto t = make_mpi_transport(MPI_COMM_WORLD), grad_t = make_mpi_transport(MPI_COMM_WORLD);
@@ -277,7 +284,7 @@ TEST(RingBackwardAgreement, SharedTransportIsRefused) {
   const int P = test::world_size(), r = test::world_rank();
   if (P < 2) GTEST_SKIP() << "needs two ranks";
   const GlobalProblem p = problem_of({Sharding::Contiguous, false, 1, 2, 2, 16, 8});
-  const ShardLayout layout = shard_layout(p.sharding, p.q_len, r, P);
+  const ShardLayout layout = rank_layout(p, r, P);
   BwdShard shard(p, layout.segments, layout.tokens(), test::shared_seed());
   auto backend = make_cpu_backend();
   auto t = make_mpi_transport(MPI_COMM_WORLD);
