@@ -24,8 +24,18 @@ void for_each_row(const TensorView& x, const TensorView& y, F&& f) {
 
 }  // namespace
 
+void Backend::check_zero_f32(const TensorView& x) { require_f32("zero_f32", x); }
+
+void Backend::check_add_f32(const TensorView& dst, const TensorView& src) {
+  require_f32("add_f32", dst);
+  require_f32("add_f32", src);
+  if (dst.batch != src.batch || dst.heads != src.heads || dst.len != src.len || dst.dim != src.dim)
+    fail_arg("add_f32 needs views of one shape (got [{}, {}, {}, {}] and [{}, {}, {}, {}])", dst.batch, dst.heads,
+             dst.len, dst.dim, src.batch, src.heads, src.len, src.dim);
+}
+
 void Backend::zero_f32(const TensorView& x) {
-  require_f32("zero_f32", x);
+  check_zero_f32(x);
   const std::vector<float> zeros(size_t(std::max<int64_t>(x.dim, 0)), 0.f);
   for_each_row(x, x, [&](float* row, float*) {
     if (device_memory())
@@ -36,11 +46,7 @@ void Backend::zero_f32(const TensorView& x) {
 }
 
 void Backend::add_f32(const TensorView& dst, const TensorView& src) {
-  require_f32("add_f32", dst);
-  require_f32("add_f32", src);
-  if (dst.batch != src.batch || dst.heads != src.heads || dst.len != src.len || dst.dim != src.dim)
-    fail_arg("add_f32 needs views of one shape (got [{}, {}, {}, {}] and [{}, {}, {}, {}])", dst.batch, dst.heads,
-             dst.len, dst.dim, src.batch, src.heads, src.len, src.dim);
+  check_add_f32(dst, src);
   std::vector<float> a(size_t(std::max<int64_t>(dst.dim, 0))), c(a.size());
   const size_t bytes = a.size() * sizeof(float);
   if (device_memory()) synchronize();  // the rows are read on the host

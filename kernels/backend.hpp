@@ -39,6 +39,10 @@ class Backend {
   // host row by row (correct on any backend; a device backend may override them with kernels).
   virtual void zero_f32(const TensorView& x);
   virtual void add_f32(const TensorView& dst, const TensorView& src);
+  // The checks of zero_f32 / add_f32 (InvalidArgument naming the dtype or the shapes), for
+  // overrides to call first.
+  static void check_zero_f32(const TensorView& x);
+  static void check_add_f32(const TensorView& dst, const TensorView& src);
   virtual void synchronize() = 0;
   // Bound in seconds on synchronize() (--timeout): a device backend polls its stream and throws
   // RuntimeError past it instead of blocking for good. Host backends have nothing to wait for.

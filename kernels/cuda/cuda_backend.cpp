@@ -208,6 +208,16 @@ class CudaBackend final : public Backend {
     use_device();
     cuda::launch_fill_empty(s, stream_);
   }
+  void zero_f32(const TensorView& x) override {
+    check_zero_f32(x);
+    use_device();
+    cuda::launch_zero_f32(x, stream_);
+  }
+  void add_f32(const TensorView& dst, const TensorView& src) override {
+    check_add_f32(dst, src);
+    use_device();
+    cuda::launch_add_f32(dst, src, stream_);
+  }
   // Polled instead of cudaStreamSynchronize, so that the wait is bounded like every other
   // (--timeout): a stream that never drains ends the job with a message, not a hang.
   void synchronize() override {

@@ -74,5 +74,8 @@ void launch_backward_simt(const BackwardParams& p, bool atomic_dq, float* delta,
 void launch_merge(const MergeParams& p, cudaStream_t stream);
 void launch_finalize(const FinalizeParams& p, cudaStream_t stream);
 void launch_fill_empty(const StateView& s, cudaStream_t stream);
+// fp32 views of any strides (Backend::zero_f32 / add_f32): x := 0; dst += src (same shape).
+void launch_zero_f32(const TensorView& x, cudaStream_t stream);
+void launch_add_f32(const TensorView& dst, const TensorView& src, cudaStream_t stream);
 
 }  // namespace ringattn::cuda

@@ -155,6 +155,24 @@ __global__ void __launch_bounds__(kThreads) fill_empty_kernel(const StateView s)
   }
 }
 
+// One warp per row of `dst` (b, h, t): dst := 0 when `src` is null, else dst += src.
+__global__ void __launch_bounds__(kThreads) zero_or_add_f32_kernel(const TensorView dst, const TensorView src,
+                                                                    bool add) {
+  const int64_t rows = dst.batch * dst.heads * dst.len;
+  const int lane = threadIdx.x % 32;
+  for (int64_t row = int64_t(blockIdx.x) * kRowsPerBlock + threadIdx.x / 32; row < rows;
+       row += int64_t(gridDim.x) * kRowsPerBlock) {
+    const int64_t t = row % dst.len, bh = row / dst.len, h = bh % dst.heads, b = bh / dst.heads;
+    float* d = static_cast<float*>(dst.data) + view_offset(dst, b, h, t);
+    if (!add) {
+      for (int64_t i = lane; i < dst.dim; i += 32) d[i] = 0.f;
+      continue;
+    }
+    const float* s = static_cast<const float*>(src.data) + view_offset(src, b, h, t);
+    for (int64_t i = lane; i < dst.dim; i += 32) d[i] += s[i];
+  }
+}
+
 unsigned row_blocks(int64_t rows) { return unsigned((rows + kRowsPerBlock - 1) / kRowsPerBlock); }
 // Row-per-warp kernels: enough CTAs to fill the GPU several times over, grid-stride beyond that.
 unsigned grid_stride_row_blocks(int64_t rows) {
@@ -188,6 +206,20 @@ void launch_finalize(const FinalizeParams& p, cudaStream_t stream) {
     default: fail_no_instance("launch_finalize", "dtype", int(p.out.dtype), "f32, f16 and bf16");
   }
   RA_CHECK_CUDA_LAUNCH("finalize_kernel");
+}
+
+void launch_zero_f32(const TensorView& x, cudaStream_t stream) {
+  const int64_t rows = x.batch * x.heads * x.len;
+  if (rows == 0 || x.dim == 0) return;
+  zero_or_add_f32_kernel<<<grid_stride_row_blocks(rows), kThreads, 0, stream>>>(x, x, false);
+  RA_CHECK_CUDA_LAUNCH("zero_or_add_f32_kernel (zero)");
+}
+
+void launch_add_f32(const TensorView& dst, const TensorView& src, cudaStream_t stream) {
+  const int64_t rows = dst.batch * dst.heads * dst.len;
+  if (rows == 0 || dst.dim == 0) return;
+  zero_or_add_f32_kernel<<<grid_stride_row_blocks(rows), kThreads, 0, stream>>>(dst, src, true);
+  RA_CHECK_CUDA_LAUNCH("zero_or_add_f32_kernel (add)");
 }
 
 void launch_fill_empty(const StateView& s, cudaStream_t stream) {

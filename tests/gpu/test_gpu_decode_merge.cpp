@@ -184,6 +184,41 @@ TEST_F(CudaStateOps, MergeEqualsCpuMerge) {
   }
 }
 
+// The ring backward's accumulator kernels: zero a strided fp32 view, add a contiguous one into a
+// strided one, exactly (fp32 adds), elements outside the views untouched.
+TEST_F(CudaStateOps, ZeroAndAddF32OnStridedViews) {
+  std::mt19937_64 rng(test::fresh_seed());
+  const int64_t B = 2, H = 3, T = 29, D = 40;
+  HostTensor dst(DType::F32, B, H, T, D, rng, true), src(DType::F32, B, H, T, D, rng);  // bthd += bhtd
+  DeviceTensor ddst(*be, dst), dsrc(*be, src);
+  be->add_f32(ddst.view, dsrc.view);
+  std::vector<float> got(dst.bytes.size() / 4);
+  be->synchronize();
+  be->copy_to_host(got.data(), ddst.buf.get(), dst.bytes.size());
+  for (int64_t b = 0; b < B; ++b)
+    for (int64_t h = 0; h < H; ++h)
+      for (int64_t t = 0; t < T; ++t)
+        for (int64_t d = 0; d < D; ++d) {
+          const int64_t od = dst.view.offset(b, h, t) + d, os = src.view.offset(b, h, t) + d;
+          const float want = reinterpret_cast<const float*>(dst.bytes.data())[od] +
+                             reinterpret_cast<const float*>(src.bytes.data())[os];
+          ASSERT_EQ(got[size_t(od)], want) << b << "," << h << "," << t << "," << d;
+        }
+  TensorView part = ddst.view.rows(5, 11);  // rows 5..15 of every (b, h)
+  be->zero_f32(part);
+  std::vector<float> after(got.size());
+  be->synchronize();
+  be->copy_to_host(after.data(), ddst.buf.get(), dst.bytes.size());
+  for (int64_t b = 0; b < B; ++b)
+    for (int64_t h = 0; h < H; ++h)
+      for (int64_t t = 0; t < T; ++t)
+        for (int64_t d = 0; d < D; ++d) {
+          const size_t o = size_t(dst.view.offset(b, h, t) + d);
+          ASSERT_EQ(after[o], t >= 5 && t < 16 ? 0.f : got[o]) << b << "," << h << "," << t << "," << d;
+        }
+  EXPECT_THROW(be->add_f32(ddst.view, part), InvalidArgument);
+}
+
 TEST_F(CudaStateOps, FinalizeCastsEveryElement) {
   std::mt19937_64 rng(test::fresh_seed());
   const int64_t B = 2, H = 3, T = 37, D = 64;
