@@ -102,12 +102,7 @@ void add_hop(RankStats& st, const HopStats& hs, bool exchanged) {
     if (hs.transfer_s < 0) st.transfer_s = -1.0;
     else if (st.transfer_s >= 0) st.transfer_s += hs.transfer_s;
   }
-  st.compute_s += hs.compute_s;
-  st.exposed_comm_s += hs.exposed_comm_s;
-  st.visible_pairs += hs.visible_pairs;
-  st.kernel_calls += hs.kernel_calls;
-  st.bytes_sent += hs.bytes_sent;
-  st.hops.push_back(hs);
+  st.add_hop(hs);
 }
 
 }  // namespace
@@ -126,6 +121,15 @@ uint64_t expected_ring_bytes(const GlobalProblem& p, int rank, int world) {
   const RingRoutes routes = ring_routes(p.sharding, p.q_len, p.causal, world, documents_of(bounds), p.window);
   const uint64_t per_token = 2ull * uint64_t(p.batch * p.kv_heads * p.head_dim) * uint64_t(dtype_size(p.dtype));
   return ring_bytes_sent(routes.carried, routes.shipped_tokens(), per_token, rank, world);
+}
+
+void RankStats::add_hop(const HopStats& hs) {
+  compute_s += hs.compute_s;
+  exposed_comm_s += hs.exposed_comm_s;
+  visible_pairs += hs.visible_pairs;
+  kernel_calls += hs.kernel_calls;
+  bytes_sent += hs.bytes_sent;
+  hops.push_back(hs);
 }
 
 double RankStats::hidden_fraction() const {

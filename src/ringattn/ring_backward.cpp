@@ -137,15 +137,6 @@ HopStats bring_home(GradRing& grads, const BackwardTensors& g, int P) {
   return hs;
 }
 
-void add_hop(RankStats& st, const HopStats& hs) {
-  st.compute_s += hs.compute_s;
-  st.exposed_comm_s += hs.exposed_comm_s;
-  st.visible_pairs += hs.visible_pairs;
-  st.kernel_calls += hs.kernel_calls;
-  st.bytes_sent += hs.bytes_sent;
-  st.hops.push_back(hs);
-}
-
 }  // namespace
 
 uint64_t expected_backward_bytes(const GlobalProblem& p, int rank, int world) {
@@ -187,9 +178,9 @@ RankStats run_attention_backward(const GlobalProblem& p, const LocalTensors& x, 
   st.transfer_s = -1.0;  // the two rings overlap: their exchange times do not add up
   for (int s = 0; s < P; ++s)
     if (s < kv.hops() || grads.exchanges(s))
-      add_hop(st, run_backward_hop(s, sched.hops()[size_t(s)], base, g, Rings{kv, grads}, b, flight_recorder()));
+      st.add_hop(run_backward_hop(s, sched.hops()[size_t(s)], base, g, Rings{kv, grads}, b, flight_recorder()));
   const auto t_fin = Clock::now();
-  if (grads.exchanges(P)) add_hop(st, bring_home(grads, g, P));
+  if (grads.exchanges(P)) st.add_hop(bring_home(grads, g, P));
   b.synchronize();
   st.finalize_s = seconds_since(t_fin);
   st.total_s = seconds_since(t_start);

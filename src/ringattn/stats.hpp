@@ -40,6 +40,9 @@ struct RankStats {
   // Fraction of the measured exchange time hidden behind compute: 1 - exposed / transfer,
   // clamped to [0, 1]; -1 when the transfer time is unknown or there was no exchange.
   double hidden_fraction() const;
+  // Adds one hop to the totals (compute, exposed time, pairs, calls, bytes) and to `hops`; the
+  // transfer time is the caller's (the forward sums it, the backward measures it whole).
+  void add_hop(const HopStats& hs);
 };
 
 }  // namespace ringattn

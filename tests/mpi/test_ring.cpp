@@ -43,19 +43,8 @@ std::string case_name(const ::testing::TestParamInfo<RingCase>& i) {
          (c.window.none() ? "" : fmt::format("_window{}_{}", c.window.left + 1, c.window.right + 1));
 }
 
-// Key position k visible to query position q, from the definition: same document (the case's
-// lengths, scanned), k <= q when causal, and q - left <= k <= q + right for a window.
 bool test_visible(const RingCase& c, int64_t q, int64_t k) {
-  if (c.causal && k > q) return false;
-  if (c.window.left >= 0 && k < q - c.window.left) return false;
-  if (c.window.right >= 0 && k > q + c.window.right) return false;
-  int64_t a = 0;
-  for (int64_t n : c.docs) {
-    if ((q < a + n) != (k < a + n)) return false;  // one of them is in this document, the other later
-    if (q < a + n) return true;
-    a += n;
-  }
-  return true;
+  return test::visible_by_definition(c.causal, c.window, c.docs, q, k);
 }
 
 // One rank's tensors for a ring problem, inputs filled from the deterministic global inputs.

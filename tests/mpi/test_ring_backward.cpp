@@ -34,18 +34,8 @@ std::string case_name(const ::testing::TestParamInfo<BwdCase>& i) {
          fmt::format("_{}", i.index);
 }
 
-// Key position k visible to query position q, from the definition (documents scanned).
 bool test_visible(const BwdCase& c, int64_t q, int64_t k) {
-  if (c.causal && k > q) return false;
-  if (c.window.left >= 0 && k < q - c.window.left) return false;
-  if (c.window.right >= 0 && k > q + c.window.right) return false;
-  int64_t a = 0;
-  for (int64_t n : c.docs) {
-    if ((q < a + n) != (k < a + n)) return false;
-    if (q < a + n) return true;
-    a += n;
-  }
-  return true;
+  return test::visible_by_definition(c.causal, c.window, c.docs, q, k);
 }
 
 GlobalProblem problem_of(const BwdCase& c) {
