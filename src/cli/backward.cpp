@@ -4,6 +4,9 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <random>
+#include <tuple>
+#include <unordered_set>
 
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
@@ -32,74 +35,232 @@ double grad_tolerance(DType t) {
   return 0;
 }
 
-std::vector<int64_t> shape_of(const TensorView& x) { return {x.batch, x.heads, x.len, x.dim}; }
-
-// Fills dO from the --do file (shape of q, any of its dtypes) into host memory `dst` in dtype.
-void read_dout(const std::string& path, const TensorView& q, void* dst) {
-  expect_regular_file("--do", path);
-  NpyReader r(path);
-  if (r.header().shape != shape_of(q))
-    fail_arg("--do {} holds shape {} but q is [{}, {}, {}, {}]: dO must have the shape of q", path,
-             r.header().shape_string(), q.batch, q.heads, q.len, q.dim);
-  r.read(0, q.numel(), dst, q.dtype);
-}
-
-// A host copy of a contiguous view in backend memory (the view itself when the backend's memory
-// is the host's).
-TensorView host_view(const TensorView& x, Backend& b, std::vector<uint8_t>& store) {
-  if (!b.device_memory()) return x;
-  store.resize(size_t(x.numel() * dtype_size(x.dtype)));
-  b.copy_to_host(store.data(), x.data, store.size());
-  TensorView h = x;
-  h.data = store.data();
-  return h;
-}
+// Up to this many fp64 FLOPs (a few seconds on two cores) the check compares every element of the
+// gradients with naive_backward; above it (or with --check-rows) a seeded sample of rows.
+constexpr double kFullGradCheckFlops = 8e9;
+constexpr int64_t kMinSampleRows = 64;
 
 struct GradError {
   double max_abs = 0, max_ref = 0;
   double rel() const { return max_ref > 0 ? max_abs / max_ref : max_abs; }
-};
-
-GradError compare(const std::vector<float>& g, const std::vector<double>& ref) {
-  GradError e;
-  for (size_t i = 0; i < ref.size(); ++i) {
-    const double d = std::abs(double(g[i]) - ref[i]);
-    e.max_abs = std::isnan(d) ? INFINITY : std::max(e.max_abs, d);
-    e.max_ref = std::max(e.max_ref, std::abs(ref[i]));
+  void add(double g, double ref) {
+    const double d = std::abs(g - ref);
+    max_abs = std::isnan(d) ? INFINITY : std::max(max_abs, d);
+    max_ref = std::max(max_ref, std::abs(ref));
   }
-  return e;
-}
+};
 
 struct GradCheck {
   GradError dq, dk, dv;
   double tolerance = 0;
-  int64_t nonfinite = 0;
+  int64_t nonfinite = 0;  // in all of the gradients, every rank's
+  bool sampled = false;
+  int64_t q_rows = 0, q_total = 0, k_rows = 0, k_total = 0;  // rows of dq and of dk/dv compared
   bool pass() const {
     return nonfinite == 0 && dq.rel() <= tolerance && dk.rel() <= tolerance && dv.rel() <= tolerance;
   }
 };
 
-// The gradients against the fp64 oracle over the whole problem.
-GradCheck check_grads(const GlobalProblem& p, const BackwardBuffers& g, const HostGrads& h, Backend& b) {
-  std::vector<uint8_t> q, k, v, dout;
-  BackwardParams rp = g.params;
-  rp.q = host_view(g.params.q, b, q);
-  rp.k = host_view(g.params.k, b, k);
-  rp.v = host_view(g.params.v, b, v);
-  rp.dout = host_view(g.params.dout, b, dout);
-  const cpu::GradReference ref = cpu::naive_backward(rp);
-  GradCheck c;
-  c.dq = compare(h.dq, ref.dq);
-  c.dk = compare(h.dk, ref.dk);
-  c.dv = compare(h.dv, ref.dv);
-  c.tolerance = grad_tolerance(p.dtype);
-  c.nonfinite = count_nonfinite(h);
-  return c;
+// The gathered gradients (and for a sampled check the forward's output and lse), global token
+// order, on rank 0.
+struct GlobalGrads {
+  std::vector<float> dq, dk, dv;  // [B, Hq, T, D], [B, Hkv, S, D] x2
+  std::vector<float> out, lse;    // [B, Hq, T, D], [B, Hq, T]: only for a sampled check
+};
+
+// Whether the check samples rows (the same answer on every rank).
+bool sampled_check(const GlobalProblem& p, int64_t check_rows) {
+  return check_rows > 0 || (1 + kBackwardFlopFactor) * attention_flops(p) > kFullGradCheckFlops;
+}
+
+// The whole global tensor `which` [B, heads, len, D] in the problem's dtype.
+std::vector<uint8_t> read_global(InputSource& src, InputTensor which, const GlobalProblem& p, int64_t heads,
+                                 int64_t len) {
+  const int64_t D = p.head_dim, es = dtype_size(p.dtype);
+  std::vector<uint8_t> x(size_t(std::max<int64_t>(1, p.batch * heads * len * D * es)));
+  for (int64_t b = 0; b < p.batch; ++b)
+    for (int64_t h = 0; h < heads; ++h)
+      src.rows(which, b, h, 0, len, heads, len, D, x.data() + size_t((b * heads + h) * len * D * es), p.dtype);
+  return x;
+}
+
+// Every element against naive_backward of the whole problem (per document: each is a problem of
+// its own).
+void check_all(const GlobalProblem& p, InputSource& src, const DoutSource& ds, const GlobalGrads& g, GradCheck& c) {
+  const int64_t B = p.batch, Hq = p.q_heads, Hk = p.kv_heads, T = p.q_len, S = p.kv_len, D = p.head_dim;
+  std::vector<uint8_t> q = read_global(src, InputTensor::Q, p, Hq, T), k = read_global(src, InputTensor::K, p, Hk, S),
+                       v = read_global(src, InputTensor::V, p, Hk, S),
+                       dout = read_global(*ds.src, ds.which, p, Hq, T);
+  BackwardParams bp;
+  bp.q = bhtd_view(q.data(), p.dtype, B, Hq, T, D);
+  bp.k = bhtd_view(k.data(), p.dtype, B, Hk, S, D);
+  bp.v = bhtd_view(v.data(), p.dtype, B, Hk, S, D);
+  bp.dout = bhtd_view(dout.data(), p.dtype, B, Hq, T, D);
+  bp.scale = p.resolved_scale();
+  const std::vector<int64_t> bounds = p.doc_bounds();
+  std::vector<std::pair<int64_t, int64_t>> docs;  // (start, length); one without documents
+  if (bounds.size() < 2) docs.push_back({0, T});
+  for (size_t i = 0; i + 1 < bounds.size(); ++i) docs.push_back({bounds[i], bounds[i + 1] - bounds[i]});
+  for (const auto& [a, n] : docs) {
+    BackwardParams dp = bp;
+    if (bounds.size() >= 2) {
+      dp.q = bp.q.rows(a, n);
+      dp.k = bp.k.rows(a, n);
+      dp.v = bp.v.rows(a, n);
+      dp.dout = bp.dout.rows(a, n);
+      dp.mask = band_mask(p.causal, p.window, 0, 1);
+    } else {
+      dp.mask = p.mask();
+    }
+    const cpu::GradReference r = cpu::naive_backward(dp);
+    const int64_t Td = dp.q.len, Sd = dp.k.len;
+    auto cmp = [&](GradError& e, const std::vector<float>& got, const std::vector<double>& ref, int64_t H, int64_t len,
+                   int64_t rows) {
+      for (int64_t bh = 0; bh < B * H; ++bh)
+        for (int64_t i = 0; i < rows * D; ++i)
+          e.add(got[size_t((bh * len + a) * D + i)], ref[size_t(bh * rows * D + i)]);
+    };
+    cmp(c.dq, g.dq, r.dq, Hq, T, Td);
+    cmp(c.dk, g.dk, r.dk, Hk, S, Sd);
+    cmp(c.dv, g.dv, r.dv, Hk, S, Sd);
+  }
+  c.q_rows = c.q_total = B * Hq * T;
+  c.k_rows = c.k_total = B * Hk * S;
+}
+
+// `want` distinct indices of [0, total) drawn from `seed` (all when want >= total).
+std::vector<int64_t> pick(int64_t total, int64_t want, uint64_t seed) {
+  std::vector<int64_t> out;
+  if (want >= total) {
+    for (int64_t i = 0; i < total; ++i) out.push_back(i);
+    return out;
+  }
+  std::mt19937_64 rng(seed);
+  std::unordered_set<int64_t> seen;
+  while (int64_t(seen.size()) < want) seen.insert(int64_t(rng() % uint64_t(total)));
+  out.assign(seen.begin(), seen.end());
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+double dot(const double* a, const double* b, int64_t n) {
+  double s = 0;
+  for (int64_t i = 0; i < n; ++i) s += a[i] * b[i];
+  return s;
+}
+
+// A seeded sample of rows. dq row (b, h, i): fp64 from the inputs alone (the row's own softmax).
+// dk/dv row (b, kv head, j): fp64 over every query that sees key j, each with its softmax
+// statistics from the forward (the gathered lse, and D = dO . out with the forward's output);
+// the exact statistics would cost a whole forward per row.
+void check_sample(const GlobalProblem& p, InputSource& src, const DoutSource& ds, const GlobalGrads& g,
+                  int64_t check_rows, uint64_t seed, GradCheck& c) {
+  const int64_t B = p.batch, Hq = p.q_heads, Hk = p.kv_heads, T = p.q_len, S = p.kv_len, D = p.head_dim;
+  const int64_t group = Hq / Hk;
+  const double scale = p.resolved_scale();
+  const MaskSpec mask = clamp_offset(p.mask(), T, S);
+  const std::vector<int64_t> bounds = p.doc_bounds();
+  const Documents docs = documents_of(bounds);
+  auto keys_of = [&](int64_t i) {
+    return docs.none() ? visible_range(mask, i, S) : document_keys(docs, p.causal, i, p.window);
+  };
+  const double per_query = std::max(1.0, visible_pairs(p) / double(T)), per_key = std::max(1.0, visible_pairs(p) / double(S));
+  auto want = [&](double row_flops, int64_t total) {
+    return std::min(total, check_rows > 0 ? check_rows
+                                          : std::max<int64_t>(kMinSampleRows, int64_t(kFullGradCheckFlops / 2 / row_flops)));
+  };
+  std::vector<uint8_t> buf;
+  // Reads global rows [t0, t0 + n) of head h of `which` as fp64.
+  auto rows = [&](InputSource& s, InputTensor which, int64_t b, int64_t h, int64_t heads, int64_t len, int64_t t0,
+                  int64_t n) {
+    buf.resize(size_t(std::max<int64_t>(1, n * D * dtype_size(p.dtype))));
+    if (n > 0) s.rows(which, b, h, t0, n, heads, len, D, buf.data(), p.dtype);
+    std::vector<double> x(static_cast<size_t>(n * D));
+    for (int64_t e = 0; e < n * D; ++e) x[size_t(e)] = load_as_float(buf.data(), p.dtype, e);
+    return x;
+  };
+  c.sampled = true;
+  c.q_total = B * Hq * T;
+  c.k_total = B * Hk * S;
+  // dq rows.
+  const std::vector<int64_t> qs = pick(c.q_total, want(8.0 * D * per_query, c.q_total), seed * 0x9e3779b97f4a7c15ull + 1);
+  c.q_rows = int64_t(qs.size());
+  for (int64_t f : qs) {
+    const int64_t b = f / (Hq * T), h = (f / T) % Hq, i = f % T, hk = h / group;
+    const KeyRange kr = keys_of(i);
+    const std::vector<double> q = rows(src, InputTensor::Q, b, h, Hq, T, i, 1), dO = rows(*ds.src, ds.which, b, h, Hq, T, i, 1),
+                              k = rows(src, InputTensor::K, b, hk, Hk, S, kr.begin, kr.size()),
+                              v = rows(src, InputTensor::V, b, hk, Hk, S, kr.begin, kr.size());
+    const int64_t n = kr.size();
+    std::vector<double> s(static_cast<size_t>(n)), dq(static_cast<size_t>(D), 0.0), o(static_cast<size_t>(D), 0.0);
+    double m = -INFINITY, l = 0;
+    for (int64_t j = 0; j < n; ++j) m = std::max(m, s[size_t(j)] = scale * dot(q.data(), &k[size_t(j * D)], D));
+    for (int64_t j = 0; j < n; ++j) l += std::exp(s[size_t(j)] - m);
+    for (int64_t j = 0; j < n; ++j) {
+      const double pj = std::exp(s[size_t(j)] - m) / l;
+      for (int64_t d = 0; d < D; ++d) o[size_t(d)] += pj * v[size_t(j * D + d)];
+    }
+    const double Di = dot(dO.data(), o.data(), D);
+    for (int64_t j = 0; j < n; ++j) {
+      const double pj = std::exp(s[size_t(j)] - m) / l, ds_ = pj * (dot(dO.data(), &v[size_t(j * D)], D) - Di);
+      for (int64_t d = 0; d < D; ++d) dq[size_t(d)] += scale * ds_ * k[size_t(j * D + d)];
+    }
+    for (int64_t d = 0; d < D; ++d) c.dq.add(g.dq[size_t(((b * Hq + h) * T + i) * D + d)], dq[size_t(d)]);
+  }
+  // dk/dv rows, grouped by (batch, kv head): the queries of its heads are read once.
+  const std::vector<int64_t> ks =
+      pick(c.k_total, want(8.0 * D * group * per_key, c.k_total), seed * 0x9e3779b97f4a7c15ull + 2);
+  c.k_rows = int64_t(ks.size());
+  std::vector<KeyRange> ranges(static_cast<size_t>(T));
+  for (int64_t i = 0; i < T; ++i) ranges[size_t(i)] = keys_of(i);
+  for (size_t a = 0; a < ks.size();) {
+    const int64_t b = ks[a] / (Hk * S), hk = (ks[a] / S) % Hk;
+    size_t e = a;
+    while (e < ks.size() && ks[e] / S == ks[a] / S) ++e;
+    std::vector<std::vector<double>> q(static_cast<size_t>(group)), dO(static_cast<size_t>(group));
+    for (int64_t gh = 0; gh < group; ++gh) {
+      q[size_t(gh)] = rows(src, InputTensor::Q, b, hk * group + gh, Hq, T, 0, T);
+      dO[size_t(gh)] = rows(*ds.src, ds.which, b, hk * group + gh, Hq, T, 0, T);
+    }
+    for (size_t r = a; r < e; ++r) {
+      const int64_t j = ks[r] % S;
+      const std::vector<double> k = rows(src, InputTensor::K, b, hk, Hk, S, j, 1), v = rows(src, InputTensor::V, b, hk, Hk, S, j, 1);
+      std::vector<double> dk(static_cast<size_t>(D), 0.0), dv(static_cast<size_t>(D), 0.0);
+      for (int64_t gh = 0; gh < group; ++gh) {
+        const int64_t h = hk * group + gh, bh = b * Hq + h;
+        for (int64_t i = 0; i < T; ++i) {
+          if (j < ranges[size_t(i)].begin || j >= ranges[size_t(i)].end) continue;
+          const double* qi = &q[size_t(gh)][size_t(i * D)];
+          const double* di = &dO[size_t(gh)][size_t(i * D)];
+          const float* oi = &g.out[size_t((bh * T + i) * D)];
+          double Di = 0;
+          for (int64_t d = 0; d < D; ++d) Di += di[d] * double(oi[d]);
+          const double pij = std::exp(scale * dot(qi, k.data(), D) - double(g.lse[size_t(bh * T + i)]));
+          const double dsij = pij * (dot(di, v.data(), D) - Di);
+          for (int64_t d = 0; d < D; ++d) {
+            dv[size_t(d)] += pij * di[d];
+            dk[size_t(d)] += scale * dsij * qi[d];
+          }
+        }
+      }
+      for (int64_t d = 0; d < D; ++d) {
+        c.dk.add(g.dk[size_t(((b * Hk + hk) * S + j) * D + d)], dk[size_t(d)]);
+        c.dv.add(g.dv[size_t(((b * Hk + hk) * S + j) * D + d)], dv[size_t(d)]);
+      }
+    }
+    a = e;
+  }
 }
 
 struct Timings {
   double forward_s = 0, backward_s = 0;
 };
+
+std::string check_scope(const GradCheck& c) {
+  if (!c.sampled) return "fp64 reference, every element";
+  return fmt::format("fp64 reference, seeded sample: {} of {} dq rows, {} of {} dk/dv rows (these with the forward's "
+                     "lse and output)", c.q_rows, c.q_total, c.k_rows, c.k_total);
+}
 
 void print_report(std::FILE* f, const GlobalProblem& p, const World& w, const Timings& t, const GradCheck* c,
                   bool deterministic) {
@@ -110,14 +271,14 @@ void print_report(std::FILE* f, const GlobalProblem& p, const World& w, const Ti
   fmt::print(f, "forward  {:.3f} ms, {}\n", t.forward_s * 1e3, rate_string(flops, t.forward_s));
   fmt::print(f, "backward {:.3f} ms, {} ({:.3f} GFLOP = 2.5 x the forward's)\n", t.backward_s * 1e3,
              rate_string(bflops, t.backward_s), bflops / 1e9);
-  fmt::print(f, "total    {:.3f} ms, {} (forward + backward, 3.5 x the forward's FLOPs)\n",
+  fmt::print(f, "total    {:.3f} ms, {} (forward + backward, 3.5 x the forward's FLOPs; slowest rank each)\n",
              (t.forward_s + t.backward_s) * 1e3, rate_string(flops + bflops, t.forward_s + t.backward_s));
   if (c != nullptr) {
     fmt::print(f, "check    dq max abs {:.3e} max rel {:.3e} | dk max abs {:.3e} max rel {:.3e} | dv max abs {:.3e} max "
                "rel {:.3e} | non-finite {} -> {}\n", c->dq.max_abs, c->dq.rel(), c->dk.max_abs, c->dk.rel(),
                c->dv.max_abs, c->dv.rel(), c->nonfinite, c->pass() ? "OK" : "FAILED");
-    fmt::print(f, "         tolerance {}: max |g - ref| <= {:.0e} max |ref| per gradient (fp64 reference, every element)\n",
-               dtype_name(p.dtype), c->tolerance);
+    fmt::print(f, "         tolerance {}: max |g - ref| <= {:.0e} max |ref| per gradient ({})\n", dtype_name(p.dtype),
+               c->tolerance, check_scope(*c));
   }
   std::fflush(f);
 }
@@ -125,7 +286,9 @@ void print_report(std::FILE* f, const GlobalProblem& p, const World& w, const Ti
 nlohmann::json grads_json(const GradCheck& c) {
   auto one = [](const GradError& e) { return nlohmann::json{{"max_abs_error", e.max_abs}, {"max_rel_error", e.rel()}}; };
   return {{"dq", one(c.dq)}, {"dk", one(c.dk)}, {"dv", one(c.dv)}, {"nonfinite", c.nonfinite},
-          {"tolerance", c.tolerance}, {"pass", c.pass()}};
+          {"tolerance", c.tolerance}, {"sampled", c.sampled}, {"dq_rows_checked", c.q_rows},
+          {"dq_rows_total", c.q_total}, {"dkv_rows_checked", c.k_rows}, {"dkv_rows_total", c.k_total},
+          {"pass", c.pass()}};
 }
 
 nlohmann::json run_json(const RunOptions& o, const GlobalProblem& p, const World& w, const Timings& t) {
@@ -150,39 +313,99 @@ nlohmann::json run_json(const RunOptions& o, const GlobalProblem& p, const World
           {"total_gflops_per_s", rate(flops + bflops, total)}};
 }
 
-// Writes the gradient files that were asked for; each whole or not at all.
-void write_grads(const RunOptions& o, const BackwardBuffers& g, const HostGrads& h) {
-  const std::pair<const std::string*, std::pair<const TensorView*, const std::vector<float>*>> files[] = {
-      {&o.dq_file, {&g.params.dq, &h.dq}}, {&o.dk_file, {&g.params.dk, &h.dk}}, {&o.dv_file, {&g.params.dv, &h.dv}}};
-  for (const auto& [path, what] : files)
-    if (!path->empty()) write_npy(*path, shape_of(*what.first), DType::F32, what.second->data());
+// The slowest rank's `dt` (collective).
+double slowest(Transport& t, double dt) {
+  std::vector<double> all(static_cast<size_t>(t.size()), 0.0);
+  t.allgather(&dt, all.data(), sizeof(double));
+  return *std::max_element(all.begin(), all.end());
+}
+
+// The sum over ranks of `n` (collective).
+int64_t sum_over_ranks(Transport& t, int64_t n) {
+  std::vector<int64_t> all(static_cast<size_t>(t.size()), 0);
+  t.allgather(&n, all.data(), sizeof(int64_t));
+  int64_t s = 0;
+  for (int64_t x : all) s += x;
+  return s;
+}
+
+// The load phase of every rank: problem, shard, dO. Errors here may hit one rank only (a file
+// missing on one host); they become an exit code every rank agrees on, before any ring.
+int load_phase(const RunOptions& o, World& w, ProblemSetup& setup, LocalProblem& local, BackwardBuffers& g,
+               const BackwardSetup& bs) {
+  int code = kExitOk;
+  std::string error;
+  try {
+    if (w.rank == 0) check_run_outputs(o);  // only rank 0 writes; its verdict is shared below
+    setup = setup_problem(o.problem);
+    GlobalProblem& p = setup.problem;
+    validate_problem(p, w.size);
+    resolve_sharding(o.problem, p, w.size);
+    if (w.size > 1 && !p.is_ring())
+      fail_arg("--backward over {} ranks runs the ring backward, which needs self-attention (q_len == kv_len, "
+               "q_offset 0); got q_len={}, kv_len={}, q_offset={}: run a decode's backward on one process",
+               w.size, p.q_len, p.kv_len, p.resolved_q_offset());
+    check_fault_for(p, w.size);
+    if (w.rank == 0)
+      spdlog::info("problem: {}; forward and backward over {} rank(s), {}", problem_line(p), w.size, w.transport_name);
+    local = load_local(p, *setup.source, *w.backend, w.rank, w.size);
+    if (o.check_finite) error = check_inputs_finite(p, local, *w.backend, w.rank, *setup.source);
+    if (!error.empty())
+      code = kExitError;
+    else
+      g = make_backward(p, local, *w.backend, bs);
+  } catch (const InvalidArgument& e) {
+    error = e.what();
+    code = kExitError;
+  }
+  return agree_on_errors(*w.transport, code, error);
+}
+
+// This rank's output as fp32.
+std::vector<float> out_as_float(const GlobalProblem& p, const HostResult& r) {
+  std::vector<float> x(r.out.size() / size_t(dtype_size(p.dtype)));
+  for (size_t i = 0; i < x.size(); ++i) x[i] = load_as_float(r.out.data(), p.dtype, int64_t(i));
+  return x;
 }
 
 }  // namespace
 
-void require_world_of_one(int world) {
-  if (world > 1)
-    throw CollectiveError(fmt::format("the ring backward is not built yet (issue 19): --backward needs a world of one "
-                                      "(this job has {} ranks); run it without mpirun", world));
+DoutSource dout_source(const GlobalProblem& p, const BackwardSetup& s) {
+  DoutSource d;
+  if (s.do_file.empty()) {
+    d.src = std::make_unique<InputSource>(s.seed);
+    d.which = InputTensor::DO;
+    return d;
+  }
+  expect_regular_file("--do", s.do_file);
+  {
+    NpyReader r(s.do_file);
+    const std::vector<int64_t> want = {p.batch, p.q_heads, p.q_len, p.head_dim};
+    if (r.header().shape != want)
+      fail_arg("--do {} holds shape {} but q is [{}, {}, {}, {}]: dO must have the shape of q", s.do_file,
+               r.header().shape_string(), p.batch, p.q_heads, p.q_len, p.head_dim);
+  }
+  // One file read as the source's q ([batch, heads, len, dim], any of its dtypes).
+  d.src = std::make_unique<InputSource>(s.do_file, s.do_file, s.do_file);
+  d.which = InputTensor::Q;
+  return d;
 }
 
 BackwardBuffers make_backward(const GlobalProblem& p, const LocalProblem& local, Backend& b, const BackwardSetup& s) {
   BackwardBuffers g;
   const TensorView& q = local.views.q;
   const size_t qn = size_t(q.numel()), kn = size_t(local.views.k.numel());
+  DoutSource ds = dout_source(p, s);
   g.dout = DeviceBuffer(b, qn * dtype_size(p.dtype));
-  std::vector<uint8_t> host(qn * dtype_size(p.dtype));
-  TensorView hd = bhtd_view(host.data(), p.dtype, q.batch, q.heads, q.len, q.dim);
-  if (s.do_file.empty())
-    fill_input(hd, s.seed, InputTensor::DO, 0, 1);
-  else
-    read_dout(s.do_file, q, host.data());
-  b.copy_from_host(g.dout.get(), host.data(), host.size());
+  std::vector<uint8_t> host(std::max<size_t>(1, qn * dtype_size(p.dtype)));
+  const TensorView hd = bhtd_view(host.data(), p.dtype, q.batch, q.heads, q.len, q.dim);
+  ds.src->fill(ds.which, hd, local.q_layout, p.q_len);  // this rank's rows of the global dO
+  b.copy_from_host(g.dout.get(), host.data(), qn * dtype_size(p.dtype));
   g.dq = DeviceBuffer(b, qn * sizeof(float));
   g.dk = DeviceBuffer(b, kn * sizeof(float));
   g.dv = DeviceBuffer(b, kn * sizeof(float));
   // NaN poison (0xFF bytes are a NaN in fp32): the backward must write every element.
-  std::vector<uint8_t> poison(std::max(qn, kn) * sizeof(float), 0xFF);
+  std::vector<uint8_t> poison(std::max<size_t>(1, std::max(qn, kn) * sizeof(float)), 0xFF);
   b.copy_from_host(g.dq.get(), poison.data(), g.dq.bytes());
   b.copy_from_host(g.dk.get(), poison.data(), g.dk.bytes());
   b.copy_from_host(g.dv.get(), poison.data(), g.dv.bytes());
@@ -206,6 +429,23 @@ BackwardBuffers make_backward(const GlobalProblem& p, const LocalProblem& local,
   return g;
 }
 
+void run_backward(const GlobalProblem& p, const LocalProblem& local, const BackwardBuffers& g, World& w,
+                  const ringattn::RunOptions& ro) {
+  try {
+    if (p.is_ring()) {
+      const BackwardTensors bt{g.params.dout, g.params.dq, g.params.dk, g.params.dv};
+      run_attention_backward(p, local.views, bt, *w.backend, *w.transport, grad_transport(w), ro);
+    } else {
+      w.backend->flash_backward(g.params);  // a decode problem: a world of one (load_phase)
+    }
+    w.backend->synchronize();
+  } catch (const CollectiveError&) {
+    throw;
+  } catch (const InvalidArgument& e) {
+    throw CollectiveError(e.what());  // the runtime validates identically on every rank
+  }
+}
+
 HostGrads copy_grads(const BackwardBuffers& g, Backend& b) {
   HostGrads h;
   h.dq.resize(g.dq.bytes() / sizeof(float));
@@ -225,64 +465,101 @@ int64_t count_nonfinite(const HostGrads& g) {
   return bad;
 }
 
-double time_backward(const BackwardBuffers& g, Backend& b, int warmup, int iters) {
-  std::vector<double> times;
-  for (int it = 0; it < warmup + iters; ++it) {
-    const auto t0 = std::chrono::steady_clock::now();
-    b.flash_backward(g.params);
-    b.synchronize();
-    if (it >= warmup) times.push_back(seconds_since(t0));
-  }
-  std::sort(times.begin(), times.end());
-  return times[times.size() / 2];
-}
-
 int backward_on(const RunOptions& o, World& w) {
-  require_world_of_one(w.size);
-  check_run_outputs(o);
-  ProblemSetup setup = setup_problem(o.problem);
+  Transport& t = *w.transport;
+  ProblemSetup setup;
+  LocalProblem local;
+  BackwardBuffers g;
+  const BackwardSetup bs{o.problem.seed, o.do_file, o.deterministic, o.problem.tile_q, o.problem.tile_k};
+  if (load_phase(o, w, setup, local, g, bs) != kExitOk) return kExitError;
   const GlobalProblem& p = setup.problem;
-  validate_problem(p, w.size);
-  check_fault_for(p, w.size);
-  spdlog::info("problem: {}; forward and backward on one device", problem_line(p));
-  const LocalProblem local = load_local(p, *setup.source, *w.backend, 0, 1);
-  if (o.check_finite)
-    if (const std::string e = check_inputs_finite(p, local, *w.backend, 0, *setup.source); !e.empty())
-      fail_arg("{}", e);
-  const BackwardBuffers g = make_backward(p, local, *w.backend, {o.problem.seed, o.do_file, o.deterministic,
-                                                                 o.problem.tile_q, o.problem.tile_k});
+  grad_transport(w);  // collective: made here, outside the timed backward
+
   ringattn::RunOptions ro;
   ro.tile_q = o.problem.tile_q;
   ro.tile_k = o.problem.tile_k;
-  Timings t;
+  ro.deterministic = o.deterministic;
+  Timings tm;
+  t.barrier();
   auto t0 = std::chrono::steady_clock::now();
-  run_attention(p, local.views, *w.backend, *w.transport, ro);
-  w.backend->synchronize();
-  t.forward_s = seconds_since(t0);
-  t.backward_s = time_backward(g, *w.backend, 0, 1);
+  try {
+    run_attention(p, local.views, *w.backend, t, ro);
+    w.backend->synchronize();
+  } catch (const InvalidArgument& e) {
+    throw CollectiveError(e.what());
+  }
+  tm.forward_s = slowest(t, seconds_since(t0));
+  t.barrier();
+  t0 = std::chrono::steady_clock::now();
+  run_backward(p, local, g, w, ro);
+  tm.backward_s = slowest(t, seconds_since(t0));
 
   const HostGrads h = copy_grads(g, *w.backend);
   const HostResult fwd = copy_result(p, local, *w.backend);
+  const int64_t bad = sum_over_ranks(t, count_nonfinite(h)), bad_fwd = sum_over_ranks(t, count_nonfinite(p, fwd));
+  // Rank 0 gathers what it writes or checks, in global token order (every rank takes part).
+  const bool sampled = o.check && sampled_check(p, o.problem.check_rows);
+  const std::vector<ShardLayout> ql = all_layouts(p, w.size, false), kl = all_layouts(p, w.size, true);
+  const int64_t B = p.batch, D = p.head_dim;
+  GlobalGrads gg;
+  if (o.check || !o.dq_file.empty()) gg.dq = gather_rows(t, ql, B * p.q_heads, p.q_len, D, h.dq.data());
+  if (o.check || !o.dk_file.empty()) gg.dk = gather_rows(t, kl, B * p.kv_heads, p.kv_len, D, h.dk.data());
+  if (o.check || !o.dv_file.empty()) gg.dv = gather_rows(t, kl, B * p.kv_heads, p.kv_len, D, h.dv.data());
+  if (sampled) {
+    const std::vector<float> of = out_as_float(p, fwd);
+    gg.out = gather_rows(t, ql, B * p.q_heads, p.q_len, D, of.data());
+    gg.lse = gather_rows(t, ql, B * p.q_heads, p.q_len, 1, fwd.lse.data());
+  }
+
   int code = kExitOk;
-  GradCheck c;
-  if (o.check) c = check_grads(p, g, h, *w.backend);
-  std::FILE* f = o.json_file == "-" ? stderr : stdout;
-  print_report(f, p, w, t, o.check ? &c : nullptr, o.deterministic);
-  const int64_t bad = count_nonfinite(h), bad_fwd = count_nonfinite(p, fwd);
-  if (bad + bad_fwd > 0) {
-    spdlog::error("non-finite results: {} in the forward's output and lse, {} in the gradients (a NaN or Inf in q, k, "
-                  "v or dO; --check-finite names the first such input)", bad_fwd, bad);
-    code = kExitCheckFailed;
+  if (w.rank == 0) {
+    GradCheck c;
+    try {
+      if (o.check) {
+        c.tolerance = grad_tolerance(p.dtype);
+        c.nonfinite = bad;
+        const DoutSource ds = dout_source(p, bs);
+        if (sampled)
+          check_sample(p, *setup.source, ds, gg, o.problem.check_rows, o.problem.seed, c);
+        else
+          check_all(p, *setup.source, ds, gg, c);
+      }
+    } catch (const std::exception& e) {
+      spdlog::error("check: {}", e.what());
+      code = kExitError;
+    }
+    std::FILE* f = o.json_file == "-" ? stderr : stdout;
+    print_report(f, p, w, tm, o.check ? &c : nullptr, o.deterministic);
+    if (bad + bad_fwd > 0) {
+      spdlog::error("non-finite results: {} in the forward's output and lse, {} in the gradients (a NaN or Inf in q, "
+                    "k, v or dO; --check-finite names the first such input)", bad_fwd, bad);
+      code = std::max(code, kExitCheckFailed);
+    }
+    if (o.check && !c.pass()) code = std::max(code, kExitCheckFailed);
+    try {
+      if (!o.json_file.empty()) {
+        nlohmann::json j = run_json(o, p, w, tm);
+        if (o.check) j["check"] = grads_json(c);
+        write_json(o.json_file, j);
+      }
+      // Each file whole or not at all, and all of them finished before any is moved into place.
+      const std::vector<int64_t> qs = {B, p.q_heads, p.q_len, D}, ks = {B, p.kv_heads, p.kv_len, D};
+      std::vector<std::unique_ptr<NpyWriter>> files;
+      for (const auto& [path, shape, data] : {std::tuple{&o.dq_file, &qs, &gg.dq}, std::tuple{&o.dk_file, &ks, &gg.dk},
+                                               std::tuple{&o.dv_file, &ks, &gg.dv}}) {
+        if (path->empty()) continue;
+        files.push_back(std::make_unique<NpyWriter>(*path, *shape, DType::F32));
+        files.back()->write(data->data(), int64_t(data->size()));
+        files.back()->finish();
+      }
+      for (auto& file : files) file->close();
+    } catch (const std::exception& e) {
+      spdlog::error("{}", e.what());
+      code = std::max(code, kExitError);
+    }
   }
-  if (o.check && !c.pass()) code = kExitCheckFailed;
-  if (!o.json_file.empty()) {
-    nlohmann::json j = run_json(o, p, w, t);
-    if (o.check) j["check"] = grads_json(c);
-    write_json(o.json_file, j);
-  }
-  write_grads(o, g, h);
-  if (write_global_outputs(p, local, fwd, *w.transport, o.out_file, o.lse_file) != 0) code = std::max(code, kExitError);
-  return code;
+  if (write_global_outputs(p, local, fwd, t, o.out_file, o.lse_file, setup.thd) != 0) code = std::max(code, kExitError);
+  return agree_exit_code(t, code);
 }
 
 }  // namespace ringattn::cli

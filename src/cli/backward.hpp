@@ -1,8 +1,9 @@
-// `run --backward` and `bench --backward`: the forward, then Backend::flash_backward on one
-// device (the ring backward is issue 19).
+// `run --backward` and `bench --backward`: the forward ring (run_attention), then the ring
+// backward (run_attention_backward) on every rank of the world, a world of one included.
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -16,11 +17,8 @@ namespace ringattn::cli {
 // of the forward's size instead of two).
 inline constexpr double kBackwardFlopFactor = 2.5;
 
-// Refuses --backward on a world of several ranks, with the same message on every rank.
-void require_world_of_one(int world);
-
-// dO and the fp32 gradients of one problem in backend memory, and the BackwardParams over them
-// and over `local`'s q, k, v, out and lse (the forward's, which must have run before the call).
+// dO and the fp32 gradients of this rank's shard in backend memory, and the BackwardParams over
+// them and over `local`'s q, k, v, out and lse (the forward's, which must have run before use).
 struct BackwardBuffers {
   DeviceBuffer dout, dq, dk, dv;
   BackwardParams params;
@@ -29,14 +27,28 @@ struct BackwardBuffers {
 // What fills dO and how the backward runs.
 struct BackwardSetup {
   uint64_t seed = 1;        // dO drawn like the inputs (InputTensor::DO) unless do_file is given
-  std::string do_file;      // .npy in the shape of q
+  std::string do_file;      // .npy in the shape of the global q [batch, heads, q_len, dim]
   bool deterministic = false;
   int tile_q = 0, tile_k = 0;
 };
 
-// Allocates dO (read or drawn) and the gradients, poisoned with NaN so that anything the backward
-// does not write shows up. Throws InvalidArgument naming --do and the shape for a bad file.
+// Where any global row of dO comes from: the seed (InputTensor::DO) or the --do file (read as the
+// source's InputTensor::Q). Throws InvalidArgument naming --do for a file not in the shape of q.
+struct DoutSource {
+  std::unique_ptr<InputSource> src;
+  InputTensor which = InputTensor::DO;
+};
+DoutSource dout_source(const GlobalProblem& p, const BackwardSetup& s);
+
+// Allocates this rank's dO (its rows of the global dO, drawn or read, by `local.q_layout`) and
+// the gradients, poisoned with NaN so that anything the backward does not write shows up.
 BackwardBuffers make_backward(const GlobalProblem& p, const LocalProblem& local, Backend& b, const BackwardSetup& s);
+
+// One backward on every rank, synchronized: the ring backward over w.transport and
+// grad_transport(w) for self-attention, Backend::flash_backward for a decode problem (a world of
+// one only). Collective. An InvalidArgument of the runtime becomes a CollectiveError.
+void run_backward(const GlobalProblem& p, const LocalProblem& local, const BackwardBuffers& g, World& w,
+                  const ringattn::RunOptions& ro);
 
 // The gradients copied to the host (fp32, contiguous like the buffers).
 struct HostGrads {
@@ -45,10 +57,7 @@ struct HostGrads {
 HostGrads copy_grads(const BackwardBuffers& g, Backend& b);
 int64_t count_nonfinite(const HostGrads& g);
 
-// The median over `iters` timed calls of flash_backward (after `warmup` untimed ones), in seconds.
-double time_backward(const BackwardBuffers& g, Backend& b, int warmup, int iters);
-
-// `ringattn run --backward` on a world of one.
+// `ringattn run --backward` on any world.
 int backward_on(const RunOptions& o, World& w);
 
 }  // namespace ringattn::cli

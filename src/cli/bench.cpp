@@ -83,22 +83,22 @@ double slowest(Transport& t, double dt, int world) {
 
 // The time of one call by --timer: per-call, the median over the iterations of barrier, call and
 // synchronize (slowest rank each); batch, the iterations back to back after one barrier, the total
-// over the iterations (slowest rank). `stats` is the last call's.
-double time_calls(const BenchOptions& o, const std::string& impl, const GlobalProblem& p, LocalProblem& local,
-                  World& w, const ringattn::RunOptions& ro, RankStats& stats) {
+// over the iterations (slowest rank). `call` runs one synchronized call on every rank.
+template <class Call>
+double time_calls(const BenchOptions& o, World& w, Call&& call) {
   Transport& t = *w.transport;
-  for (int it = 0; o.timer == "batch" && it < o.warmup; ++it) stats = call_once(impl, p, local, w, ro);
+  for (int it = 0; o.timer == "batch" && it < o.warmup; ++it) call();
   if (o.timer == "batch") {
     t.barrier();
     const auto t0 = std::chrono::steady_clock::now();
-    for (int it = 0; it < o.iters; ++it) stats = call_once(impl, p, local, w, ro);
+    for (int it = 0; it < o.iters; ++it) call();
     return slowest(t, seconds_since(t0), w.size) / o.iters;
   }
   std::vector<double> times;
   for (int it = 0; it < o.warmup + o.iters; ++it) {
     t.barrier();
     const auto t0 = std::chrono::steady_clock::now();
-    stats = call_once(impl, p, local, w, ro);
+    call();
     const double dt = slowest(t, seconds_since(t0), w.size);
     if (it >= o.warmup) times.push_back(dt);
   }
@@ -119,8 +119,9 @@ SizeResult bench_size(const BenchOptions& o, GlobalProblem p, InputSource& src, 
   ringattn::RunOptions ro;
   ro.tile_q = o.problem.tile_q;
   ro.tile_k = o.problem.tile_k;
+  ro.deterministic = o.deterministic;
   RankStats stats;
-  r.median_s = time_calls(o, impl, p, local, w, ro, stats);
+  r.median_s = time_calls(o, w, [&] { stats = call_once(impl, p, local, w, ro); });
   const HostResult result = copy_result(p, local, *w.backend);
   CheckResult chk;
   r.checked = o.check && impl != "naive";
@@ -136,8 +137,12 @@ SizeResult bench_size(const BenchOptions& o, GlobalProblem p, InputSource& src, 
   if (o.backward) {  // after the forward's iterations: their out and lse feed the backward
     const BackwardBuffers g = make_backward(p, local, *w.backend,
                                             {o.problem.seed, "", o.deterministic, o.problem.tile_q, o.problem.tile_k});
-    r.backward_s = time_backward(g, *w.backend, o.warmup, o.iters);
-    r.grad_nonfinite = count_nonfinite(copy_grads(g, *w.backend));
+    grad_transport(w);  // collective: made before the timing
+    r.backward_s = time_calls(o, w, [&] { run_backward(p, local, g, w, ro); });
+    int64_t bad = count_nonfinite(copy_grads(g, *w.backend));
+    std::vector<int64_t> all(static_cast<size_t>(w.size), 0);
+    t.allgather(&bad, all.data(), sizeof(int64_t));
+    for (int64_t x : all) r.grad_nonfinite += x;
   }
   r.pass = r.sum.nan_count == 0 && r.sum.violations == 0 && r.grad_nonfinite == 0;
   return r;
@@ -277,7 +282,9 @@ GlobalProblem problem_at(const BenchOptions& o, const GlobalProblem& base, int64
 void check_bench(const BenchOptions& o, const World& w) {
   if (o.seq_max < o.seq_min)
     throw CollectiveError(fmt::format("--seq-max {} is below --seq-min {}", o.seq_max, o.seq_min));
-  if (o.backward) require_world_of_one(w.size);
+  if (o.backward && w.size > 1 && decode_sweep(o))
+    throw CollectiveError(fmt::format("bench --backward --kv-seq over {} ranks: the ring backward needs self-attention, "
+                                      "a --kv-seq sweep is decode; drop --kv-seq or run it on one process", w.size));
   if ((o.impl == "naive" || o.impl == "both") && (w.size != 1 || o.problem.device != "cpu"))
     throw CollectiveError(fmt::format("--impl {} runs the fp64 oracle on one CPU process (got --device {} over {} ranks)",
                                       o.impl, o.problem.device, w.size));

@@ -101,4 +101,42 @@ int write_global_outputs(const GlobalProblem& p, const LocalProblem& l, const Ho
   return agree_exit_code(t, code);
 }
 
+std::vector<float> gather_rows(Transport& t, const std::vector<ShardLayout>& layouts, int64_t bh, int64_t len,
+                               int64_t width, const float* mine) {
+  const int P = t.size(), me = t.rank();
+  int64_t tmax = 0;
+  for (const ShardLayout& l : layouts) tmax = std::max(tmax, l.tokens());
+  const int64_t mt = layouts[size_t(me)].tokens(), per_rank = bh * tmax * width;
+  std::vector<float> padded(size_t(std::max<int64_t>(per_rank, 1)), 0.0f);
+  for (int64_t i = 0; i < bh; ++i) std::copy_n(mine + i * mt * width, mt * width, padded.data() + i * tmax * width);
+  std::vector<float> all;
+  if (P > 1) {
+    all.resize(size_t(std::max<int64_t>(per_rank, 1)) * size_t(P));
+    t.allgather(padded.data(), all.data(), size_t(std::max<int64_t>(per_rank, 1)) * sizeof(float));
+  } else {
+    all.swap(padded);
+  }
+  if (me != 0) return {};
+  std::vector<float> g(size_t(bh * len * width), 0.0f);
+  const size_t stride = size_t(std::max<int64_t>(per_rank, 1));
+  for (int q = 0; q < P; ++q) {
+    const ShardLayout& lq = layouts[size_t(q)];
+    const float* src = all.data() + size_t(q) * stride;
+    for (int64_t i = 0; i < bh; ++i)
+      for (int64_t r = 0; r < lq.tokens(); ++r)
+        std::copy_n(src + (i * tmax + r) * width, width, g.data() + (i * len + lq.global_position(r)) * width);
+  }
+  return g;
+}
+
+std::vector<ShardLayout> all_layouts(const GlobalProblem& p, int world, bool kv) {
+  std::vector<ShardLayout> out(static_cast<size_t>(world));
+  for (int r = 0; r < world; ++r) {
+    ShardLayout q, k;
+    layouts_for(p, r, world, q, k);
+    out[size_t(r)] = kv ? k : q;
+  }
+  return out;
+}
+
 }  // namespace ringattn::cli

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <string>
+#include <vector>
 
 #include "cli/check.hpp"
 #include "cli/problem.hpp"
@@ -17,5 +18,15 @@ namespace ringattn::cli {
 // when rank 0 could not write (message logged).
 int write_global_outputs(const GlobalProblem& p, const LocalProblem& l, const HostResult& r, Transport& t,
                          const std::string& out_file, const std::string& lse_file, bool thd = false);
+
+// The global [bh, len, width] fp32 tensor on rank 0 (empty elsewhere) from every rank's local
+// rows: `mine` is [bh, layouts[rank].tokens(), width], its rows in that layout's order (any
+// layout: contiguous, zigzag, strided, doc-zigzag). One allgather of every rank's part, padded to
+// the largest shard. Collective over `t`; layouts.size() == t.size().
+std::vector<float> gather_rows(Transport& t, const std::vector<ShardLayout>& layouts, int64_t bh, int64_t len,
+                               int64_t width, const float* mine);
+
+// Every rank's q (kv: k/v) layout of `p` over `world` ranks (layouts_for).
+std::vector<ShardLayout> all_layouts(const GlobalProblem& p, int world, bool kv);
 
 }  // namespace ringattn::cli

@@ -111,7 +111,6 @@ int main(int argc, char** argv) {
       fault_plan();  // a malformed RINGATTN_FAULT stops every rank here, alike, with or without mpirun
     }
     resolve_timeout(po);  // a malformed RINGATTN_MPI_TIMEOUT_S stops every rank here, alike
-    check_world_for(cl, launcher_world_size());  // e.g. --backward under mpirun: every rank, alike
   } catch (const CLI::ParseError& e) {
     if (e.get_exit_code() == 0 || dynamic_cast<const CLI::CallForHelp*>(&e) != nullptr)
       return report_help_or_version(cl, "--help", rank, [&] { app->exit(e); });

@@ -184,10 +184,10 @@ void add_run_flags(CLI::App& app, RunOptions& o) {
   app.add_option("--lse", o.lse_file, "write the log-sum-exp as <f4 .npy [batch, heads, q_len]");
   app.add_option("--json", o.json_file, "write one JSON record ('-' for stdout)");
   app.add_flag("--backward", o.backward,
-               "after the forward, compute the gradients dq, dk, dv of sum(dO * out) (a world of one: the ring "
-               "backward is issue 19)");
+               "after the forward, compute the gradients dq, dk, dv of sum(dO * out) (under mpirun: the ring "
+               "backward; rank 0 writes --dq/--dk/--dv in global token order)");
   app.add_flag("--deterministic", o.deterministic, "with --backward: bitwise reproducible dq (no atomics on GPUs)");
-  app.add_option("--do", o.do_file, "with --backward: dO as .npy in the shape of q (default: random from --seed)");
+  app.add_option("--do", o.do_file, "with --backward: dO as .npy in the shape of q (default: random from --seed); each rank reads its rows");
   app.add_option("--dq", o.dq_file, "with --backward: write dq as <f4 .npy [batch, heads, q_len, dim]");
   app.add_option("--dk", o.dk_file, "with --backward: write dk as <f4 .npy [batch, kv_heads, kv_len, dim]");
   app.add_option("--dv", o.dv_file, "with --backward: write dv as <f4 .npy [batch, kv_heads, kv_len, dim]");
@@ -225,7 +225,7 @@ void add_bench_flags(CLI::App& app, BenchOptions& o) {
   app.add_option("--json", o.json_file, "write the sweep as one JSON record, its sizes in a list ('-' for stdout)");
   app.add_flag("--backward", o.backward,
                "time the backward after the forward at each size (rate counted as 2.5x the forward FLOPs) and the "
-               "forward+backward total (a world of one)");
+               "forward+backward total (under mpirun: the ring backward)");
   app.add_flag("--deterministic", o.deterministic, "with --backward: bitwise reproducible dq (no atomics on GPUs)");
 }
 
@@ -296,15 +296,7 @@ void refuse_ignored_flags(const CLI::App& sub, const ProblemOptions& o, bool che
 
 // Flags of the backward that do nothing without --backward.
 void refuse_backward_flags(const CLI::App& sub, bool backward) {
-  if (backward) {
-    // The gradient kernels know the causal mask and offsets, not packed documents yet: refused
-    // rather than run with the documents ignored.
-    for (const char* name : {"--doc-lens", "--cu-seqlens", "--docs"})
-      if (given(sub, name))
-        fail_arg("--backward does not support packed documents yet ({}): the gradient kernels apply the causal mask "
-                 "only; drop {} or --backward", name, name);
-    return;
-  }
+  if (backward) return;
   for (const char* name : {"--do", "--dq", "--dk", "--dv", "--deterministic"})
     if (given(sub, name))
       fail_arg("{} only applies to the backward pass and does nothing without --backward; add --backward or drop {}",
@@ -341,13 +333,6 @@ void parse_command_line(CLI::App& app, CommandLine& cl, int argc, const char* co
       fail_arg("--q-offset {} applies to bench only with --kv-seq (a decode sweep); a sweep without --kv-seq runs "
                "self-attention at offset 0; add --kv-seq or drop --q-offset", *cl.bench.problem.q_offset);
   }
-}
-
-void check_world_for(const CommandLine& cl, int world) {
-  const bool backward = (cl.command == "run" && cl.run.backward) || (cl.command == "bench" && cl.bench.backward);
-  if (backward && world > 1)
-    fail_arg("the ring backward is not built yet (issue 19): --backward needs a world of one (this job has {} ranks); "
-             "run it without mpirun", world);
 }
 
 double resolve_timeout(const ProblemOptions& o) {

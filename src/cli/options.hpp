@@ -44,7 +44,7 @@ struct RunOptions {
   bool check_finite = false;  // NaN/Inf in q, k, v (before the run) or out, lse (after) is an error
   bool dry_run = false;       // validate world, environment and problem; no attention
   std::string out_file, lse_file, json_file;
-  // --backward: the gradients of sum(dO * out) after the forward (a world of one for now).
+  // --backward: the gradients of sum(dO * out) after the forward (the ring backward under mpirun).
   bool backward = false;
   bool deterministic = false;  // --deterministic: bitwise reproducible dq (GPU; the CPU always is)
   std::string do_file, dq_file, dk_file, dv_file;
@@ -103,10 +103,6 @@ std::unique_ptr<CLI::App> make_app(CommandLine& cl);
 // Parses argv (argc <= 1: kDefaultArgs) and runs the cross-flag checks of the chosen command.
 // Throws CLI::ParseError (CLI::CallForHelp when no command was given) or InvalidArgument.
 void parse_command_line(CLI::App& app, CommandLine& cl, int argc, const char* const* argv);
-
-// Refuses what a world of `world` ranks (the launcher's count) cannot run: today --backward
-// needs a world of one. Called on every rank before MPI starts, so every rank stops alike.
-void check_world_for(const CommandLine& cl, int world);
 
 // The wait bound the flags and environment ask for (see ProblemOptions::timeout_s).
 double resolve_timeout(const ProblemOptions& o);

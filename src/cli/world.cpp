@@ -186,6 +186,23 @@ void check_world_matches_launcher(const MpiSession& mpi) {
 
 }  // namespace
 
+Transport& grad_transport(World& w) {
+  if (w.size <= 1) return *w.transport;
+  if (!w.grad_transport) {
+    if (w.transport_name == "mpi") {
+      w.grad_transport = make_mpi_transport(MPI_COMM_WORLD, MpiProgress::Auto, w.timeout_s);
+    } else if (w.transport_name == "nccl") {
+#ifdef RINGATTN_HAVE_NCCL
+      w.grad_transport = make_nccl_transport(MPI_COMM_WORLD, NcclOptions{w.timeout_s, 3 * w.timeout_s});
+#endif
+    }
+    if (!w.grad_transport)
+      throw CollectiveError(fmt::format("--backward: no second transport of kind {} for the gradient ring",
+                                        w.transport_name));
+  }
+  return *w.grad_transport;
+}
+
 World make_world(const ProblemOptions& o, const MpiSession& mpi) {
   World w;
   check_world_matches_launcher(mpi);
@@ -233,6 +250,7 @@ World make_world(const ProblemOptions& o, const MpiSession& mpi) {
     fail_arg("unknown --transport '{}': allowed are auto, mpi, nccl, local", kind);
   }
   w.transport_name = kind;
+  w.timeout_s = timeout;
   w.rank = w.transport->rank();
   w.size = w.transport->size();
 

@@ -71,7 +71,17 @@ struct World {
   int gpu = -1;              // the CUDA device, -1 on cpu
   std::string device_label;  // "cpu (2 threads)", "cuda:0"
   std::string transport_name;
+  double timeout_s = 0;      // the wait bound of the transports
+  // The backward's second transport (the dK/dV ring): made on first use (collective), none in a
+  // world of one (the backward then uses `transport`).
+  std::unique_ptr<Transport> grad_transport;
 };
+
+// The transport of the backward's dK/dV ring (run_attention_backward's `grad_t`): `transport`
+// itself in a world of one, else a second transport of the same kind over the same ranks (MPI:
+// another make_mpi_transport, which duplicates the communicator; NCCL: another communicator),
+// made on the first call. Collective on that first call: every rank calls it at the same point.
+Transport& grad_transport(World& w);
 
 // Builds the transport first (it fixes rank and size), then the backend on this rank's device,
 // then re-creates the logger with the rank's prefix.

@@ -57,9 +57,10 @@ step(EXPECT_RC 1 COMMAND ${RINGATTN} run --q q3.npy --k k3.npy --v v3.npy --caus
 step(EXPECT_RC 0 COMMAND ${NPY_TOOL} random q4.npy fp32 1 2 300 16 ${SEED})
 step(EXPECT_RC 1 COMMAND ${RINGATTN} run --q q3.npy --k q4.npy --v v3.npy --cu-seqlens cu8.npy
      STDERR "--k q4.npy: holds shape \\[1, 2, 300, 16\\], but --q is three-dimensional")
-# The backward pass does not know documents yet: refused, never run with them ignored.
-step(EXPECT_RC 1 COMMAND ${RINGATTN} run ${P} --causal --doc-lens 100,1,150,49 --backward
-     STDERR "--backward does not support packed documents yet \\(--doc-lens\\)")
-step(EXPECT_RC 1 COMMAND ${RINGATTN} bench --docs fixed:7 --backward STDERR "--backward does not support packed documents yet \\(--docs\\)")
+# The backward with packed documents: every gradient against the fp64 reference per document.
+step(EXPECT_RC 0 COMMAND ${RINGATTN} run ${P} --causal --doc-lens 100,1,150,49 --backward --check
+     STDOUT "4 packed documents" "non-finite 0 -> OK")
+step(EXPECT_RC 0 COMMAND ${RINGATTN} bench --docs fixed:7 --backward -b 64 -e 64 -n 1 -w 0 --heads 2 --kv-heads 1 --dim 16
+     --causal STDOUT "# seq 64: backward" "# Result: OK")
 step(EXPECT_RC 1 COMMAND ${RINGATTN} bench --docs fixed:7 --kv-seq 100 -b 1 -e 4
      STDERR "--docs packs self-attention; a --kv-seq sweep is decode over a cache: drop one of them")

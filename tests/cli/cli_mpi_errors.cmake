@@ -21,9 +21,9 @@ step(EXPECT_RC nonzero COMMAND ${MPIRUN} -x RINGATTN_FAULT=1:1:exit ${RINGATTN} 
      STDERR "RINGATTN_FAULT=1:1:exit names hop 1, but a ring of 2 ranks has exchange hops 0..0 \\(kind throw: 0..1\\)")
 step(EXPECT_RC nonzero COMMAND ${MPIRUN} -x RINGATTN_FAULT=1:0:exit ${RINGATTN} run --seq 4 --kv-seq 64
      STDERR "applies to ring runs; this is a distributed decode \\(q_len 4 != kv_len 64\\)")
-# The ring backward does not exist yet: --backward under mpirun is refused on every rank before
-# any communication, printed once.
-foreach(cmd "run;--seq;64" "bench;-b;64;-e;64")
-  step(EXPECT_RC 1 COMMAND ${MPIRUN} ${RINGATTN} ${cmd} --backward
-       STDERR "the ring backward is not built yet \\(issue 19\\): --backward needs a world of one \\(this job has 2 ranks\\)")
-endforeach()
+# --backward under mpirun runs the ring backward, which needs self-attention: a decode problem is
+# refused on every rank before any ring, printed once.
+step(EXPECT_RC 1 COMMAND ${MPIRUN} ${RINGATTN} run --backward --causal --seq 30 --kv-seq 50
+     STDERR "--backward over 2 ranks runs the ring backward, which needs self-attention \\(q_len == kv_len, q_offset 0\\); got q_len=30, kv_len=50, q_offset=20")
+step(EXPECT_RC 1 COMMAND ${MPIRUN} ${RINGATTN} bench --backward --kv-seq 64 -b 4 -e 8
+     STDERR "bench --backward --kv-seq over 2 ranks: the ring backward needs self-attention")
