@@ -465,20 +465,12 @@ int64_t count_nonfinite(const HostGrads& g) {
   return bad;
 }
 
-int backward_on(const RunOptions& o, World& w) {
-  Transport& t = *w.transport;
-  ProblemSetup setup;
-  LocalProblem local;
-  BackwardBuffers g;
-  const BackwardSetup bs{o.problem.seed, o.do_file, o.deterministic, o.problem.tile_q, o.problem.tile_k};
-  if (load_phase(o, w, setup, local, g, bs) != kExitOk) return kExitError;
-  const GlobalProblem& p = setup.problem;
-  grad_transport(w);  // collective: made here, outside the timed backward
+namespace {
 
-  ringattn::RunOptions ro;
-  ro.tile_q = o.problem.tile_q;
-  ro.tile_k = o.problem.tile_k;
-  ro.deterministic = o.deterministic;
+// The forward ring, then the ring backward, each between a barrier and the slowest rank's clock.
+Timings time_forward_backward(const GlobalProblem& p, LocalProblem& local, const BackwardBuffers& g, World& w,
+                              const ringattn::RunOptions& ro) {
+  Transport& t = *w.transport;
   Timings tm;
   t.barrier();
   auto t0 = std::chrono::steady_clock::now();
@@ -493,12 +485,14 @@ int backward_on(const RunOptions& o, World& w) {
   t0 = std::chrono::steady_clock::now();
   run_backward(p, local, g, w, ro);
   tm.backward_s = slowest(t, seconds_since(t0));
+  return tm;
+}
 
-  const HostGrads h = copy_grads(g, *w.backend);
-  const HostResult fwd = copy_result(p, local, *w.backend);
-  const int64_t bad = sum_over_ranks(t, count_nonfinite(h)), bad_fwd = sum_over_ranks(t, count_nonfinite(p, fwd));
-  // Rank 0 gathers what it writes or checks, in global token order (every rank takes part).
-  const bool sampled = o.check && sampled_check(p, o.problem.check_rows);
+// Rank 0 gathers what it writes or checks, in global token order (every rank takes part): the
+// gradients asked for, and for a sampled check the forward's output and lse.
+GlobalGrads gather_grads(const RunOptions& o, const GlobalProblem& p, const HostGrads& h, const HostResult& fwd,
+                         bool sampled, World& w) {
+  Transport& t = *w.transport;
   const std::vector<ShardLayout> ql = all_layouts(p, w.size, false), kl = all_layouts(p, w.size, true);
   const int64_t B = p.batch, D = p.head_dim;
   GlobalGrads gg;
@@ -510,56 +504,93 @@ int backward_on(const RunOptions& o, World& w) {
     gg.out = gather_rows(t, ql, B * p.q_heads, p.q_len, D, of.data());
     gg.lse = gather_rows(t, ql, B * p.q_heads, p.q_len, 1, fwd.lse.data());
   }
+  return gg;
+}
 
-  int code = kExitOk;
-  if (w.rank == 0) {
-    GradCheck c;
-    try {
-      if (o.check) {
-        c.tolerance = grad_tolerance(p.dtype);
-        c.nonfinite = bad;
-        const DoutSource ds = dout_source(p, bs);
-        if (sampled)
-          check_sample(p, *setup.source, ds, gg, o.problem.check_rows, o.problem.seed, c);
-        else
-          check_all(p, *setup.source, ds, gg, c);
-      }
-    } catch (const std::exception& e) {
-      spdlog::error("check: {}", e.what());
-      code = kExitError;
-    }
-    std::FILE* f = o.json_file == "-" ? stderr : stdout;
-    print_report(f, p, w, tm, o.check ? &c : nullptr, o.deterministic);
-    if (bad + bad_fwd > 0) {
-      spdlog::error("non-finite results: {} in the forward's output and lse, {} in the gradients (a NaN or Inf in q, "
-                    "k, v or dO; --check-finite names the first such input)", bad_fwd, bad);
-      code = std::max(code, kExitCheckFailed);
-    }
-    if (o.check && !c.pass()) code = std::max(code, kExitCheckFailed);
-    try {
-      if (!o.json_file.empty()) {
-        nlohmann::json j = run_json(o, p, w, tm);
-        if (o.check) j["check"] = grads_json(c);
-        write_json(o.json_file, j);
-      }
-      // Each file whole or not at all, and all of them finished before any is moved into place.
-      const std::vector<int64_t> qs = {B, p.q_heads, p.q_len, D}, ks = {B, p.kv_heads, p.kv_len, D};
-      std::vector<std::unique_ptr<NpyWriter>> files;
-      for (const auto& [path, shape, data] : {std::tuple{&o.dq_file, &qs, &gg.dq}, std::tuple{&o.dk_file, &ks, &gg.dk},
-                                               std::tuple{&o.dv_file, &ks, &gg.dv}}) {
-        if (path->empty()) continue;
-        files.push_back(std::make_unique<NpyWriter>(*path, *shape, DType::F32));
-        files.back()->write(data->data(), int64_t(data->size()));
-        files.back()->finish();
-      }
-      for (auto& file : files) file->close();
-    } catch (const std::exception& e) {
-      spdlog::error("{}", e.what());
-      code = std::max(code, kExitError);
-    }
+// --dq/--dk/--dv: each file whole or not at all, and all of them finished before any is moved
+// into place.
+void write_grad_files(const RunOptions& o, const GlobalProblem& p, const GlobalGrads& gg) {
+  const int64_t B = p.batch, D = p.head_dim;
+  const std::vector<int64_t> qs = {B, p.q_heads, p.q_len, D}, ks = {B, p.kv_heads, p.kv_len, D};
+  std::vector<std::unique_ptr<NpyWriter>> files;
+  for (const auto& [path, shape, data] : {std::tuple{&o.dq_file, &qs, &gg.dq}, std::tuple{&o.dk_file, &ks, &gg.dk},
+                                           std::tuple{&o.dv_file, &ks, &gg.dv}}) {
+    if (path->empty()) continue;
+    files.push_back(std::make_unique<NpyWriter>(*path, *shape, DType::F32));
+    files.back()->write(data->data(), int64_t(data->size()));
+    files.back()->finish();
   }
-  if (write_global_outputs(p, local, fwd, t, o.out_file, o.lse_file, setup.thd) != 0) code = std::max(code, kExitError);
-  return agree_exit_code(t, code);
+  for (auto& file : files) file->close();
+}
+
+// Rank 0: the check, the report, the JSON and the gradient files; returns the exit code.
+int finish_on_rank0(const RunOptions& o, const ProblemSetup& setup, const BackwardSetup& bs, const GlobalGrads& gg,
+                    const Timings& tm, int64_t bad, int64_t bad_fwd, bool sampled, World& w) {
+  const GlobalProblem& p = setup.problem;
+  int code = kExitOk;
+  GradCheck c;
+  try {
+    if (o.check) {
+      c.tolerance = grad_tolerance(p.dtype);
+      c.nonfinite = bad;
+      const DoutSource ds = dout_source(p, bs);
+      if (sampled)
+        check_sample(p, *setup.source, ds, gg, o.problem.check_rows, o.problem.seed, c);
+      else
+        check_all(p, *setup.source, ds, gg, c);
+    }
+  } catch (const std::exception& e) {
+    spdlog::error("check: {}", e.what());
+    code = kExitError;
+  }
+  std::FILE* f = o.json_file == "-" ? stderr : stdout;
+  print_report(f, p, w, tm, o.check ? &c : nullptr, o.deterministic);
+  if (bad + bad_fwd > 0) {
+    spdlog::error("non-finite results: {} in the forward's output and lse, {} in the gradients (a NaN or Inf in q, "
+                  "k, v or dO; --check-finite names the first such input)", bad_fwd, bad);
+    code = std::max(code, kExitCheckFailed);
+  }
+  if (o.check && !c.pass()) code = std::max(code, kExitCheckFailed);
+  try {
+    if (!o.json_file.empty()) {
+      nlohmann::json j = run_json(o, p, w, tm);
+      if (o.check) j["check"] = grads_json(c);
+      write_json(o.json_file, j);
+    }
+    write_grad_files(o, p, gg);
+  } catch (const std::exception& e) {
+    spdlog::error("{}", e.what());
+    code = std::max(code, kExitError);
+  }
+  return code;
+}
+
+}  // namespace
+
+int backward_on(const RunOptions& o, World& w) {
+  Transport& t = *w.transport;
+  ProblemSetup setup;
+  LocalProblem local;
+  BackwardBuffers g;
+  const BackwardSetup bs{o.problem.seed, o.do_file, o.deterministic, o.problem.tile_q, o.problem.tile_k};
+  if (load_phase(o, w, setup, local, g, bs) != kExitOk) return kExitError;
+  const GlobalProblem& p = setup.problem;
+  grad_transport(w);  // collective: made here, outside the timed backward
+
+  ringattn::RunOptions ro;
+  ro.tile_q = o.problem.tile_q;
+  ro.tile_k = o.problem.tile_k;
+  ro.deterministic = o.deterministic;
+  const Timings tm = time_forward_backward(p, local, g, w, ro);
+
+  const HostGrads h = copy_grads(g, *w.backend);
+  const HostResult fwd = copy_result(p, local, *w.backend);
+  const int64_t bad = sum_over_ranks(t, count_nonfinite(h)), bad_fwd = sum_over_ranks(t, count_nonfinite(p, fwd));
+  const bool sampled = o.check && sampled_check(p, o.problem.check_rows);
+  const GlobalGrads gg = gather_grads(o, p, h, fwd, sampled, w);
+  const int code = w.rank == 0 ? finish_on_rank0(o, setup, bs, gg, tm, bad, bad_fwd, sampled, w) : kExitOk;
+  const int written = write_global_outputs(p, local, fwd, t, o.out_file, o.lse_file, setup.thd);
+  return agree_exit_code(t, written != 0 ? std::max(code, int(kExitError)) : code);
 }
 
 }  // namespace ringattn::cli
