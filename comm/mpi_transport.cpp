@@ -74,6 +74,18 @@ MpiProgress progress_from_env(MpiProgress requested, int thread_level) {
   return requested;
 }
 
+// The MPI transports alive in this process, and how many run a helper thread. Below
+// MPI_THREAD_MULTIPLE a helper thread's MPI calls must overlap no other thread's, so a helper-thread
+// transport cannot live beside another MPI transport (the ring backward runs two rings at once).
+struct LiveTransports {
+  std::mutex mu;
+  int all = 0, helpers = 0;
+};
+LiveTransports& live_transports() {
+  static LiveTransports l;
+  return l;
+}
+
 class MpiTransport final : public Transport {
  public:
   MpiTransport(MPI_Comm comm, MpiProgress progress, double timeout_s) {
@@ -88,6 +100,7 @@ class MpiTransport final : public Transport {
     int level = MPI_THREAD_SINGLE;
     RA_CHECK_MPI(MPI_Query_thread(&level));
     mode_ = progress_from_env(progress, level);
+    register_live(level);
     timeout_s_ = exchange_timeout_s(timeout_s);
     requests_.reserve(16);  // no allocation on the first hop
     statuses_.reserve(16);
@@ -96,6 +109,11 @@ class MpiTransport final : public Transport {
   }
 
   ~MpiTransport() override {
+    {
+      std::lock_guard<std::mutex> lk(live_transports().mu);
+      --live_transports().all;
+      if (mode_ == MpiProgress::HelperThread) --live_transports().helpers;
+    }
     if (stuck_) {
       // An exchange timed out: the helper may sit in MPI_Sendrecv for good and the communicator
       // is unusable. Leave both; the process is about to end (abort) anyway.
@@ -113,6 +131,22 @@ class MpiTransport final : public Transport {
     int finalized = 0;
     MPI_Finalized(&finalized);
     if (!finalized) MPI_Comm_free(&comm_);
+  }
+
+  // Counts this transport among the live ones; refuses it (freeing the communicator) when its MPI
+  // calls could overlap another transport's helper thread below MPI_THREAD_MULTIPLE.
+  void register_live(int level) {
+    LiveTransports& l = live_transports();
+    std::lock_guard<std::mutex> lk(l.mu);
+    const bool helper = mode_ == MpiProgress::HelperThread;
+    if (level < MPI_THREAD_MULTIPLE && (l.helpers > 0 || (helper && l.all > 0))) {
+      MPI_Comm_free(&comm_);
+      fail_arg("a second MPI transport beside one that runs a helper thread needs MPI_THREAD_MULTIPLE (this process "
+               "has thread level {}): initialize MPI with MPI_Init_thread(..., MPI_THREAD_MULTIPLE, ...), or use the "
+               "nonblocking mode for every transport (RINGATTN_MPI_PROGRESS=nonblocking)", level);
+    }
+    ++l.all;
+    if (helper) ++l.helpers;
   }
 
   std::string name() const override {

@@ -12,7 +12,10 @@
 namespace ringattn {
 
 // MPI. Call MPI_Init_thread asking for MPI_THREAD_SERIALIZED (or more) so the transport can
-// progress exchanges on a helper thread; with less it falls back to MPI_Isend/MPI_Irecv.
+// progress exchanges on a helper thread; with less it falls back to MPI_Isend/MPI_Irecv. Two
+// transports at once (the ring backward's K/V and dK/dV rings) need MPI_THREAD_MULTIPLE when
+// either runs a helper thread: below it, making the second one throws InvalidArgument naming the
+// level (the nonblocking mode everywhere is the alternative).
 
 enum class MpiProgress : uint8_t {
   Auto = 0,         // helper thread when the thread level allows; env RINGATTN_MPI_PROGRESS overrides

@@ -141,7 +141,7 @@ MpiSession::MpiSession() {
   MPI_Initialized(&initialized);
   if (!initialized) {
     int provided = 0;
-    if (MPI_Init_thread(nullptr, nullptr, MPI_THREAD_SERIALIZED, &provided) != MPI_SUCCESS)
+    if (MPI_Init_thread(nullptr, nullptr, MPI_THREAD_MULTIPLE, &provided) != MPI_SUCCESS)
       fail_runtime("MPI_Init_thread failed (launched by mpirun/srun, but MPI could not start)");
   }
   init_s_ = seconds_since(t0);

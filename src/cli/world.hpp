@@ -44,7 +44,8 @@ struct CoreSplit {
 // smaller of `procs` and SLURM_CPUS_ON_NODE) and `procs`, the cores OpenMP sees.
 CoreSplit plan_core_split(int procs);
 
-// MPI_Init_thread when launched (MPI_THREAD_SERIALIZED, for the transport's progress thread),
+// MPI_Init_thread when launched (MPI_THREAD_MULTIPLE: the ring backward's two transports each
+// progress on a helper thread; with SERIALIZED only one transport may, see mpi_transport.hpp),
 // MPI_Finalize on finish(). Does nothing in a world of one.
 class MpiSession {
  public:

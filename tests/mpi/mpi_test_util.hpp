@@ -208,10 +208,11 @@ class AbortOnFailure : public ::testing::EmptyTestEventListener {
   bool failed_ = false;
 };
 
-// main() of every MPI test binary: MPI with the thread level the helper-thread transport needs.
-inline int run_all_tests_under_mpi(int argc, char** argv) {
+// main() of every MPI test binary: MPI with the thread level that two helper-thread transports at
+// once need (the ring backward), or `level` for a test of the transports' own rules.
+inline int run_all_tests_under_mpi(int argc, char** argv, int level = MPI_THREAD_MULTIPLE) {
   int provided = 0;
-  MPI_Init_thread(&argc, &argv, MPI_THREAD_SERIALIZED, &provided);
+  MPI_Init_thread(&argc, &argv, level, &provided);
   ::testing::InitGoogleTest(&argc, argv);
   auto& listeners = ::testing::UnitTest::GetInstance()->listeners();
   // Only rank 0 prints progress; every rank prints its own failures (AbortOnFailure).
