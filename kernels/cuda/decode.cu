@@ -160,16 +160,11 @@ __global__ void __launch_bounds__(kThreads) decode_mma_kernel(const DecodeKernel
 #pragma unroll
   for (int n = 0; n < kDT; ++n) acc[n][0] = acc[n][1] = acc[n][2] = acc[n][3] = 0.f;
   float m[2] = {neg_inf(), neg_inf()}, l[2] = {0.f, 0.f};
-  // The keys of the CTA's chunk that this thread's two rows see, [row_begin, row_end) (rows past
-  // the end take the last position; they are never written).
-  int64_t row_begin[2], row_end[2];
-#pragma unroll
-  for (int half = 0; half < 2; ++half) {
-    const int64_t R = row0 + (lane >> 2) + half * 8;
-    const KeyRange r = visible_range(f.mask, (R < packed_rows ? R : packed_rows - 1) / group, len_k);
-    row_begin[half] = r.begin;
-    row_end[half] = r.end < c1 ? r.end : c1;
-  }
+  // Keys [full_lo, full_hi) (offsets from c0) are visible to every row of the block: both edges of
+  // the visible range grow with the row, so that is the last row's begin to the first row's end
+  // (classify_block's Full test, found once). A warp's 16 keys outside it need the element mask.
+  const int full_lo = tile_key_bound(visible_range(f.mask, t_last, len_k).begin, c0, int(c1 - c0));
+  const int full_hi = tile_key_bound(visible_range(f.mask, t_first, len_k).end, c0, int(c1 - c0));
 
   const int mi = lane >> 3;
   uint32_t q_off[4], k_off[4], v_off[4];
@@ -192,9 +187,9 @@ __global__ void __launch_bounds__(kThreads) decode_mma_kernel(const DecodeKernel
     const int buf = j % kStages;
     const uint32_t kt = sKa + buf * kTileKeys * D * 2;
     const uint32_t vt = sVa + buf * kTileKeys * D * 2;
-    const int64_t kw = c0 + int64_t(j) * kTileKeys + warp * 16;  // this warp's first key
-    if (kw >= c1) continue;                                        // warp-uniform
-    const bool need_mask = kw + 16 > c1 || classify_block(f.mask, t_first, t_last - t_first + 1, kw, 16) != BlockVisibility::Full;
+    const int kw = j * kTileKeys + warp * 16;  // this warp's first key, from c0
+    if (kw >= c1 - c0) continue;               // warp-uniform
+    const bool need_mask = kw < full_lo || kw + 16 > full_hi;
 
     float s[2][4] = {{0.f, 0.f, 0.f, 0.f}, {0.f, 0.f, 0.f, 0.f}};
 #pragma unroll
@@ -206,8 +201,15 @@ __global__ void __launch_bounds__(kThreads) decode_mma_kernel(const DecodeKernel
     }
 #pragma unroll
     for (int half = 0; half < 2; ++half) {
-      const int key_begin = need_mask ? tile_key_bound(row_begin[half], kw, 16) : 0;
-      const int key_end = need_mask ? tile_key_bound(row_end[half], kw, 16) : 16;
+      // The row's visible keys within the warp's 16, found only where the mask is needed (rows
+      // past the end take the last position; they are never written).
+      int key_begin = 0, key_end = 16;
+      if (need_mask) {
+        const int64_t R = row0 + (lane >> 2) + half * 8;
+        const KeyRange r = visible_range(f.mask, (R < packed_rows ? R : packed_rows - 1) / group, c1);
+        key_begin = tile_key_bound(r.begin, c0 + kw, 16);
+        key_end = tile_key_bound(r.end, c0 + kw, 16);
+      }
       const float alpha = online_softmax_row<2, false, true>(s, half, lane, need_mask, key_begin, key_end,
                                                              scale_log2, m[half], l[half]);
 #pragma unroll

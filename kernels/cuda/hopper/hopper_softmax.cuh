@@ -27,28 +27,21 @@ struct RowStats {
 
 // Sets invisible scores to -inf: keys at or past kv_len and keys the mask hides. row0 is this
 // thread's first row (absolute; its second is row0 + 8), key0 its first key column (absolute).
-// Each row's visible keys are one range [begin, end), found once; every score then costs one
-// compare, or two with a window's lower edge (kLower).
-template <bool kLower, int NS>
-__device__ __forceinline__ void mask_scores_range(float (&s)[NS], long long row0, int key0, int kv_len,
-                                                  const MaskSpec& mask) {
+// Each row's visible keys are one range [begin, end), found once; every score then costs two
+// compares (begin is 0 without a window). One code path on purpose: a uniform branch between a
+// one-compare and a two-compare copy made ptxas spill in the 192x128 and 128x176 kernels (56 and
+// 92 bytes) and cost head dim 64 full ~3% (kernels/cuda/PERF.md, "Spills").
+template <int NS>
+__device__ __forceinline__ void mask_scores(float (&s)[NS], long long row0, int key0, int kv_len,
+                                            const MaskSpec& mask) {
   const KeyRange r[2] = {visible_range(mask, row0, kv_len), visible_range(mask, row0 + 8, kv_len)};
   const int end[2] = {int(r[0].end), int(r[1].end)};
   const int begin[2] = {int(r[0].begin), int(r[1].begin)};
 #pragma unroll
   for (int i = 0; i < NS; ++i) {
     const int key = key0 + 8 * (i >> 2) + (i & 1), row = (i >> 1) & 1;
-    if (key >= end[row] || (kLower && key < begin[row])) s[i] = neg_inf();
+    if (key >= end[row] || key < begin[row]) s[i] = neg_inf();
   }
-}
-// The branch on the window is uniform: without one, the masked blocks cost what they did before.
-template <int NS>
-__device__ __forceinline__ void mask_scores(float (&s)[NS], long long row0, int key0, int kv_len,
-                                            const MaskSpec& mask) {
-  if (mask.windowed())
-    mask_scores_range<true>(s, row0, key0, kv_len, mask);
-  else
-    mask_scores_range<false>(s, row0, key0, kv_len, mask);
 }
 
 // One online-softmax step: folds the tile's scores into the stats, overwrites s with
