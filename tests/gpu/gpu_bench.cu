@@ -7,7 +7,8 @@
 // (flash or split-KV decode into the fp32 state, then the cast to the input dtype);
 // "ours_state" is the kernel alone, ending at the fp32 (o, lse) state the ring runner carries.
 // Inputs are fresh random normals (a new seed every run), rotated over several copies when they
-// would fit in L2. A few output rows are checked against the fp64 oracle on every run; a wrong
+// would fit in L2. --layout bshd holds q, k, v and the final output as [batch, seq, heads, dim]
+// (strided views of the same kernels; the fp32 state stays [batch, heads, seq, dim]). A few output rows are checked against the fp64 oracle on every run; a wrong
 // result exits non-zero.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
@@ -101,7 +102,14 @@ double median(std::vector<double> x) {
 }
 
 // Checks 3 random rows of the finalized output against the fp64 oracle.
-bool check_rows(Backend& be, const Shape& sh, const FlashParams& p, const DeviceBuffer& out, std::mt19937_64& rng) {
+// Rows [t0, t0 + n) of head h of batch b of a 16-bit device view, contiguous [n, dim] on the host.
+void copy_rows(uint16_t* dst, const TensorView& v, int64_t b, int64_t h, int64_t t0, int64_t n) {
+  const auto* src = static_cast<const uint16_t*>(v.data) + v.offset(b, h, t0);
+  RA_CHECK_CUDA(cudaMemcpy2D(dst, size_t(v.dim) * 2, src, size_t(v.stride_t) * 2, size_t(v.dim) * 2, size_t(n),
+                             cudaMemcpyDeviceToHost));
+}
+
+bool check_rows(Backend& be, const Shape& sh, const FlashParams& p, const TensorView& out, std::mt19937_64& rng) {
   const int64_t D = sh.d;
   for (int n = 0; n < 3; ++n) {
     const int64_t b = int64_t(rng() % uint64_t(sh.b)), h = int64_t(rng() % uint64_t(sh.hq)),
@@ -109,10 +117,11 @@ bool check_rows(Backend& be, const Shape& sh, const FlashParams& p, const Device
     const int64_t hk = h / (sh.hq / sh.hkv);
     std::vector<uint16_t> qh(static_cast<size_t>(D)), kh(static_cast<size_t>(sh.s * D)), vh(static_cast<size_t>(sh.s * D)),
         oh(static_cast<size_t>(D));
-    be.copy_to_host(qh.data(), static_cast<const uint16_t*>(p.q.data) + p.q.offset(b, h, i), size_t(D) * 2);
-    be.copy_to_host(kh.data(), static_cast<const uint16_t*>(p.k.data) + p.k.offset(b, hk, 0), kh.size() * 2);
-    be.copy_to_host(vh.data(), static_cast<const uint16_t*>(p.v.data) + p.v.offset(b, hk, 0), vh.size() * 2);
-    be.copy_to_host(oh.data(), static_cast<const uint16_t*>(out.get()) + ((b * sh.hq + h) * sh.t + i) * D, size_t(D) * 2);
+    be.synchronize();
+    copy_rows(qh.data(), p.q, b, h, i, 1);
+    copy_rows(kh.data(), p.k, b, hk, 0, sh.s);
+    copy_rows(vh.data(), p.v, b, hk, 0, sh.s);
+    copy_rows(oh.data(), out, b, h, i, 1);
     FlashParams r = p;
     r.q = bhtd_view(qh.data(), p.q.dtype, 1, 1, 1, D);
     r.k = bhtd_view(kh.data(), p.q.dtype, 1, 1, sh.s, D);
@@ -137,7 +146,7 @@ bool check_rows(Backend& be, const Shape& sh, const FlashParams& p, const Device
   return true;
 }
 
-Result bench_shape(Backend& be, const Shape& sh, DType dt, int reps, bool& ok, std::mt19937_64& rng) {
+Result bench_shape(Backend& be, const Shape& sh, DType dt, bool bshd, int reps, bool& ok, std::mt19937_64& rng) {
   const int64_t q_elems = sh.b * sh.hq * sh.t * sh.d, kv_elems = sh.b * sh.hkv * sh.s * sh.d;
   const size_t in_bytes = size_t(q_elems + 2 * kv_elems) * 2;
   int l2 = 0;
@@ -162,12 +171,13 @@ Result bench_shape(Backend& be, const Shape& sh, DType dt, int reps, bool& ok, s
   p.scale = 1.f / std::sqrt(float(sh.d));
   p.mask = sh.mask();
   p.state = contiguous_state(o.as<float>(), lse.as<float>(), sh.b, sh.hq, sh.t, sh.d);
-  const TensorView out_view = bhtd_view(out.get(), dt, sh.b, sh.hq, sh.t, sh.d);
+  const auto view = bshd ? bthd_view : bhtd_view;
+  const TensorView out_view = view(out.get(), dt, sh.b, sh.hq, sh.t, sh.d);
   const bool decode = sh.t <= 16;
   auto set_inputs = [&](int i) {
-    p.q = bhtd_view(in[size_t(i)].q.get(), dt, sh.b, sh.hq, sh.t, sh.d);
-    p.k = bhtd_view(in[size_t(i)].k.get(), dt, sh.b, sh.hkv, sh.s, sh.d);
-    p.v = bhtd_view(in[size_t(i)].v.get(), dt, sh.b, sh.hkv, sh.s, sh.d);
+    p.q = view(in[size_t(i)].q.get(), dt, sh.b, sh.hq, sh.t, sh.d);
+    p.k = view(in[size_t(i)].k.get(), dt, sh.b, sh.hkv, sh.s, sh.d);
+    p.v = view(in[size_t(i)].v.get(), dt, sh.b, sh.hkv, sh.s, sh.d);
   };
   // The complete attention asks for the final output in the call (FlashParams::out: the Hopper
   // kernel writes it from its epilogue, other paths cast the state); "state" stops at the fp32
@@ -202,7 +212,7 @@ Result bench_shape(Backend& be, const Shape& sh, DType dt, int reps, bool& ok, s
   set_inputs(0);
   run(true);
   be.synchronize();
-  ok = check_rows(be, sh, p, out, rng) && ok;
+  ok = check_rows(be, sh, p, out_view, rng) && ok;
   cudaEventDestroy(e0);
   cudaEventDestroy(e1);
   return res;
@@ -214,7 +224,7 @@ int main(int argc, char** argv) {
   std::vector<std::string> shapes;
   DType dt = DType::BF16;
   int reps = 30, variants_flag = 0;
-  std::string json;
+  std::string json, layout = "bhsd";
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     if (a == "--shape" && i + 1 < argc) shapes.push_back(argv[++i]);
@@ -222,10 +232,11 @@ int main(int argc, char** argv) {
     else if (a == "--reps" && i + 1 < argc) reps = std::max(3, std::atoi(argv[++i]));
     else if (a == "--json" && i + 1 < argc) json = argv[++i];
     else if (a == "--variants") variants_flag = 1;
+    else if (a == "--layout" && i + 1 < argc && (layout = argv[++i], layout == "bhsd" || layout == "bshd" || layout == "both")) {}
     else {
       std::fprintf(stderr,
                    "usage: %s [--shape b,hq,hkv,t,s,d,causal|full]... [--dtype bf16|fp16] [--reps N] [--json FILE] "
-                   "[--variants]\n",
+                   "[--variants] [--layout bhsd|bshd|both]\n",
                    argv[0]);
       return 2;
     }
@@ -272,11 +283,18 @@ int main(int argc, char** argv) {
         cuda::FlashKernelOptions o = env_options;
         o.mma_variant = v;
         const std::unique_ptr<Backend> vb = v == 0 ? nullptr : make_cuda_backend(0, o);
-        const Result r = bench_shape(v == 0 ? *be : *vb, sh, dt, reps, ok, rng);
         if (v == 0) {
-          emit("ours", r.ms_full);
-          emit("ours_state", r.ms_state);
+          // Rows "ours"/"ours_state" in the --layout (bshd alone keeps those names); with
+          // "both", the bshd rows follow as "ours_bshd"/"ours_state_bshd".
+          for (const bool bshd : {false, true}) {
+            if ((bshd && layout == "bhsd") || (!bshd && layout == "bshd")) continue;
+            const Result r = bench_shape(*be, sh, dt, bshd, reps, ok, rng);
+            const bool suffix = bshd && layout == "both";
+            emit(suffix ? "ours_bshd" : "ours", r.ms_full);
+            emit(suffix ? "ours_state_bshd" : "ours_state", r.ms_state);
+          }
         } else {
+          const Result r = bench_shape(*vb, sh, dt, layout == "bshd", reps, ok, rng);
           emit(("ours_state_v" + std::to_string(v)).c_str(), r.ms_state);
         }
       }
@@ -285,7 +303,7 @@ int main(int argc, char** argv) {
       if (sh.t > 16) {
         cuda::FlashKernelOptions o = env_options;
         o.kernel = cuda::FlashKernel::Portable;
-        const Result r = bench_shape(*make_cuda_backend(0, o), sh, dt, reps, ok, rng);
+        const Result r = bench_shape(*make_cuda_backend(0, o), sh, dt, layout == "bshd", reps, ok, rng);
         emit("ours_portable_state", r.ms_state);
       }
     }
