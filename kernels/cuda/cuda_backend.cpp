@@ -158,8 +158,7 @@ class CudaBackend final : public Backend {
       check_grid("packed query row blocks", plan.row_blocks);
       const cuda::SplitPartials parts = partials(plan.parts, rows, f.q.dim);
       cuda::launch_decode_mma(f, plan, parts, stream_);
-      cuda::launch_merge_splits({parts, f.state, f.mode}, stream_);
-      if (f.out.data != nullptr) finalize(FinalizeParams{f.state, f.out});
+      merge_splits({parts, f.state, f.mode, f.out});
       return;
     }
     // fp32: each key chunk through the SIMT flash kernel into its own partial, then one merge.
@@ -186,8 +185,18 @@ class CudaBackend final : public Backend {
       sub.out = TensorView{};
       cuda::launch_flash_simt(sub, stream_);
     }
-    cuda::launch_merge_splits({parts, f.state, f.mode}, stream_);
-    if (f.out.data != nullptr) finalize(FinalizeParams{f.state, f.out});
+    merge_splits({parts, f.state, f.mode, f.out});
+  }
+  // The split merge, with the final cast fused when the call asks for the output (its shape is
+  // checked as finalize checks it).
+  void merge_splits(const cuda::MergeSplitsParams& p) {
+    if (p.out.data != nullptr) check_out_shape(p.out, p.state);
+    cuda::launch_merge_splits(p, stream_);
+  }
+  static void check_out_shape(const TensorView& out, const StateView& s) {
+    if (out.batch != s.batch || out.heads != s.heads || out.len != s.len || out.dim != s.dim)
+      fail_arg("output shape [{}, {}, {}, {}] does not match the state [{}, {}, {}, {}]", out.batch, out.heads,
+               out.len, out.dim, s.batch, s.heads, s.len, s.dim);
   }
 
   void merge(const MergeParams& p) override {
@@ -196,11 +205,7 @@ class CudaBackend final : public Backend {
     cuda::launch_merge(p, stream_);
   }
   void finalize(const FinalizeParams& p) override {
-    const StateView& s = p.state;
-    const TensorView& out = p.out;
-    if (out.batch != s.batch || out.heads != s.heads || out.len != s.len || out.dim != s.dim)
-      fail_arg("output shape [{}, {}, {}, {}] does not match the state [{}, {}, {}, {}]", out.batch, out.heads,
-               out.len, out.dim, s.batch, s.heads, s.len, s.dim);
+    check_out_shape(p.out, p.state);
     use_device();
     cuda::launch_finalize(p, stream_);
   }

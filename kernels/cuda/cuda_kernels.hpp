@@ -56,11 +56,13 @@ DecodePlan plan_decode_mma(const FlashParams& f, int splits_hint, int sms);
 // chunk, block of 16 packed query rows) and writes one partial state per row into `out`.
 void launch_decode_mma(const FlashParams& f, const DecodePlan& plan, const SplitPartials& out, cudaStream_t stream);
 
-// Merges all partials of each row and writes (StateMode::Write) or folds (Fold) into `state`.
+// Merges all partials of each row and writes (StateMode::Write) or folds (Fold) into `state`;
+// with `out` set, also casts the merged row into it (the finalize, fused: one launch fewer).
 struct MergeSplitsParams {
   SplitPartials parts;
   StateView state;
   StateMode mode = StateMode::Write;
+  TensorView out;  // optional: the final output in its dtype, shaped like the state
 };
 void launch_merge_splits(const MergeSplitsParams& p, cudaStream_t stream);
 

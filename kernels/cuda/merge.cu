@@ -35,6 +35,15 @@ __global__ void __launch_bounds__(kThreads) merge_kernel(const MergeParams p) {
   if (lane == 0) *lse = merged;
 }
 
+template <typename T>
+__device__ __forceinline__ T cast_from_float(float x);
+template <>
+__device__ __forceinline__ float cast_from_float<float>(float x) { return x; }
+template <>
+__device__ __forceinline__ __half cast_from_float<__half>(float x) { return __float2half_rn(x); }
+template <>
+__device__ __forceinline__ __nv_bfloat16 cast_from_float<__nv_bfloat16>(float x) { return __float2bfloat16_rn(x); }
+
 // Combines all partials of one row (their lse-weighted average), then writes or folds. One CTA
 // per row: the warps take interleaved partials and the lanes the head dims, so a row with a
 // hundred partials still has many independent loads in flight; the warps' sums meet in shared
@@ -58,6 +67,8 @@ __device__ __forceinline__ float block_reduce(float x, bool is_max, float* scrat
   return x;
 }
 
+// T: the dtype of p.out (float when there is none: then nothing is cast).
+template <typename T>
 __global__ void __launch_bounds__(kSplitThreads) merge_splits_kernel(const MergeSplitsParams p) {
   __shared__ float partial_sums[kSplitWarps][kMaxDim];
   __shared__ float scratch[kSplitWarps];
@@ -73,11 +84,14 @@ __global__ void __launch_bounds__(kSplitThreads) merge_splits_kernel(const Merge
   float mx = neg_inf();
   for (int64_t k = tid; k < in.parts; k += kSplitThreads) mx = fmaxf(mx, in.lse[k * in.rows + row]);
   mx = block_reduce(mx, true, scratch);
-  if (mx == neg_inf()) {  // no partial saw a key
+  T* out = p.out.data == nullptr ? nullptr : static_cast<T*>(p.out.data) + view_offset(p.out, a.b, a.h, a.t);
+  if (mx == neg_inf()) {  // no partial saw a key: the state is empty (Write) or unchanged (Fold)
     if (p.mode == StateMode::Write) {
       for (int64_t d = tid; d < dim; d += kSplitThreads) o[d] = 0.f;
       if (tid == 0) *lse = neg_inf();
     }
+    if (out != nullptr)
+      for (int64_t d = tid; d < dim; d += kSplitThreads) out[d] = cast_from_float<T>(p.mode == StateMode::Write ? 0.f : o[d]);
     return;
   }
   float sum = 0.f;
@@ -112,19 +126,12 @@ __global__ void __launch_bounds__(kSplitThreads) merge_splits_kernel(const Merge
 #pragma unroll
     for (int w = 0; w < kSplitWarps; ++w) t += partial_sums[w][d];
     t *= scale;
-    o[d] = a_empty ? t : o[d] * wa + t;
+    const float od = a_empty ? t : o[d] * wa + t;
+    o[d] = od;
+    if (out != nullptr) out[d] = cast_from_float<T>(od);
   }
   if (tid == 0) *lse = merged;
 }
-
-template <typename T>
-__device__ __forceinline__ T cast_from_float(float x);
-template <>
-__device__ __forceinline__ float cast_from_float<float>(float x) { return x; }
-template <>
-__device__ __forceinline__ __half cast_from_float<__half>(float x) { return __float2half_rn(x); }
-template <>
-__device__ __forceinline__ __nv_bfloat16 cast_from_float<__nv_bfloat16>(float x) { return __float2bfloat16_rn(x); }
 
 // One warp per row (grid-stride over rows): the row's (b, h, t) is worked out once per row, not
 // per element (64-bit divisions are slow), and the lanes move coalesced runs of the row.
@@ -191,7 +198,13 @@ void launch_merge(const MergeParams& p, cudaStream_t stream) {
 
 void launch_merge_splits(const MergeSplitsParams& p, cudaStream_t stream) {
   if (p.parts.rows == 0) return;
-  merge_splits_kernel<<<unsigned(p.parts.rows), kSplitThreads, 0, stream>>>(p);
+  const unsigned rows = unsigned(p.parts.rows);
+  switch (p.out.data == nullptr ? DType::F32 : p.out.dtype) {
+    case DType::F32: merge_splits_kernel<float><<<rows, kSplitThreads, 0, stream>>>(p); break;
+    case DType::F16: merge_splits_kernel<__half><<<rows, kSplitThreads, 0, stream>>>(p); break;
+    case DType::BF16: merge_splits_kernel<__nv_bfloat16><<<rows, kSplitThreads, 0, stream>>>(p); break;
+    default: fail_no_instance("merge_splits_kernel", "out dtype", int(p.out.dtype), "fp32, fp16 and bf16");
+  }
   RA_CHECK_CUDA_LAUNCH("merge_splits_kernel");
 }
 

@@ -45,6 +45,39 @@ const DecodeCase kWindowDecodeCases[] = {
 
 class DecodeSplits : public test::GpuTestP<std::tuple<DType, int>> {};
 
+// Decode of dp with the final output asked for (FlashParams::out: the split merge casts it in
+// the same launch) writes, byte for byte, what the same decode's state then finalize gives, into
+// a poisoned output; the state it leaves equals that decode's too. `init`: the incoming state
+// (Fold), else none.
+void expect_fused_out_equals_cast(Backend& be, DecodeParams dp, const HostState* init) {
+  const FlashParams& f = dp.flash;
+  const int64_t B = f.q.batch, H = f.q.heads, T = f.q.len, D = f.q.dim;
+  const size_t bytes = size_t(B * H * T * D) * size_t(dtype_size(f.q.dtype));
+  DeviceState plain(be, B, H, T, D, init), fused(be, B, H, T, D, init);
+  DeviceBuffer cast(be, bytes), out(be, bytes);
+  const std::vector<uint8_t> poison(bytes, 0xff);  // NaN in every dtype
+  be.copy_from_host(cast.get(), poison.data(), bytes);
+  be.copy_from_host(out.get(), poison.data(), bytes);
+  dp.flash.state = plain.view;
+  be.decode(dp);
+  be.finalize(FinalizeParams{plain.view, bhtd_view(cast.get(), f.q.dtype, B, H, T, D)});
+  dp.flash.state = fused.view;
+  dp.flash.out = bhtd_view(out.get(), f.q.dtype, B, H, T, D);
+  be.decode(dp);
+  std::vector<uint8_t> want(bytes), got(bytes);
+  be.synchronize();
+  be.copy_to_host(want.data(), cast.get(), bytes);
+  be.copy_to_host(got.data(), out.get(), bytes);
+  size_t diff = 0;
+  for (size_t i = 0; i < bytes; ++i) diff += want[i] != got[i];
+  EXPECT_EQ(diff, 0u) << "bytes of the fused output that differ from state + finalize";
+  std::vector<float> po, pl, fo, fl;
+  plain.read(be, po, pl);
+  fused.read(be, fo, fl);
+  EXPECT_EQ(0, std::memcmp(po.data(), fo.data(), po.size() * 4)) << "state o";
+  EXPECT_EQ(0, std::memcmp(pl.data(), fl.data(), pl.size() * 4)) << "state lse";
+}
+
 // Decode of case c split 1, 3, default and 50 ways against the unsplit flash and the fp64 oracle,
 // on fresh random inputs and NaN-poisoned states.
 void check_decode_case(Backend& be, const DecodeCase& c, DType dtype, int dim, std::mt19937_64& rng,
@@ -92,6 +125,7 @@ void check_decode_case(Backend& be, const DecodeCase& c, DType dtype, int dim, s
       EXPECT_LE(test::rel_error(so, ref.o), test::same_dtype_bound(naive)) << "naive same-dtype error " << naive;
     }
     EXPECT_LT(test::max_abs_error(sl, ref.lse), dtype == DType::F32 ? 2e-5 : 1e-3);
+    expect_fused_out_equals_cast(be, DecodeParams{p, splits}, nullptr);
   }
 }
 
@@ -147,6 +181,11 @@ TEST_F(CudaStateOps, DecodeFoldEqualsFlashFold) {
   std::vector<double> aod(ao.begin(), ao.end()), ald(al.begin(), al.end());
   EXPECT_LT(test::rel_error(bo, aod), 1e-2) << "seed " << seed;
   EXPECT_LT(test::max_abs_error(bl, ald), 1e-3) << "seed " << seed;
+  // The fused output in Fold mode (every third incoming row empty), default and 50 splits.
+  for (int splits : {0, 50}) {
+    SCOPED_TRACE(::testing::Message() << "fused out, splits " << splits << " seed " << seed);
+    expect_fused_out_equals_cast(*be, DecodeParams{p, splits}, &init);
+  }
 }
 
 // Random states with chosen rows: empty/empty, empty/full, full/empty, far apart both ways.
