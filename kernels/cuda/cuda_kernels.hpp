@@ -72,6 +72,13 @@ void launch_merge_splits(const MergeSplitsParams& p, cudaStream_t stream);
 // the additions varies); else a separate dq pass in a fixed order (bitwise reproducible).
 inline constexpr int64_t kBackwardMaxHeadDim = 256;
 void launch_backward_simt(const BackwardParams& p, bool atomic_dq, float* delta, cudaStream_t stream);
+// The tensor-core flash backward (flash_bwd_mma.cu): bf16/fp16 inputs, head dim 64 or 128,
+// mma.sync m16n8k16 (sm_80 and later), fp32 accumulation; q, k, v and dout 16-byte aligned with
+// strides in multiples of 8 elements (cp.async). `delta` and atomic_dq as launch_backward_simt's.
+void launch_backward_mma(const BackwardParams& p, bool atomic_dq, float* delta, cudaStream_t stream);
+// The backward's pre-pass alone: delta[(b * q_heads + h) * q_len + i] = dout_i . o_i in fp32
+// (flash_bwd.cu; bf16/fp16 inputs of head dim 64 or 128, the tensor-core path's).
+void launch_backward_delta(const BackwardParams& p, float* delta, cudaStream_t stream);
 
 void launch_merge(const MergeParams& p, cudaStream_t stream);
 void launch_finalize(const FinalizeParams& p, cudaStream_t stream);

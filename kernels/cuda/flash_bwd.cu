@@ -17,6 +17,7 @@
 #include "kernels/cuda/cuda_check.hpp"
 #include "kernels/cuda/cuda_kernels.hpp"
 #include "kernels/cuda/device_common.cuh"
+#include "kernels/cuda/flash_bwd_common.cuh"
 
 namespace ringattn::cuda {
 namespace {
@@ -66,10 +67,6 @@ __device__ __forceinline__ void store_row(float* row, const float (&r)[kPer], in
   }
 }
 
-__device__ __forceinline__ float* grad_row(const TensorView& g, int64_t b, int64_t h, int64_t t) {
-  return static_cast<float*>(g.data) + view_offset(g, b, h, t);
-}
-
 // One query row as the gradient needs it.
 template <int kPer>
 struct QueryRow {
@@ -113,19 +110,6 @@ __global__ void __launch_bounds__(32 * kWarps) zero_rows_kernel(const TensorView
   if (i >= g.len) return;
   float* row = grad_row(g, blockIdx.y / g.heads, blockIdx.y % g.heads, i);
   for (int64_t d = threadIdx.x % 32; d < g.dim; d += 32) row[d] = 0.f;
-}
-
-// The query rows [begin, end) of [0, q_len) outside which no row sees any of the keys
-// [j0, j0 + keys): a row i sees key j only when j <= i + q_offset (causal) and
-// j >= i + q_offset - window (windowed), so rows before j0 - q_offset and after
-// j0 + keys - 1 - q_offset + window see none. Only a bound for the loop: classify_block and
-// is_visible still decide every tile and key. (The mask is clamp_offset'ed: no sum overflows.)
-__device__ __forceinline__ KeyRange query_rows_of_keys(const MaskSpec& m, int64_t j0, int64_t keys, int64_t q_len) {
-  int64_t begin = m.causal ? j0 - m.q_offset : 0;
-  int64_t end = m.windowed() ? j0 + keys - m.q_offset + m.window : q_len;
-  begin = begin < 0 ? 0 : (begin > q_len ? q_len : begin);
-  end = end < begin ? begin : (end > q_len ? q_len : end);
-  return {begin, end};
 }
 
 // dk and dv of kKeysPerCta keys of one (b, kv head) (and, kAtomicDq, dq's share of them);
@@ -215,12 +199,21 @@ __global__ void __launch_bounds__(32 * kWarps) bwd_dq_kernel(const BackwardParam
   store_row(grad_row(p.dq, b, h, i), dq, D, lane, p.mode);
 }
 
+dim3 rows_grid_of(const BackwardParams& p) {
+  return dim3(unsigned((p.q.len + kWarps - 1) / kWarps), unsigned(p.q.batch * p.q.heads));
+}
+
+template <typename T, int kPer>
+void launch_delta(const BackwardParams& p, float* delta, cudaStream_t stream) {
+  bwd_delta_kernel<T, kPer><<<rows_grid_of(p), 32 * kWarps, 0, stream>>>(p, delta);
+  RA_CHECK_CUDA_LAUNCH("bwd_delta_kernel");
+}
+
 template <typename T, int kPer>
 void launch_typed(const BackwardParams& p, bool atomic_dq, float* delta, cudaStream_t stream) {
-  const dim3 rows_grid(unsigned((p.q.len + kWarps - 1) / kWarps), unsigned(p.q.batch * p.q.heads));
+  const dim3 rows_grid = rows_grid_of(p);
   const dim3 keys_grid(unsigned((p.k.len + kKeysPerCta - 1) / kKeysPerCta), unsigned(p.k.batch * p.k.heads));
-  bwd_delta_kernel<T, kPer><<<rows_grid, 32 * kWarps, 0, stream>>>(p, delta);
-  RA_CHECK_CUDA_LAUNCH("bwd_delta_kernel");
+  launch_delta<T, kPer>(p, delta, stream);
   if (atomic_dq) {
     if (p.mode == GradMode::Write) {
       zero_rows_kernel<<<rows_grid, 32 * kWarps, 0, stream>>>(p.dq);
@@ -247,6 +240,16 @@ void launch_dim(const BackwardParams& p, bool atomic_dq, float* delta, cudaStrea
 }
 
 }  // namespace
+
+void launch_backward_delta(const BackwardParams& p, float* delta, cudaStream_t stream) {
+  const int64_t per = (p.q.dim + 31) / 32;
+  const bool bf16 = p.q.dtype == DType::BF16;
+  if (p.q.dtype != DType::BF16 && p.q.dtype != DType::F16)
+    fail_no_instance("launch_backward_delta", "dtype", static_cast<long long>(p.q.dtype), "bf16, fp16");
+  if (per == 2) return bf16 ? launch_delta<__nv_bfloat16, 2>(p, delta, stream) : launch_delta<__half, 2>(p, delta, stream);
+  if (per == 4) return bf16 ? launch_delta<__nv_bfloat16, 4>(p, delta, stream) : launch_delta<__half, 4>(p, delta, stream);
+  fail_no_instance("launch_backward_delta", "head_dim", p.q.dim, "33..64 and 97..128");
+}
 
 void launch_backward_simt(const BackwardParams& p, bool atomic_dq, float* delta, cudaStream_t stream) {
   switch (p.q.dtype) {
