@@ -254,16 +254,17 @@ struct KeySmem {
   }
 };
 
-// Lane offsets of the four ldmatrix patterns (header comment).
+// Lane offsets of the ldmatrix patterns (header comment). ds: this lane's byte offset in the dS^T
+// tile for warp w's query columns 16w..16w+15 at key rows 0..15 (add kk * 16 rows for k-step kk).
 struct LaneOffsets {
-  uint32_t a[4], b[4], t[4], ds[4];
+  uint32_t a[4], b[4], t[4], ds;
   template <int D>
-  __device__ __forceinline__ void init(int lane) {
+  __device__ __forceinline__ void init(int lane, int warp) {
     const int mi = lane >> 3;
     SwizzledTile<D>::lane_offsets(a, lane & 15, lane >> 4, lane);
     SwizzledTile<D>::lane_offsets(b, (mi >> 1) * 8 + (lane & 7), mi & 1, lane);
     SwizzledTile<D>::lane_offsets(t, (mi & 1) * 8 + (lane & 7), mi >> 1, lane);
-    SwizzledTile<kBQ>::lane_offsets(ds, (mi >> 1) * 8 + (lane & 7), mi & 1, lane);
+    ds = uint32_t(SwizzledTile<kBQ>::offset((mi >> 1) * 8 + (lane & 7), 2 * warp + (mi & 1))) * 2u;
   }
 };
 
@@ -306,15 +307,15 @@ __device__ __forceinline__ void keys_block_step(KeyAcc<D>& acc, const KeySmem<T,
 // dS^T and K tiles, 16 columns of D at a time, and adds scale * dQ to dq with atomics. dq_row(r)
 // is row r's dq pointer (nullptr past q_len).
 template <typename T, int D, typename RowAt>
-__device__ __forceinline__ void keys_dq_atomic(const KeySmem<T, D>& sm, const LaneOffsets& lo, float scale, int warp,
-                                               int lane, RowAt dq_row) {
+__device__ __forceinline__ void keys_dq_atomic(const KeySmem<T, D>& sm, const LaneOffsets& lo, float scale, int lane,
+                                               RowAt dq_row) {
   using H = Half16<T>;
   using Tile = SwizzledTile<D>;
   const uint32_t sK = smem_addr(sm.k), sdS = smem_addr(sm.ds);
   uint32_t a[kBK / 16][4];
 #pragma unroll
   for (int kk = 0; kk < kBK / 16; ++kk)
-    ldmatrix_x4_trans(a[kk], sdS + SwizzledTile<kBQ>::fragment_offset(lo.ds, kk * 16, warp));
+    ldmatrix_x4_trans(a[kk], sdS + lo.ds + kk * 16 * kBQ * 2);
   float* rows[2] = {dq_row((lane >> 2)), dq_row((lane >> 2) + 8)};
   const int col = (lane & 3) * 2;
 #pragma unroll
@@ -375,26 +376,25 @@ __global__ void __launch_bounds__(kThreads) bwd_keys_mma_kernel(const BackwardPa
   const int64_t cta_keys = min64(kBK, S - j0);
   const int64_t warp_j0 = j0 + warp * 16;
 
-  // The (query head, query block) pairs whose rows may see the keys, head by head: iteration it
-  // is block it % blocks of head hk * group + it / blocks.
+  // The (query head, query block) pairs whose rows may see the keys: heads hk * group .. h_end - 1,
+  // and per head the blocks of kBQ rows from rows.begin, walked by a cursor (h, i0).
   const KeyRange rows = query_rows_of_keys(p.mask, j0, cta_keys, Tq);
-  const int64_t blocks = (rows.size() + kBQ - 1) / kBQ, total = group * blocks;
-  auto block_at = [&](int64_t it, int64_t& h, int64_t& i0) {
-    h = hk * group + it / blocks;
-    i0 = rows.begin + (it % blocks) * kBQ;
+  const int64_t h_end = rows.empty() ? hk * group : (hk + 1) * group;
+  int64_t h = hk * group, i0 = rows.begin;
+  auto advance = [&rows](int64_t& hn, int64_t& in) {
+    in += kBQ;
+    if (in >= rows.end) in = rows.begin, ++hn;
   };
-  if (total > 0) {  // K and V, committed with the first query block's group
+  if (h < h_end) {  // K and V, committed with the first query block's group
     load_tile_async<D, kBK, kThreads>(sm.k, static_cast<const T*>(p.k.data) + b * p.k.stride_b + hk * p.k.stride_h,
                                       p.k.stride_t, j0, S, tid);
     load_tile_async<D, kBK, kThreads>(sm.v, static_cast<const T*>(p.v.data) + b * p.v.stride_b + hk * p.v.stride_h,
                                       p.v.stride_t, j0, S, tid);
-    int64_t h, i0;
-    block_at(0, h, i0);
     keys_load_block<T, D>(sm, 0, p, delta, b, h, i0, tid);
   }
 
   LaneOffsets lo;
-  lo.init<D>(lane);
+  lo.init<D>(lane, warp);
   const float scale_log2 = p.scale * kLog2e;
   KeyAcc<D> acc;
 #pragma unroll
@@ -402,27 +402,23 @@ __global__ void __launch_bounds__(kThreads) bwd_keys_mma_kernel(const BackwardPa
 #pragma unroll
     for (int e = 0; e < 4; ++e) acc.dk[n][e] = acc.dv[n][e] = 0.f;
 
-  for (int64_t it = 0; it < total; ++it) {
-    const int buf = int(it & 1);
-    int64_t h, i0;
-    block_at(it, h, i0);
-    cp_async_wait<0>();  // block it (and, the first time, K and V) has landed
-    __syncthreads();     // ... for every thread; and every warp is done with block it - 1
-    if (it + 1 < total) {
-      int64_t h1, i1;
-      block_at(it + 1, h1, i1);
-      keys_load_block<T, D>(sm, buf ^ 1, p, delta, b, h1, i1, tid);
-    }
+  for (int buf = 0; h < h_end; buf ^= 1) {
+    int64_t h_next = h, i_next = i0;
+    advance(h_next, i_next);
+    cp_async_wait<0>();  // this block (and, the first time, K and V) has landed
+    __syncthreads();     // ... for every thread; and every warp is done with the previous block
+    if (h_next < h_end) keys_load_block<T, D>(sm, buf ^ 1, p, delta, b, h_next, i_next, tid);
     keys_block_step<T, D, kAtomicDq>(acc, sm, buf, lo, p.mask, i0, Tq, S, warp_j0, scale_log2, warp, lane);
     if constexpr (kAtomicDq) {
       __syncthreads();  // the dS^T tile is complete
       const int64_t r0 = i0 + warp * 16;
       if (classify_block(p.mask, r0, min64(16, Tq - r0), j0, cta_keys) != BlockVisibility::Empty) {
-        keys_dq_atomic<T, D>(sm, lo, p.scale, warp, lane, [&](int r) -> float* {
+        keys_dq_atomic<T, D>(sm, lo, p.scale, lane, [&](int r) -> float* {
           return r0 + r < Tq ? grad_row(p.dq, b, h, r0 + r) : nullptr;
         });
       }
     }
+    h = h_next, i0 = i_next;
   }
 
   auto key_row = [&](const TensorView& g) {
@@ -510,7 +506,7 @@ __global__ void __launch_bounds__(kThreads) bwd_dq_mma_kernel(const BackwardPara
     del[half] = i < Tq ? delta[(b * p.q.heads + h) * Tq + i] : 0.f;
   }
   LaneOffsets lo;
-  lo.init<D>(lane);
+  lo.init<D>(lane, warp);
   const uint32_t sQa = smem_addr(sQ), sOa = smem_addr(sO), sKa = smem_addr(sK), sVa = smem_addr(sV);
   const float scale_log2 = p.scale * kLog2e;
   float dq[D / 8][4];
