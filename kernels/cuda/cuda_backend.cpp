@@ -136,7 +136,7 @@ class CudaBackend final : public Backend {
     validate_backward(params);
     BackwardParams p = params;
     p.mask = clamp_offset(p.mask, p.q.len, p.k.len);  // the kernels' row + offset sums cannot overflow
-    const cuda::BackwardChoice c = cuda::choose_backward_kernel(caps_, p);
+    const cuda::BackwardChoice c = cuda::choose_backward_kernel(caps_, p, options_);
     if (c.path == cuda::BackwardPath::None) fail_arg("{}", c.reason);
     use_device();
     DeviceBuffer delta(*this, size_t(p.q.batch * p.q.heads * p.q.len) * sizeof(float));

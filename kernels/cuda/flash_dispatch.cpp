@@ -4,6 +4,7 @@
 
 #include <cstdint>
 #include <cstdlib>
+#include <initializer_list>
 #include <string>
 #include <utility>
 
@@ -20,13 +21,12 @@ std::string grid_problem(const char* what, int64_t n) {
   return fmt::format("{} = {} exceeds the CUDA grid limit of 65535 for one launch", what, n);
 }
 
-std::string mma_layout_problem(const FlashParams& p) {
-  const int64_t d = p.q.dim;
+// The tensor-core kernels' rules for their 16-bit inputs: head dim 64 or 128, and views that
+// cp.async can read.
+std::string mma_views_problem(int64_t d, DType dt, std::initializer_list<std::pair<const char*, const TensorView*>> views) {
   if (!mma_head_dim_supported(d))
-    return fmt::format("head_dim={} is not supported by the CUDA {} kernels: allowed are 64 and 128", d,
-                       dtype_name(p.q.dtype));
+    return fmt::format("head_dim={} is not supported by the CUDA {} kernels: allowed are 64 and 128", d, dtype_name(dt));
   // cp.async moves 16 bytes at a time.
-  const std::pair<const char*, const TensorView*> views[] = {{"q", &p.q}, {"k", &p.k}, {"v", &p.v}};
   for (const auto& [name, t] : views) {
     if (reinterpret_cast<uintptr_t>(t->data) % 16 != 0)
       return fmt::format("{} data at {} is not 16-byte aligned, as the CUDA {} kernels require", name, t->data,
@@ -37,6 +37,10 @@ std::string mma_layout_problem(const FlashParams& p) {
                          name, t->stride_b, t->stride_h, t->stride_t, dtype_name(t->dtype));
   }
   return {};
+}
+
+std::string mma_layout_problem(const FlashParams& p) {
+  return mma_views_problem(p.q.dim, p.q.dtype, {{"q", &p.q}, {"k", &p.k}, {"v", &p.v}});
 }
 
 // The portable kernel's configuration: the one built to scale scores before their max for a
@@ -86,6 +90,15 @@ const char* flash_kernel_name(FlashKernel k) {
   return "?";
 }
 
+const char* backward_kernel_name(BackwardKernel k) {
+  switch (k) {
+    case BackwardKernel::Auto: return "auto";
+    case BackwardKernel::Mma: return "mma";
+    case BackwardKernel::Simt: return "simt";
+  }
+  return "?";
+}
+
 FlashKernelOptions flash_options_from_env() {
   FlashKernelOptions o;
   const char* kernel = std::getenv("RINGATTN_FLASH_KERNEL");
@@ -94,6 +107,12 @@ FlashKernelOptions flash_options_from_env() {
   else if (v == "portable") o.kernel = FlashKernel::Portable;
   else if (!v.empty() && v != "auto")
     fail_arg("RINGATTN_FLASH_KERNEL='{}' is not understood: allowed are auto, hopper, portable", v);
+  const char* backward = std::getenv("RINGATTN_BACKWARD_KERNEL");
+  const std::string bw = backward ? backward : "";
+  if (bw == "mma") o.backward_kernel = BackwardKernel::Mma;
+  else if (bw == "simt") o.backward_kernel = BackwardKernel::Simt;
+  else if (!bw.empty() && bw != "auto")
+    fail_arg("RINGATTN_BACKWARD_KERNEL='{}' is not understood: allowed are auto, mma, simt", bw);
   if (const char* tile = std::getenv("RINGATTN_HOPPER_TILE")) o.hopper_tile = tile;
   // Lazy rescaling is on by default (1-3% on the H200, hopper/PERF.md); 0/1 overrides it.
   const char* lazy = std::getenv("RINGATTN_HOPPER_LAZY");
@@ -150,8 +169,22 @@ void launch_flash(const FlashChoice& c, const FlashParams& p, const DeviceCaps& 
   if (p.out.data != nullptr) launch_finalize(FinalizeParams{p.state, p.out}, stream);
 }
 
-BackwardChoice choose_backward_kernel(const DeviceCaps& dev, const BackwardParams& p) {
-  (void)dev;  // one portable path on every device for now
+std::string backward_mma_problem(const DeviceCaps& dev, const BackwardParams& p) {
+  if (p.q.dtype != DType::BF16 && p.q.dtype != DType::F16)
+    return fmt::format("the tensor-core backward takes bf16 and fp16 inputs, not {}", dtype_name(p.q.dtype));
+  if (dev.cc_major < 8)
+    return fmt::format("the tensor-core backward needs compute capability 8.0 or later; GPU {} is {}.{}", dev.device,
+                       dev.cc_major, dev.cc_minor);
+  std::string why = mma_views_problem(p.q.dim, p.q.dtype, {{"q", &p.q}, {"k", &p.k}, {"v", &p.v}, {"dout", &p.dout}});
+  if (!why.empty()) return why;
+  // The key kernel's key blocks and the deterministic dq kernel's query blocks (64 each) are the
+  // grid's y dimension.
+  if (why = grid_problem("key blocks ceil(kv_len / 64)", (p.k.len + 63) / 64); !why.empty()) return why;
+  if (p.deterministic) return grid_problem("query blocks ceil(q_len / 64)", (p.q.len + 63) / 64);
+  return {};
+}
+
+BackwardChoice choose_backward_kernel(const DeviceCaps& dev, const BackwardParams& p, const FlashKernelOptions& opt) {
   BackwardChoice c;
   if (p.q.dim > kBackwardMaxHeadDim) {
     c.reason = fmt::format("head_dim={} is not supported by the CUDA backward: allowed are 1..{}", p.q.dim,
@@ -160,13 +193,27 @@ BackwardChoice choose_backward_kernel(const DeviceCaps& dev, const BackwardParam
   }
   if (c.reason = grid_problem("batch * q_heads", p.q.batch * p.q.heads); !c.reason.empty()) return c;
   if (c.reason = grid_problem("batch * kv_heads", p.k.batch * p.k.heads); !c.reason.empty()) return c;
-  c.path = BackwardPath::Simt;
   c.atomic_dq = !p.deterministic;
+  if (opt.backward_kernel == BackwardKernel::Simt) {
+    c.path = BackwardPath::Simt;
+    return c;
+  }
+  const std::string why = backward_mma_problem(dev, p);
+  if (why.empty()) {
+    c.path = BackwardPath::Mma;
+  } else if (opt.backward_kernel == BackwardKernel::Mma) {
+    c.reason = fmt::format("RINGATTN_BACKWARD_KERNEL=mma, but the tensor-core backward does not take this call on GPU "
+                           "{} (dtype {}, head_dim {}): {}",
+                           dev.device, dtype_name(p.q.dtype), p.q.dim, why);
+  } else {
+    c.path = BackwardPath::Simt;
+  }
   return c;
 }
 
 void launch_backward(const BackwardChoice& c, const BackwardParams& p, float* delta, cudaStream_t stream) {
   switch (c.path) {
+    case BackwardPath::Mma: return launch_backward_mma(p, c.atomic_dq, delta, stream);
     case BackwardPath::Simt: return launch_backward_simt(p, c.atomic_dq, delta, stream);
     case BackwardPath::None: fail_arg("{}", c.reason);
   }

@@ -26,8 +26,15 @@ namespace ringattn::cuda {
 enum class FlashKernel : uint8_t { Auto = 0, Hopper = 1, Portable = 2 };
 const char* flash_kernel_name(FlashKernel k);
 
+// Which backward kernel the caller asks for. Auto: the tensor-core kernel (bf16/fp16, head dim
+// 64 or 128) wherever it takes the call, the SIMT kernels elsewhere. Mma: the tensor-core kernel
+// or an error. Simt: the SIMT kernels for every call (tests and benchmarks compare the two).
+enum class BackwardKernel : uint8_t { Auto = 0, Mma = 1, Simt = 2 };
+const char* backward_kernel_name(BackwardKernel k);
+
 struct FlashKernelOptions {
   FlashKernel kernel = FlashKernel::Auto;  // RINGATTN_FLASH_KERNEL=auto|hopper|portable
+  BackwardKernel backward_kernel = BackwardKernel::Auto;  // RINGATTN_BACKWARD_KERNEL=auto|mma|simt
   // The portable kernel's configuration (MmaVariant 1..3); 0 picks it by q_len. For tests and
   // benchmarks; no environment variable.
   int mma_variant = 0;
@@ -37,8 +44,9 @@ struct FlashKernelOptions {
   bool hopper_lazy = true;  // RINGATTN_HOPPER_LAZY=0|1: lazy rescaling of the running max
 };
 
-// The options from RINGATTN_FLASH_KERNEL, RINGATTN_HOPPER_TILE and RINGATTN_HOPPER_LAZY.
-// Throws InvalidArgument for a RINGATTN_FLASH_KERNEL value it does not know.
+// The options from RINGATTN_FLASH_KERNEL, RINGATTN_BACKWARD_KERNEL, RINGATTN_HOPPER_TILE and
+// RINGATTN_HOPPER_LAZY. Throws InvalidArgument for a RINGATTN_FLASH_KERNEL or
+// RINGATTN_BACKWARD_KERNEL value it does not know.
 FlashKernelOptions flash_options_from_env();
 
 // What the dispatch needs to know about a device, read once.
@@ -79,16 +87,22 @@ std::string cuda_layout_problem(const FlashParams& p);
 
 const char* hopper_tile_name(HopperTile t);
 
-// The backward's decision for one call: the portable SIMT kernels (dq by atomics, or by a
-// deterministic pass when p.deterministic), or none with the reason. No Hopper backward yet.
-enum class BackwardPath : uint8_t { None, Simt };
+// The backward's decision for one call: the tensor-core kernels (mma.sync, sm_80 and later) or
+// the SIMT kernels, each with dq by atomics or, when p.deterministic, by a deterministic pass;
+// or none with the reason. No Hopper (wgmma) backward yet. Under BackwardKernel::Auto a call that
+// the tensor-core kernels cannot take (fp32, another head dim, a layout cp.async cannot read, a
+// grid too long) goes to the SIMT kernels.
+enum class BackwardPath : uint8_t { None, Simt, Mma };
 struct BackwardChoice {
   BackwardPath path = BackwardPath::None;
   bool atomic_dq = false;
   std::string reason;
 };
 // p must have passed validate_backward.
-BackwardChoice choose_backward_kernel(const DeviceCaps& dev, const BackwardParams& p);
+BackwardChoice choose_backward_kernel(const DeviceCaps& dev, const BackwardParams& p,
+                                      const FlashKernelOptions& opt = {});
+// Why the tensor-core backward cannot take p on dev, or "" when it can.
+std::string backward_mma_problem(const DeviceCaps& dev, const BackwardParams& p);
 // Queues the chosen kernels on `stream`; `delta` as launch_backward_simt's. Throws
 // InvalidArgument with c.reason when c.path is None.
 void launch_backward(const BackwardChoice& c, const BackwardParams& p, float* delta, cudaStream_t stream);
