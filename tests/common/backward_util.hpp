@@ -31,15 +31,17 @@ inline std::string describe(const Shape& sh) {
 }
 
 // One backward problem on the host: inputs, the forward's output (in the input dtype) and lse
-// from the CPU forward, and fp32 gradient buffers poisoned with NaN.
+// from the CPU forward, and fp32 gradient buffers poisoned with NaN. bthd: q, k, v, dout and o are
+// [B, T, H, D] memory seen as strided [B, H, T, D] views (the gradients stay contiguous).
 struct Problem {
   HostTensor q, k, v, dout, o;
   std::vector<float> lse, o_state, dq, dk, dv;
   BackwardParams p;
 
-  Problem(const Shape& sh, DType dt, std::mt19937_64& rng)
-      : q(dt, sh.b, sh.hq, sh.t, sh.d, rng), k(dt, sh.b, sh.hkv, sh.s, sh.d, rng), v(dt, sh.b, sh.hkv, sh.s, sh.d, rng),
-        dout(dt, sh.b, sh.hq, sh.t, sh.d, rng), o(dt, sh.b, sh.hq, sh.t, sh.d, rng),
+  Problem(const Shape& sh, DType dt, std::mt19937_64& rng, bool bthd = false)
+      : q(dt, sh.b, sh.hq, sh.t, sh.d, rng, bthd), k(dt, sh.b, sh.hkv, sh.s, sh.d, rng, bthd),
+        v(dt, sh.b, sh.hkv, sh.s, sh.d, rng, bthd), dout(dt, sh.b, sh.hq, sh.t, sh.d, rng, bthd),
+        o(dt, sh.b, sh.hq, sh.t, sh.d, rng, bthd),
         lse(size_t(sh.b * sh.hq * sh.t)), o_state(size_t(sh.b * sh.hq * sh.t * sh.d)),
         dq(o_state.size(), kNaN), dk(size_t(sh.b * sh.hkv * sh.s * sh.d), kNaN), dv(dk.size(), kNaN) {
     FlashParams f;

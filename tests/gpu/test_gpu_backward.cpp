@@ -1,18 +1,25 @@
-// The CUDA flash backward against the fp64 gradient oracle (cpu::naive_backward): bf16, fp16 and
-// fp32 inputs, causal (with offsets, including rows that see no key) and full, sliding windows
-// (causal and the lower edge alone), GQA 1/4/8, odd lengths, head dims 64 and 128 (and a small
-// one), Write and Accumulate, the fast (atomic dq) and the deterministic mode, and bitwise
-// reproducibility of the deterministic mode. The forward's output and lse come from the CPU
-// engine (the fp64 oracle for windowed masks), so that only the backward is under test.
+// The CUDA flash backward against the fp64 gradient oracle (cpu::naive_backward), through both
+// backward kernels (the tensor-core one, bf16/fp16 at head dims 64 and 128, and the SIMT one, every
+// dtype), forced by FlashKernelOptions::backward_kernel: bf16, fp16 and fp32 inputs, causal (with
+// positive and negative offsets, including rows that see no key) and full, sliding windows
+// (causal and the lower edge alone), GQA 1/4/8, lengths around the 64-row/64-key tiles (1, 63, 64,
+// 65, 77, 200, 333), head dims 64 and 128 (and small ones), Write and Accumulate, the fast (atomic
+// dq) and the deterministic mode, bitwise reproducibility of the deterministic mode, [B, T, H, D]
+// strided inputs. The forward's output and lse come from the CPU engine (the fp64 oracle for
+// windowed masks), so that only the backward is under test. The dispatch's choice of kernel is
+// checked without a GPU.
 #include <gtest/gtest.h>
 
+#include <cstdlib>
 #include <cstring>
 #include <random>
 #include <string>
 #include <tuple>
+#include <vector>
 
 #include "common/backward_util.hpp"
 #include "kernels/cpu/cpu_kernels.hpp"
+#include "kernels/cuda/flash_dispatch.hpp"
 #include "core/error.hpp"
 #include "gpu/gpu_test_util.hpp"
 
@@ -69,10 +76,16 @@ const Shape kShapes[] = {
     {1, 8, 1, 77, 300, 0, true, 223},    // chunked prefill, GQA 8
     {2, 8, 1, 1, 1000, 0, true, 999},    // decode
     {1, 8, 2, 70, 90, 0, true, -10},     // rows that see no key
+    {1, 4, 4, 63, 63, 0, true, 0},       // one partial tile each way
+    {2, 8, 1, 65, 65, 0, true, 0},       // 64 + 1: a tile of one row and one key, GQA 8
+    {1, 8, 2, 64, 128, 0, true, 64},     // tile-aligned: full tiles beside the diagonal ones
+    {1, 4, 1, 333, 200, 0, true, -133},  // negative offset: rows 0..132 see no key (two whole tiles)
+    {1, 4, 2, 1, 63, 0, false, 0},       // one query row
+    {1, 2, 1, 129, 1, 0, false, 0},      // one key
 };
 
 // Sliding windows: a shape and the window (MaskSpec::window) on its mask. Windows of 0, 1 and odd
-// sizes, below and above the key kernel's 16 keys and its 64-row query tiles, with causal
+// sizes, below and above the SIMT key kernel's 16 keys and the 64-row query tiles, with causal
 // offsets (rows that see no key included), and the lower edge alone.
 struct WindowShape {
   Shape sh;
@@ -87,6 +100,7 @@ const WindowShape kWindowShapes[] = {
     {{1, 8, 2, 70, 90, 0, true, -10}, 5},      // rows 0..9 see no key
     {{2, 4, 2, 130, 333, 0, false, 100}, 50},  // the lower edge alone
     {{1, 4, 4, 150, 200, 0, false, 100}, 20},  // the lower edge alone, rows 120.. see no key
+    {{1, 4, 1, 200, 200, 0, true, 0}, 64},     // a window of one tile
 };
 
 // The forward of h under the window: o (in h's dtype) and lse from the fp64 oracle instead of the
@@ -110,16 +124,44 @@ void window_forward(Problem& h, int64_t window) {
       }
 }
 
-// (dtype, head dim, deterministic)
-class BackwardVsOracle : public test::GpuTestP<std::tuple<DType, int, bool>> {};
+using cuda::BackwardKernel;
+
+// A backend whose backward runs `kernel` (Mma or Simt), the other options from the environment.
+std::unique_ptr<Backend> backend_with(BackwardKernel kernel) {
+  cuda::FlashKernelOptions options = cuda::flash_options_from_env();
+  options.backward_kernel = kernel;
+  return make_cuda_backend(0, options);
+}
+
+// The path the dispatch takes for p under `kernel` on GPU 0: the tests must exercise the kernel
+// they name, not fall back silently.
+cuda::BackwardPath path_on_device0(const BackwardParams& p, BackwardKernel kernel) {
+  static const cuda::DeviceCaps caps = cuda::query_device(0);
+  cuda::FlashKernelOptions options;
+  options.backward_kernel = kernel;
+  return cuda::choose_backward_kernel(caps, p, options).path;
+}
+cuda::BackwardPath expected_path(BackwardKernel kernel) {
+  return kernel == BackwardKernel::Mma ? cuda::BackwardPath::Mma : cuda::BackwardPath::Simt;
+}
+
+// (dtype, head dim, deterministic, backward kernel)
+using Params = std::tuple<DType, int, bool, BackwardKernel>;
+class BackwardVsOracle : public test::GpuTestP<Params> {
+ protected:
+  void SetUp() override {
+    test::GpuTestP<Params>::SetUp();
+    if (be) be = backend_with(std::get<3>(GetParam()));
+  }
+};
 
 // Runs the backward of sh (with `window` on its mask when >= 0) in both gradient modes on fresh
 // random inputs (Write into NaN-poisoned gradients) and checks the gradients against the fp64
 // oracle.
 void check_backward(Backend& be, const Shape& sh, int64_t window, DType dtype, bool deterministic,
-                    std::mt19937_64& rng, uint64_t seed) {
+                    BackwardKernel kernel, std::mt19937_64& rng, uint64_t seed, bool bthd = false) {
   for (GradMode mode : {GradMode::Write, GradMode::Accumulate}) {
-    Problem h(sh, dtype, rng);
+    Problem h(sh, dtype, rng, bthd);
     if (window >= 0) window_forward(h, window);
     h.p.deterministic = deterministic;
     h.p.mode = mode;
@@ -131,14 +173,16 @@ void check_backward(Backend& be, const Shape& sh, int64_t window, DType dtype, b
       dq0 = h.dq, dk0 = h.dk, dv0 = h.dv;
     }
     DeviceProblem d(be, h);
+    SCOPED_TRACE(::testing::Message() << "seed " << seed << " " << dtype_name(dtype) << " " << test::describe(sh)
+                                      << " window " << window << (deterministic ? " deterministic" : " fast")
+                                      << (mode == GradMode::Write ? " write" : " accumulate") << " kernel "
+                                      << cuda::backward_kernel_name(kernel) << (bthd ? " bthd" : ""));
+    ASSERT_EQ(path_on_device0(d.p, kernel), expected_path(kernel));
     d.run(be, h);
     cpu::GradReference ref = cpu::naive_backward(h.p);
     for (size_t i = 0; i < dq0.size(); ++i) ref.dq[i] += dq0[i];
     for (size_t i = 0; i < dk0.size(); ++i) ref.dk[i] += dk0[i], ref.dv[i] += dv0[i];
     const test::Errors e = test::errors_of(h, ref);
-    SCOPED_TRACE(::testing::Message() << "seed " << seed << " " << dtype_name(dtype) << " " << test::describe(sh)
-                                      << " window " << window << (deterministic ? " deterministic" : " fast")
-                                      << (mode == GradMode::Write ? " write" : " accumulate"));
     EXPECT_LT(e.dq, test::grad_tolerance(dtype));
     EXPECT_LT(e.dk, test::grad_tolerance(dtype));
     EXPECT_LT(e.dv, test::grad_tolerance(dtype));
@@ -146,28 +190,54 @@ void check_backward(Backend& be, const Shape& sh, int64_t window, DType dtype, b
 }
 
 TEST_P(BackwardVsOracle, MatchesFp64Reference) {
-  const auto [dtype, dim, deterministic] = GetParam();
+  const auto [dtype, dim, deterministic, kernel] = GetParam();
   const uint64_t seed = test::fresh_seed();
   std::mt19937_64 rng(seed);
   for (Shape sh : kShapes) {
     sh.d = dim;
-    check_backward(*be, sh, -1, dtype, deterministic, rng, seed);
+    check_backward(*be, sh, -1, dtype, deterministic, kernel, rng, seed);
   }
 }
 
 TEST_P(BackwardVsOracle, SlidingWindowMatchesFp64Reference) {
-  const auto [dtype, dim, deterministic] = GetParam();
+  const auto [dtype, dim, deterministic, kernel] = GetParam();
   const uint64_t seed = test::fresh_seed();
   std::mt19937_64 rng(seed);
   for (WindowShape ws : kWindowShapes) {
     ws.sh.d = dim;
-    check_backward(*be, ws.sh, ws.window, dtype, deterministic, rng, seed);
+    check_backward(*be, ws.sh, ws.window, dtype, deterministic, kernel, rng, seed);
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Dtypes, BackwardVsOracle,
-                         ::testing::Combine(::testing::Values(DType::BF16, DType::F16, DType::F32),
-                                            ::testing::Values(64, 128), ::testing::Bool()));
+// q, k, v, dout and o as [B, T, H, D] memory (strided views), batch > 1, causal and windowed.
+TEST_P(BackwardVsOracle, StridedInputsMatchFp64Reference) {
+  const auto [dtype, dim, deterministic, kernel] = GetParam();
+  const uint64_t seed = test::fresh_seed();
+  std::mt19937_64 rng(seed);
+  check_backward(*be, {2, 8, 2, 150, 150, dim, true, 0}, -1, dtype, deterministic, kernel, rng, seed, true);
+  check_backward(*be, {3, 4, 1, 97, 200, dim, false, 0}, -1, dtype, deterministic, kernel, rng, seed, true);
+  check_backward(*be, {2, 4, 4, 130, 130, dim, true, 0}, 40, dtype, deterministic, kernel, rng, seed, true);
+}
+
+// Every (dtype, head dim, mode) through the SIMT kernels, and the bf16/fp16 ones through the
+// tensor-core kernels too (fp32 has none).
+std::vector<Params> backward_params() {
+  std::vector<Params> v;
+  for (DType dt : {DType::BF16, DType::F16, DType::F32})
+    for (int dim : {64, 128})
+      for (bool det : {false, true})
+        for (BackwardKernel k : {BackwardKernel::Mma, BackwardKernel::Simt})
+          if (dt != DType::F32 || k == BackwardKernel::Simt) v.emplace_back(dt, dim, det, k);
+  return v;
+}
+
+std::string params_name(const ::testing::TestParamInfo<Params>& info) {
+  const auto [dt, dim, det, k] = info.param;
+  return std::string(dtype_name(dt)) + "_d" + std::to_string(dim) + (det ? "_det_" : "_fast_") +
+         cuda::backward_kernel_name(k);
+}
+
+INSTANTIATE_TEST_SUITE_P(Kernels, BackwardVsOracle, ::testing::ValuesIn(backward_params()), params_name);
 
 class CudaBackward : public test::GpuTest {};
 
@@ -185,19 +255,47 @@ TEST_F(CudaBackward, SmallAndOddHeadDims) {
   }
 }
 
+// bf16 at a head dim without a tensor-core kernel: the dispatch (Auto) runs the SIMT kernels.
+TEST_F(CudaBackward, HalfInputsAtOtherHeadDimsRunOnSimt) {
+  const uint64_t seed = test::fresh_seed();
+  std::mt19937_64 rng(seed);
+  Problem h({1, 4, 2, 77, 90, 80, true, 13}, DType::BF16, rng);
+  DeviceProblem d(*be, h);
+  EXPECT_EQ(path_on_device0(d.p, BackwardKernel::Auto), cuda::BackwardPath::Simt);
+  d.run(*be, h);
+  const test::Errors e = test::errors_of(h, cpu::naive_backward(h.p));
+  EXPECT_LT(e.dq, test::grad_tolerance(DType::BF16)) << "seed " << seed;
+  EXPECT_LT(e.dk, test::grad_tolerance(DType::BF16)) << "seed " << seed;
+  EXPECT_LT(e.dv, test::grad_tolerance(DType::BF16)) << "seed " << seed;
+}
+
+// Deterministic mode: the same bits on every run, through either kernel, with GQA, odd lengths, a
+// causal edge and a window (the causal problem's tiles are handed out in a different order from
+// run to run, and the fast mode's atomics would differ).
 TEST_F(CudaBackward, DeterministicModeIsBitwiseReproducible) {
   std::mt19937_64 rng(test::fresh_seed());
-  for (DType dt : {DType::BF16, DType::F32}) {
-    Problem h({2, 8, 2, 333, 333, 128, true, 0}, dt, rng);
+  struct Case {
+    DType dt;
+    BackwardKernel kernel;
+    int64_t d, window;
+  };
+  const Case cases[] = {{DType::BF16, BackwardKernel::Mma, 128, -1}, {DType::F16, BackwardKernel::Mma, 64, 50},
+                        {DType::BF16, BackwardKernel::Simt, 128, -1}, {DType::F32, BackwardKernel::Simt, 128, -1}};
+  for (const Case& c : cases) {
+    const std::unique_ptr<Backend> kb = backend_with(c.kernel);
+    Problem h({2, 8, 2, 333, 333, c.d, true, 0}, c.dt, rng);
+    if (c.window >= 0) window_forward(h, c.window);
     h.p.deterministic = true;
-    DeviceProblem d(*be, h);
-    d.run(*be, h);
+    DeviceProblem d(*kb, h);
+    ASSERT_EQ(path_on_device0(d.p, c.kernel), expected_path(c.kernel));
+    d.run(*kb, h);
     const std::vector<float> dq = h.dq, dk = h.dk, dv = h.dv;
+    const std::string what = std::string(dtype_name(c.dt)) + " " + cuda::backward_kernel_name(c.kernel);
     for (int rep = 0; rep < 3; ++rep) {
-      d.run(*be, h);
-      EXPECT_EQ(std::memcmp(dq.data(), h.dq.data(), dq.size() * 4), 0) << dtype_name(dt) << " rep " << rep;
-      EXPECT_EQ(std::memcmp(dk.data(), h.dk.data(), dk.size() * 4), 0) << dtype_name(dt) << " rep " << rep;
-      EXPECT_EQ(std::memcmp(dv.data(), h.dv.data(), dv.size() * 4), 0) << dtype_name(dt) << " rep " << rep;
+      d.run(*kb, h);
+      EXPECT_EQ(std::memcmp(dq.data(), h.dq.data(), dq.size() * 4), 0) << what << " rep " << rep;
+      EXPECT_EQ(std::memcmp(dk.data(), h.dk.data(), dk.size() * 4), 0) << what << " rep " << rep;
+      EXPECT_EQ(std::memcmp(dv.data(), h.dv.data(), dv.size() * 4), 0) << what << " rep " << rep;
     }
   }
 }
@@ -214,6 +312,100 @@ TEST_F(CudaBackward, RefusesHeadDimsWithoutAKernel) {
               std::string::npos)
         << e.what();
   }
+}
+
+// ---- the dispatch alone (no GPU needed: a made-up device and unread pointers) ----
+
+BackwardParams fake_backward(DType dt, int64_t d, int64_t t = 100, int64_t s = 100) {
+  alignas(16) static char mem[64];
+  BackwardParams p;
+  for (TensorView* x : {&p.q, &p.o, &p.dout}) *x = bhtd_view(mem, dt, 1, 8, t, d);
+  for (TensorView* x : {&p.k, &p.v}) *x = bhtd_view(mem, dt, 1, 2, s, d);
+  p.dq = bhtd_view(mem, DType::F32, 1, 8, t, d);
+  p.dk = bhtd_view(mem + 16, DType::F32, 1, 2, s, d);
+  p.dv = bhtd_view(mem + 32, DType::F32, 1, 2, s, d);
+  p.lse = contiguous_lse(reinterpret_cast<float*>(mem), 1, 8, t);
+  p.scale = 0.1f;
+  return p;
+}
+
+cuda::BackwardChoice choose(const BackwardParams& p, BackwardKernel kernel, int cc_major = 9) {
+  cuda::DeviceCaps dev;
+  dev.device = 0, dev.cc_major = cc_major, dev.cc_minor = 0, dev.sms = 132;
+  cuda::FlashKernelOptions o;
+  o.backward_kernel = kernel;
+  return cuda::choose_backward_kernel(dev, p, o);
+}
+
+TEST(BackwardDispatch, PicksTheTensorCoreKernelWhereItApplies) {
+  for (DType dt : {DType::BF16, DType::F16})
+    for (int64_t d : {64, 128}) {
+      BackwardParams p = fake_backward(dt, d);
+      EXPECT_EQ(choose(p, BackwardKernel::Auto).path, cuda::BackwardPath::Mma);
+      EXPECT_TRUE(choose(p, BackwardKernel::Auto).atomic_dq);
+      EXPECT_EQ(choose(p, BackwardKernel::Auto, 8).path, cuda::BackwardPath::Mma);  // sm_80 features only
+      EXPECT_EQ(choose(p, BackwardKernel::Simt).path, cuda::BackwardPath::Simt);
+      p.deterministic = true;
+      EXPECT_EQ(choose(p, BackwardKernel::Mma).path, cuda::BackwardPath::Mma);
+      EXPECT_FALSE(choose(p, BackwardKernel::Mma).atomic_dq);
+    }
+}
+
+TEST(BackwardDispatch, FallsBackToSimtOrExplainsWhenForced) {
+  struct Case {
+    BackwardParams p;
+    int cc_major;
+    const char* why;
+  };
+  BackwardParams misaligned = fake_backward(DType::BF16, 128);
+  misaligned.dout.stride_t = 129;  // a row stride cp.async cannot follow
+  BackwardParams long_keys = fake_backward(DType::BF16, 64, 100, 64 * 65536);
+  const Case cases[] = {
+      {fake_backward(DType::F32, 128), 9, "takes bf16 and fp16 inputs, not fp32"},
+      {fake_backward(DType::BF16, 80), 9, "head_dim=80 is not supported by the CUDA bf16 kernels"},
+      {fake_backward(DType::F16, 64), 7, "needs compute capability 8.0 or later"},
+      {misaligned, 9, "dout strides"},
+      {long_keys, 9, "key blocks ceil(kv_len / 64) = 65536 exceeds the CUDA grid limit"},
+  };
+  for (const Case& c : cases) {
+    EXPECT_EQ(choose(c.p, BackwardKernel::Auto, c.cc_major).path, cuda::BackwardPath::Simt) << c.why;
+    const cuda::BackwardChoice forced = choose(c.p, BackwardKernel::Mma, c.cc_major);
+    EXPECT_EQ(forced.path, cuda::BackwardPath::None) << c.why;
+    EXPECT_NE(forced.reason.find("RINGATTN_BACKWARD_KERNEL=mma"), std::string::npos) << forced.reason;
+    EXPECT_NE(forced.reason.find(c.why), std::string::npos) << forced.reason;
+  }
+  // The reasons for no kernel at all stay the SIMT path's, whatever the option.
+  for (BackwardKernel k : {BackwardKernel::Auto, BackwardKernel::Mma, BackwardKernel::Simt}) {
+    const cuda::BackwardChoice c = choose(fake_backward(DType::F32, 264), k);
+    EXPECT_EQ(c.path, cuda::BackwardPath::None);
+    EXPECT_NE(c.reason.find("head_dim=264 is not supported by the CUDA backward: allowed are 1..256"),
+              std::string::npos)
+        << c.reason;
+  }
+}
+
+TEST(BackwardDispatch, ReadsTheKernelFromTheEnvironment) {
+  const char* saved = std::getenv("RINGATTN_BACKWARD_KERNEL");
+  const std::string saved_value = saved ? saved : "";
+  const std::pair<const char*, BackwardKernel> values[] = {
+      {"auto", BackwardKernel::Auto}, {"mma", BackwardKernel::Mma}, {"simt", BackwardKernel::Simt}};
+  for (const auto& [text, kernel] : values) {
+    setenv("RINGATTN_BACKWARD_KERNEL", text, 1);
+    EXPECT_EQ(cuda::flash_options_from_env().backward_kernel, kernel) << text;
+  }
+  setenv("RINGATTN_BACKWARD_KERNEL", "tensor", 1);
+  try {
+    cuda::flash_options_from_env();
+    ADD_FAILURE() << "RINGATTN_BACKWARD_KERNEL=tensor was accepted";
+  } catch (const InvalidArgument& e) {
+    EXPECT_NE(std::string(e.what()).find("RINGATTN_BACKWARD_KERNEL='tensor' is not understood: allowed are auto, mma, "
+                                         "simt"),
+              std::string::npos)
+        << e.what();
+  }
+  unsetenv("RINGATTN_BACKWARD_KERNEL");
+  EXPECT_EQ(cuda::flash_options_from_env().backward_kernel, BackwardKernel::Auto);
+  if (saved) setenv("RINGATTN_BACKWARD_KERNEL", saved_value.c_str(), 1);
 }
 
 }  // namespace
