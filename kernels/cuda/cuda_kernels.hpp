@@ -76,6 +76,9 @@ void launch_backward_simt(const BackwardParams& p, bool atomic_dq, float* delta,
 // mma.sync m16n8k16 (sm_80 and later), fp32 accumulation; q, k, v and dout 16-byte aligned with
 // strides in multiples of 8 elements (cp.async). `delta` and atomic_dq as launch_backward_simt's.
 void launch_backward_mma(const BackwardParams& p, bool atomic_dq, float* delta, cudaStream_t stream);
+// The dynamic shared memory that launch_backward_mma's largest kernel asks for at head dim 64 or
+// 128 (the dispatch compares it with the device's opt-in limit).
+size_t backward_mma_smem_bytes(int64_t head_dim, bool atomic_dq);
 // The backward's pre-pass alone: delta[(b * q_heads + h) * q_len + i] = dout_i . o_i in fp32
 // (flash_bwd.cu; bf16/fp16 inputs of head dim 64 or 128, the tensor-core path's).
 void launch_backward_delta(const BackwardParams& p, float* delta, cudaStream_t stream);

@@ -576,6 +576,15 @@ void launch_dim(const BackwardParams& p, bool atomic_dq, const float* delta, cud
 
 }  // namespace
 
+size_t backward_mma_smem_bytes(int64_t head_dim, bool atomic_dq) {
+  auto larger = [](size_t a, size_t b) { return a > b ? a : b; };
+  switch (head_dim) {
+    case 64: return larger(BwdShape<64>::keys_smem(2, atomic_dq), atomic_dq ? 0 : BwdShape<64>::dq_smem(2));
+    case 128: return larger(BwdShape<128>::keys_smem(2, atomic_dq), atomic_dq ? 0 : BwdShape<128>::dq_smem(2));
+    default: fail_no_instance("backward_mma_smem_bytes", "head_dim", head_dim, "64 and 128");
+  }
+}
+
 void launch_backward_mma(const BackwardParams& p, bool atomic_dq, float* delta, cudaStream_t stream) {
   launch_backward_delta(p, delta, stream);
   switch (p.q.dtype) {

@@ -177,6 +177,11 @@ std::string backward_mma_problem(const DeviceCaps& dev, const BackwardParams& p)
                        dev.cc_major, dev.cc_minor);
   std::string why = mma_views_problem(p.q.dim, p.q.dtype, {{"q", &p.q}, {"k", &p.k}, {"v", &p.v}, {"dout", &p.dout}});
   if (!why.empty()) return why;
+  const size_t smem = backward_mma_smem_bytes(p.q.dim, !p.deterministic);
+  if (smem > size_t(dev.smem_optin))
+    return fmt::format("the tensor-core backward at head_dim {} needs {} bytes of shared memory per block; GPU {} "
+                       "allows {}",
+                       p.q.dim, smem, dev.device, dev.smem_optin);
   // The key kernel's key blocks and the deterministic dq kernel's query blocks (64 each) are the
   // grid's y dimension.
   if (why = grid_problem("key blocks ceil(kv_len / 64)", (p.k.len + 63) / 64); !why.empty()) return why;

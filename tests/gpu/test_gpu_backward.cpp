@@ -329,9 +329,11 @@ BackwardParams fake_backward(DType dt, int64_t d, int64_t t = 100, int64_t s = 1
   return p;
 }
 
-cuda::BackwardChoice choose(const BackwardParams& p, BackwardKernel kernel, int cc_major = 9) {
+cuda::BackwardChoice choose(const BackwardParams& p, BackwardKernel kernel, int cc_major = 9,
+                            int smem_optin = 232448 /* an H100/H200's 227 KiB */) {
   cuda::DeviceCaps dev;
   dev.device = 0, dev.cc_major = cc_major, dev.cc_minor = 0, dev.sms = 132;
+  dev.smem_optin = smem_optin;
   cuda::FlashKernelOptions o;
   o.backward_kernel = kernel;
   return cuda::choose_backward_kernel(dev, p, o);
@@ -343,7 +345,7 @@ TEST(BackwardDispatch, PicksTheTensorCoreKernelWhereItApplies) {
       BackwardParams p = fake_backward(dt, d);
       EXPECT_EQ(choose(p, BackwardKernel::Auto).path, cuda::BackwardPath::Mma);
       EXPECT_TRUE(choose(p, BackwardKernel::Auto).atomic_dq);
-      EXPECT_EQ(choose(p, BackwardKernel::Auto, 8).path, cuda::BackwardPath::Mma);  // sm_80 features only
+      EXPECT_EQ(choose(p, BackwardKernel::Auto, 8, 166912).path, cuda::BackwardPath::Mma);  // an A100: sm_80 only
       EXPECT_EQ(choose(p, BackwardKernel::Simt).path, cuda::BackwardPath::Simt);
       p.deterministic = true;
       EXPECT_EQ(choose(p, BackwardKernel::Mma).path, cuda::BackwardPath::Mma);
@@ -356,6 +358,7 @@ TEST(BackwardDispatch, FallsBackToSimtOrExplainsWhenForced) {
     BackwardParams p;
     int cc_major;
     const char* why;
+    int smem_optin = 232448;
   };
   BackwardParams misaligned = fake_backward(DType::BF16, 128);
   misaligned.dout.stride_t = 129;  // a row stride cp.async cannot follow
@@ -366,10 +369,13 @@ TEST(BackwardDispatch, FallsBackToSimtOrExplainsWhenForced) {
       {fake_backward(DType::F16, 64), 7, "needs compute capability 8.0 or later"},
       {misaligned, 9, "dout strides"},
       {long_keys, 9, "key blocks ceil(kv_len / 64) = 65536 exceeds the CUDA grid limit"},
+      // An sm_86/sm_89 GPU's 99 KiB per block: too little for head dim 128 with the dS tile.
+      {fake_backward(DType::BF16, 128), 8, "needs 107520 bytes of shared memory per block; GPU 0 allows 101376",
+       101376},
   };
   for (const Case& c : cases) {
-    EXPECT_EQ(choose(c.p, BackwardKernel::Auto, c.cc_major).path, cuda::BackwardPath::Simt) << c.why;
-    const cuda::BackwardChoice forced = choose(c.p, BackwardKernel::Mma, c.cc_major);
+    EXPECT_EQ(choose(c.p, BackwardKernel::Auto, c.cc_major, c.smem_optin).path, cuda::BackwardPath::Simt) << c.why;
+    const cuda::BackwardChoice forced = choose(c.p, BackwardKernel::Mma, c.cc_major, c.smem_optin);
     EXPECT_EQ(forced.path, cuda::BackwardPath::None) << c.why;
     EXPECT_NE(forced.reason.find("RINGATTN_BACKWARD_KERNEL=mma"), std::string::npos) << forced.reason;
     EXPECT_NE(forced.reason.find(c.why), std::string::npos) << forced.reason;
