@@ -3,7 +3,11 @@
 // sliding window of W keys) and prints CSV rows
 //   shape,impl,tflops,ms,kv_gbps
 // with the peers' FLOP and byte counts: 4*B*Hq*T*S*D FLOPs (halved for causal self-attention;
-// with a window 4*B*Hq*D per visible (query, key) pair) and the K and V bytes read once. "ours" is the complete attention as the peers compute it
+// with a window 4*B*Hq*D per visible (query, key) pair) and the K and V bytes read once.
+// --backward times Backend::flash_backward instead (Write mode, dq by atomics; --deterministic
+// for the deterministic dq pass) through the tensor-core kernel ("bwd_mma") and the SIMT one
+// ("bwd_simt"), the median of --reps calls between CUDA events, at 2.5 x the forward's FLOPs
+// (FlashAttention's convention); 3 dq rows per run are checked against the fp64 oracle. "ours" is the complete attention as the peers compute it
 // (flash or split-KV decode into the fp32 state, then the cast to the input dtype);
 // "ours_state" is the kernel alone, ending at the fp32 (o, lse) state the ring runner carries.
 // Inputs are fresh random normals (a new seed every run), rotated over several copies when they
@@ -218,12 +222,113 @@ Result bench_shape(Backend& be, const Shape& sh, DType dt, bool bshd, int reps, 
   return res;
 }
 
+// ---- --backward: Backend::flash_backward through each backward kernel ----
+
+// The dq of query row i of head h of batch b against the fp64 oracle (cpu::naive_backward on that
+// one row and its kv head's keys); false (with a message) when the relative error exceeds 2e-2.
+bool check_dq_row(const Shape& sh, const BackwardParams& p, int64_t b, int64_t h, int64_t i, const char* impl) {
+  const int64_t D = sh.d, hk = h / (sh.hq / sh.hkv);
+  const size_t row = static_cast<size_t>(D), rows = static_cast<size_t>(sh.s * D);
+  std::vector<uint16_t> qh(row), oh(row), doh(row), kh(rows), vh(rows);
+  std::vector<float> dq(row), lse(1), dk(rows), dv(rows);
+  copy_rows(qh.data(), p.q, b, h, i, 1);
+  copy_rows(oh.data(), p.o, b, h, i, 1);
+  copy_rows(doh.data(), p.dout, b, h, i, 1);
+  copy_rows(kh.data(), p.k, b, hk, 0, sh.s);
+  copy_rows(vh.data(), p.v, b, hk, 0, sh.s);
+  RA_CHECK_CUDA(cudaMemcpy(dq.data(), static_cast<const float*>(p.dq.data) + p.dq.offset(b, h, i), size_t(D) * 4,
+                           cudaMemcpyDeviceToHost));
+  RA_CHECK_CUDA(cudaMemcpy(lse.data(), p.lse.row(b, h) + i, 4, cudaMemcpyDeviceToHost));
+  BackwardParams r = p;
+  r.q = bhtd_view(qh.data(), p.q.dtype, 1, 1, 1, D);
+  r.o = bhtd_view(oh.data(), p.q.dtype, 1, 1, 1, D);
+  r.dout = bhtd_view(doh.data(), p.q.dtype, 1, 1, 1, D);
+  r.k = bhtd_view(kh.data(), p.q.dtype, 1, 1, sh.s, D);
+  r.v = bhtd_view(vh.data(), p.q.dtype, 1, 1, sh.s, D);
+  r.lse = contiguous_lse(lse.data(), 1, 1, 1);
+  r.dq = bhtd_view(dq.data(), DType::F32, 1, 1, 1, D);
+  r.dk = bhtd_view(dk.data(), DType::F32, 1, 1, sh.s, D);
+  r.dv = bhtd_view(dv.data(), DType::F32, 1, 1, sh.s, D);
+  r.mask.q_offset = p.mask.q_offset + i;
+  const cpu::GradReference ref = cpu::naive_backward(r);
+  double num = 0, den = 0;
+  for (int64_t d = 0; d < D; ++d) {
+    const double x = dq[size_t(d)], y = ref.dq[size_t(d)];
+    num += (x - y) * (x - y);
+    den += y * y;
+  }
+  const double err = std::sqrt(num / std::max(den, 1e-30));
+  if (err < 2e-2) return true;
+  std::fprintf(stderr, "CHECK FAILED %s %s dq row (%lld,%lld,%lld): rel error %.3e\n", sh.text.c_str(), impl,
+               (long long)b, (long long)h, (long long)i, err);
+  return false;
+}
+
+// The median time of Backend::flash_backward (Write mode; dq by atomics, or the deterministic
+// pass) on fresh random q, k, v, dout, with o and lse from our forward; then 3 dq rows checked.
+double bench_backward(Backend& be, const Shape& sh, DType dt, bool deterministic, int reps, bool& ok,
+                      std::mt19937_64& rng, const char* impl) {
+  const int64_t q_elems = sh.b * sh.hq * sh.t * sh.d, kv_elems = sh.b * sh.hkv * sh.s * sh.d;
+  DeviceBuffer q(be, size_t(q_elems) * 2), k(be, size_t(kv_elems) * 2), v(be, size_t(kv_elems) * 2),
+      dout(be, size_t(q_elems) * 2), o(be, size_t(q_elems) * 2), state_o(be, size_t(q_elems) * 4),
+      lse(be, size_t(sh.b * sh.hq * sh.t) * 4), dq(be, size_t(q_elems) * 4), dk(be, size_t(kv_elems) * 4),
+      dv(be, size_t(kv_elems) * 4);
+  fill(q.get(), dt, q_elems, rng());
+  fill(k.get(), dt, kv_elems, rng());
+  fill(v.get(), dt, kv_elems, rng());
+  fill(dout.get(), dt, q_elems, rng());
+  RA_CHECK_CUDA(cudaDeviceSynchronize());  // the fills ran on the legacy default stream
+  FlashParams f;
+  f.q = bhtd_view(q.get(), dt, sh.b, sh.hq, sh.t, sh.d);
+  f.k = bhtd_view(k.get(), dt, sh.b, sh.hkv, sh.s, sh.d);
+  f.v = bhtd_view(v.get(), dt, sh.b, sh.hkv, sh.s, sh.d);
+  f.scale = 1.f / std::sqrt(float(sh.d));
+  f.mask = sh.mask();
+  f.state = contiguous_state(state_o.as<float>(), lse.as<float>(), sh.b, sh.hq, sh.t, sh.d);
+  f.out = bhtd_view(o.get(), dt, sh.b, sh.hq, sh.t, sh.d);
+  be.flash(f);
+  BackwardParams p;
+  p.q = f.q, p.k = f.k, p.v = f.v, p.o = f.out;
+  p.dout = bhtd_view(dout.get(), dt, sh.b, sh.hq, sh.t, sh.d);
+  p.lse = contiguous_lse(lse.as<float>(), sh.b, sh.hq, sh.t);
+  p.dq = bhtd_view(dq.get(), DType::F32, sh.b, sh.hq, sh.t, sh.d);
+  p.dk = bhtd_view(dk.get(), DType::F32, sh.b, sh.hkv, sh.s, sh.d);
+  p.dv = bhtd_view(dv.get(), DType::F32, sh.b, sh.hkv, sh.s, sh.d);
+  p.scale = f.scale;
+  p.mask = f.mask;
+  p.deterministic = deterministic;
+  cudaStream_t stream = static_cast<cudaStream_t>(be.stream());
+  cudaEvent_t e0, e1;
+  RA_CHECK_CUDA(cudaEventCreate(&e0));
+  RA_CHECK_CUDA(cudaEventCreate(&e1));
+  for (int i = 0; i < 3; ++i) be.flash_backward(p);  // warm-up
+  std::vector<double> times;
+  for (int i = 0; i < reps; ++i) {
+    RA_CHECK_CUDA(cudaEventRecord(e0, stream));
+    be.flash_backward(p);
+    RA_CHECK_CUDA(cudaEventRecord(e1, stream));
+    RA_CHECK_CUDA(cudaEventSynchronize(e1));
+    float ms = 0;
+    RA_CHECK_CUDA(cudaEventElapsedTime(&ms, e0, e1));
+    times.push_back(ms);
+  }
+  be.synchronize();
+  for (int n = 0; n < 3; ++n) {
+    const int64_t b = int64_t(rng() % uint64_t(sh.b)), h = int64_t(rng() % uint64_t(sh.hq)),
+                  i = int64_t(rng() % uint64_t(sh.t));
+    ok = check_dq_row(sh, p, b, h, i, impl) && ok;
+  }
+  cudaEventDestroy(e0);
+  cudaEventDestroy(e1);
+  return median(times);
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   std::vector<std::string> shapes;
   DType dt = DType::BF16;
-  int reps = 30, variants_flag = 0;
+  int reps = 30, variants_flag = 0, backward = 0, deterministic = 0;
   std::string json, layout = "bhsd";
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
@@ -232,11 +337,13 @@ int main(int argc, char** argv) {
     else if (a == "--reps" && i + 1 < argc) reps = std::max(3, std::atoi(argv[++i]));
     else if (a == "--json" && i + 1 < argc) json = argv[++i];
     else if (a == "--variants") variants_flag = 1;
+    else if (a == "--backward") backward = 1;
+    else if (a == "--deterministic") deterministic = 1;
     else if (a == "--layout" && i + 1 < argc && (layout = argv[++i], layout == "bhsd" || layout == "bshd" || layout == "both")) {}
     else {
       std::fprintf(stderr,
                    "usage: %s [--shape b,hq,hkv,t,s,d,causal|full]... [--dtype bf16|fp16] [--reps N] [--json FILE] "
-                   "[--variants] [--layout bhsd|bshd|both]\n",
+                   "[--variants] [--layout bhsd|bshd|both] [--backward [--deterministic]]\n",
                    argv[0]);
       return 2;
     }
@@ -266,6 +373,7 @@ int main(int argc, char** argv) {
       if (sh.causal && sh.t == sh.s) flops /= 2;
       // A window: the visible (query, key) pairs.
       if (sh.window >= 0) flops = 4.0 * double(sh.b * sh.hq) * double(sh.d) * count_visible<double>(sh.mask(), 0, sh.t, sh.s);
+      if (backward) flops *= 2.5;  // FlashAttention's count for the backward
       const double kv_bytes = 2.0 * double(sh.b * sh.hkv * sh.s * sh.d) * 2;
       auto emit = [&](const char* impl, double ms) {
         std::printf("%s,%s,%.1f,%.3f,%.0f\n", text.c_str(), impl, flops / ms / 1e9, ms, kv_bytes / ms / 1e6);
@@ -275,6 +383,16 @@ int main(int argc, char** argv) {
                        first ? "" : ",\n", text.c_str(), impl, flops / ms / 1e9, ms, kv_bytes / ms / 1e6);
         first = false;
       };
+      // --backward: the backward through each kernel instead of the forward rows.
+      if (backward) {
+        for (const cuda::BackwardKernel k : {cuda::BackwardKernel::Mma, cuda::BackwardKernel::Simt}) {
+          cuda::FlashKernelOptions o = env_options;
+          o.backward_kernel = k;
+          const std::string impl = std::string("bwd_") + cuda::backward_kernel_name(k) + (deterministic ? "_det" : "");
+          emit(impl.c_str(), bench_backward(*make_cuda_backend(0, o), sh, dt, deterministic, reps, ok, rng, impl.c_str()));
+        }
+        continue;
+      }
       // --variants: also each portable kernel configuration (cuda::MmaVariant; the Hopper kernel
       // still takes the calls it takes, as under the default options).
       std::vector<int> variants = {0};
