@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # One call on the GPU host: build, GPU tests, compute-sanitizer, our benchmark and the peers
 # (.bench/peers.py), then a compact side-by-side table. Stages are chosen by arguments:
-#   tests/gpu/gpu_host.sh build test sanitize bench peers
+#   tests/gpu/gpu_host.sh build test sanitize bench peers bwdbench
+# (bwdbench: the backward through the tensor-core and SIMT kernels at 8k, fast and deterministic.)
 # Logs go to $OUT (or /tmp/gpu_host when unset). Run from the repository root.
 set -u -o pipefail
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1 PYTHONUNBUFFERED=1
@@ -63,6 +64,15 @@ if has bench; then
   t0=$(date +%s)
   timeout 240 "$B/tests/gpu/ringattn_gpu_bench" $(shape_args "${SHAPES[@]}") ${BENCH_ARGS:-} --json "$OUT/ours.json" >"$OUT/ours.csv" 2>"$OUT/ours.err"
   echo "bench: rc=$? in $(( $(date +%s) - t0 )) s"; cat "$OUT/ours.err"
+fi
+
+if has bwdbench; then
+  t0=$(date +%s)
+  for det in "" --deterministic; do
+    timeout 300 "$B/tests/gpu/ringattn_gpu_bench" --backward $det --reps 10 $(shape_args "${SHAPES[@]:2:2}" 1,32,8,8192,8192,64,causal) \
+      >>"$OUT/bwd.csv" 2>>"$OUT/bwd.err"
+  done
+  echo "bwdbench: rc=$? in $(( $(date +%s) - t0 )) s"; cat "$OUT/bwd.csv" "$OUT/bwd.err"
 fi
 
 if has peers; then
