@@ -62,8 +62,9 @@ __device__ __forceinline__ void combine_warps(const DecodeKernelParams& a, float
   constexpr int kDT = D / 8;
   const FlashParams& f = a.f;
   constexpr int kLd = D + 4;  // padded rows: the quads' stores spread over the banks
-  static_assert(sizeof(float) * (kWarps * 16 * (kLd + 2)) <= sizeof(T) * kStages * kTileKeys * D,
-                "the combine scratch fits in the K stages");
+  // The K stages and the V stages after them (decode_mma_kernel's sK, sV) are one region.
+  static_assert(sizeof(float) * (kWarps * 16 * (kLd + 2)) <= sizeof(T) * 2 * kStages * kTileKeys * D,
+                "the combine scratch fits in the K and V stages");
   float* red_acc = scratch;                          // [kWarps][16][kLd], unnormalized
   float* red_m = red_acc + kWarps * 16 * kLd;       // [kWarps][16], log2 units
   float* red_l = red_m + kWarps * 16;               // [kWarps][16]
