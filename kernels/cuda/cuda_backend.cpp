@@ -50,7 +50,6 @@ class CudaBackend final : public Backend {
     cudaSetDevice(device_);
     cudaStreamSynchronize(stream_);
     if (workspace_) cudaFree(workspace_);
-    if (counters_) cudaFree(counters_);
     for (auto& [bytes, p] : cached_) cudaFree(p);
     for (auto& [p, bytes] : live_) cudaFree(p);
     cudaStreamDestroy(stream_);
@@ -158,7 +157,8 @@ class CudaBackend final : public Backend {
       check_grid("batch * kv_heads", f.q.batch * f.k.heads);
       check_grid("packed query row blocks", plan.row_blocks);
       const cuda::SplitPartials parts = partials(plan.parts, rows, f.q.dim);
-      cuda::launch_decode_mma(f, plan, parts, decode_counters(cuda::decode_mma_counters(f, plan)), stream_);
+      cuda::launch_decode_mma(f, plan, parts, stream_);
+      merge_splits({parts, f.state, f.mode, f.out});
       return;
     }
     // fp32: each key chunk through the SIMT flash kernel into its own partial, then one merge.
@@ -260,23 +260,6 @@ class CudaBackend final : public Backend {
     return cuda::SplitPartials{base, base + parts * rows * dim, parts, rows, dim};
   }
 
-  // The decode kernel's per-row-block counters, grown on demand: zero between launches (each
-  // launch's last CTAs reset them), so only a new buffer is cleared, on the stream.
-  // (Like the partials' workspace: work already queued may still use the old buffer, so the
-  // stream drains before it is freed.)
-  int* decode_counters(int64_t n) {
-    if (n > counters_n_) {
-      RA_CHECK_CUDA(cudaStreamSynchronize(stream_));
-      if (counters_) RA_CHECK_CUDA(cudaFree(counters_));
-      counters_ = nullptr;
-      counters_n_ = 0;
-      RA_CHECK_CUDA(cudaMalloc(&counters_, size_t(n) * sizeof(int)));
-      counters_n_ = n;
-      RA_CHECK_CUDA(cudaMemsetAsync(counters_, 0, size_t(n) * sizeof(int), stream_));
-    }
-    return counters_;
-  }
-
   int device_ = 0;
   cuda::FlashKernelOptions options_;
   cuda::DeviceCaps caps_;
@@ -284,8 +267,6 @@ class CudaBackend final : public Backend {
   cudaStream_t stream_ = nullptr;
   void* workspace_ = nullptr;
   size_t workspace_bytes_ = 0;
-  int* counters_ = nullptr;
-  int64_t counters_n_ = 0;
   static constexpr size_t kAlign = 512;
   std::multimap<size_t, void*> cached_;      // freed buffers by (rounded) size
   std::unordered_map<void*, size_t> live_;  // handed-out buffers and their size

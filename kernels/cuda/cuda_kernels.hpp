@@ -53,14 +53,8 @@ struct DecodePlan {
 DecodePlan plan_decode_mma(const FlashParams& f, int splits_hint, int sms);
 
 // Split-KV decode (bf16/fp16, head dim 64 or 128): every CTA takes one (batch, KV head, key
-// chunk, block of 16 packed query rows) and writes one partial state per row into `parts`; the
-// last CTA of each (batch, KV head, row block) to finish merges the splits' partials into
-// f.state (Write or Fold, f.mode) and casts them into f.out when set. `counters`: one int per
-// (batch x KV head x row block), zero on entry, and zero again when the kernel ends.
-void launch_decode_mma(const FlashParams& f, const DecodePlan& plan, const SplitPartials& parts, int* counters,
-                       cudaStream_t stream);
-// The counters launch_decode_mma needs for plan (batch x KV heads x row blocks).
-int64_t decode_mma_counters(const FlashParams& f, const DecodePlan& plan);
+// chunk, block of 16 packed query rows) and writes one partial state per row into `out`.
+void launch_decode_mma(const FlashParams& f, const DecodePlan& plan, const SplitPartials& out, cudaStream_t stream);
 
 // Merges all partials of each row and writes (StateMode::Write) or folds (Fold) into `state`;
 // with `out` set, also casts the merged row into it (the finalize, fused: one launch fewer).

@@ -5,12 +5,10 @@
 //   packed as the 16 rows of one m16 tile, so every K/V byte loaded serves all of them.
 // - Split KV: the grid is (key chunk, batch x KV head, row block), sized so that every
 //   multiprocessor holds CTAs even at batch 1 with 8 KV heads; each CTA streams its chunk
-//   through a 3-stage cp.async ring of 64-key tiles.
+//   through a double-buffered cp.async ring of 64-key tiles.
 // - Each of the 4 warps takes its own 16 keys of every tile and keeps its own (m, l, acc); the
-//   warps combine through shared memory at the end into the CTA's partial. The last CTA of a
-//   (batch, KV head, row block) to finish (an atomic count per row block) merges all chunks'
-//   partials into the state and the output: no second kernel, and the merge of one row block
-//   overlaps the other row blocks' streaming.
+//   warps combine through shared memory at the end, and the partials of all chunks are
+//   combined by the merge-splits kernel (merge.cu).
 #include <type_traits>
 
 #include "kernels/cuda/cuda_check.hpp"
@@ -23,7 +21,10 @@ namespace {
 
 constexpr int kWarps = 4, kThreads = 32 * kWarps;
 constexpr int kTileKeys = 16 * kWarps;  // 16 keys per warp per tile
-constexpr int kStages = 3;
+// Two stages (double buffering): 68 KB of shared memory at head dim 128, so 3 CTAs fit per SM
+// (3 were 102 KB: 2 per SM); measured +1% at 8 x 32k, +5% with 16 query tokens, even elsewhere
+// (kernels/cuda/PERF.md).
+constexpr int kStages = 2;
 
 template <int D>
 constexpr size_t decode_smem_bytes() {
@@ -33,7 +34,6 @@ constexpr size_t decode_smem_bytes() {
 struct DecodeKernelParams {
   FlashParams f;
   SplitPartials out;
-  int* counters;  // per (batch x KV head, row block): CTAs done; the last resets it to 0
   int64_t key0;   // the first key of split 0 (the first key any row sees)
   int64_t chunk;  // keys per split, a multiple of kTileKeys
 };
@@ -110,79 +110,6 @@ __device__ __forceinline__ void combine_warps(const DecodeKernelParams& a, float
     const bool seen = total_l > 0.f;
     out.o[(split * out.rows + row) * out.dim + d] = seen ? total_o / total_l : 0.f;
     if (d == 0) out.lse[split * out.rows + row] = lse_from_stats_log2(mx, total_l);
-  }
-}
-
-template <typename T>
-__device__ __forceinline__ T cast_out(float x) {
-  if constexpr (std::is_same_v<T, __half>) return __float2half_rn(x);
-  else return __float2bfloat16_rn(x);
-}
-
-// The last CTA of a row block: merges the `splits` partials of each of its rows (a warp per row,
-// lanes over the head dim) and writes (Write) or folds (Fold) the state, and the output cast when
-// asked. The partials were written by other CTAs: read past L1 (__ldcg) after the fence that
-// made them visible.
-template <typename T, int D>
-__device__ void merge_block_rows(const DecodeKernelParams& a, int64_t splits, int warp, int lane, int64_t group,
-                                 int64_t len_q, int64_t packed_rows, int64_t row0, int64_t b, int64_t hk) {
-  constexpr int kPer = D / 32;
-  const FlashParams& f = a.f;
-  const SplitPartials& in = a.out;
-  for (int r = warp; r < 16; r += kWarps) {
-    const int64_t R = row0 + r;
-    if (R >= packed_rows) break;
-    const int64_t h = hk * group + R % group, t = R / group;
-    const int64_t row = (b * f.q.heads + h) * len_q + t;
-    float mx = neg_inf();
-    for (int64_t k = lane; k < splits; k += 32) mx = fmaxf(mx, __ldcg(in.lse + k * in.rows + row));
-    mx = warp_max(mx);
-    float* o = state_o_row(f.state, b, h, t);
-    float* lse = state_lse_at(f.state, b, h, t);
-    T* out = f.out.data == nullptr ? nullptr : static_cast<T*>(f.out.data) + view_offset(f.out, b, h, t);
-    float x[kPer];
-#pragma unroll
-    for (int i = 0; i < kPer; ++i) x[i] = 0.f;
-    float sum = 0.f;
-    if (mx != neg_inf()) {
-      for (int64_t k = lane; k < splits; k += 32) sum += expf(__ldcg(in.lse + k * in.rows + row) - mx);
-      sum = warp_sum(sum);
-#pragma unroll 4
-      for (int64_t k = 0; k < splits; ++k) {
-        const float lk = __ldcg(in.lse + k * in.rows + row);
-        if (lk == neg_inf()) continue;  // an empty partial (its o is 0)
-        const float w = expf(lk - mx);
-        const float* ok = in.o + (k * in.rows + row) * in.dim;
-#pragma unroll
-        for (int i = 0; i < kPer; ++i) x[i] += w * __ldcg(ok + lane + 32 * i);
-      }
-    }
-    // The merged partials (lse_b, x / sum) folded into the state as merge_splits_kernel does.
-    const float lse_old = f.mode == StateMode::Fold ? *lse : 0.f;
-    __syncwarp();  // every lane has read the old lse before lane 0 writes it
-    if (mx == neg_inf()) {  // no chunk saw a key: the state is empty (Write) or unchanged (Fold)
-#pragma unroll
-      for (int i = 0; i < kPer; ++i) {
-        const float v = f.mode == StateMode::Write ? 0.f : o[lane + 32 * i];
-        if (f.mode == StateMode::Write) o[lane + 32 * i] = 0.f;
-        if (out) out[lane + 32 * i] = cast_out<T>(v);
-      }
-      if (lane == 0 && f.mode == StateMode::Write) *lse = neg_inf();
-      continue;
-    }
-    const float lse_b = lse_from_stats(mx, sum);
-    float wa = 0.f, wb = 1.f, merged = lse_b;
-    if (f.mode == StateMode::Fold) merge_weights(lse_old, lse_b, wa, wb, merged);  // lse_b finite: true
-    const bool a_empty = f.mode == StateMode::Write || lse_old == neg_inf();
-    const float scale = wb / sum;
-#pragma unroll
-    for (int i = 0; i < kPer; ++i) {
-      const int d = lane + 32 * i;
-      const float od = a_empty ? x[i] * scale : o[d] * wa + x[i] * scale;
-      o[d] = od;
-      if (out) out[d] = cast_out<T>(od);
-    }
-    if (lane == 0) *lse = merged;
   }
 }
 
@@ -310,20 +237,6 @@ __global__ void __launch_bounds__(kThreads) decode_mma_kernel(const DecodeKernel
 
   combine_warps<T, D>(a, reinterpret_cast<float*>(sK), tid, warp, lane, group, len_q, packed_rows, row0, split, b, hk, m,
                       l, acc);
-
-  // Count this CTA's partial in; the last of the row block merges (the threadFenceReduction
-  // pattern: every CTA fences its partial's stores before its count, the last fences again
-  // before it reads the others').
-  __shared__ int last;
-  __threadfence();
-  __syncthreads();
-  int* counter = a.counters + int64_t(blockIdx.y) * gridDim.z + blockIdx.z;
-  if (tid == 0) last = atomicAdd(counter, 1) == int(gridDim.x) - 1;
-  __syncthreads();
-  if (!last) return;
-  __threadfence();
-  merge_block_rows<T, D>(a, gridDim.x, warp, lane, group, len_q, packed_rows, row0, b, hk);
-  if (tid == 0) *counter = 0;  // ready for the next launch on the stream
 }
 
 template <typename T, int D>
@@ -343,12 +256,10 @@ int decode_ctas_per_sm() {
 }
 
 template <typename T, int D>
-void launch_instance(const FlashParams& f, const DecodePlan& plan, const SplitPartials& out, int* counters,
-                     cudaStream_t stream) {
+void launch_instance(const FlashParams& f, const DecodePlan& plan, const SplitPartials& out, cudaStream_t stream) {
   const dim3 grid(unsigned(plan.splits), unsigned(f.q.batch * f.k.heads), unsigned(plan.row_blocks));
   auto kernel = decode_kernel_prepared<T, D>();
-  kernel<<<grid, kThreads, decode_smem_bytes<D>(), stream>>>(
-      DecodeKernelParams{f, out, counters, plan.key0, plan.chunk});
+  kernel<<<grid, kThreads, decode_smem_bytes<D>(), stream>>>(DecodeKernelParams{f, out, plan.key0, plan.chunk});
   RA_CHECK_CUDA_LAUNCH("decode_mma_kernel");
 }
 
@@ -393,16 +304,8 @@ DecodePlan plan_decode_mma(const FlashParams& f, int splits_hint, int sms) {
   return plan;
 }
 
-void launch_decode_mma(const FlashParams& f, const DecodePlan& plan, const SplitPartials& parts, int* counters,
-                       cudaStream_t stream) {
-  // f.out, when set, is in the input dtype (validate_flash).
-  dispatch_decode(f, [&](auto t, auto d) {
-    launch_instance<decltype(t), decltype(d)::value>(f, plan, parts, counters, stream);
-  });
-}
-
-int64_t decode_mma_counters(const FlashParams& f, const DecodePlan& plan) {
-  return f.q.batch * f.k.heads * plan.row_blocks;
+void launch_decode_mma(const FlashParams& f, const DecodePlan& plan, const SplitPartials& out, cudaStream_t stream) {
+  dispatch_decode(f, [&](auto t, auto d) { launch_instance<decltype(t), decltype(d)::value>(f, plan, out, stream); });
 }
 
 }  // namespace ringattn::cuda
