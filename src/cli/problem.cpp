@@ -224,8 +224,9 @@ void problem_from_files(const ProblemOptions& o, ProblemSetup& s) {
     fail_arg("--q {} has shape {} and --k {} has shape {}, {}: their batch and head dim must be equal", o.q_file,
              hq.shape_string(), o.k_file, hk.shape_string(), read_as);
   if (q.heads % k.heads != 0)
-    fail_arg("--q {} has shape {} and --k {} has shape {}, {}: {} query heads are not a multiple of {} key/value heads",
-             o.q_file, hq.shape_string(), o.k_file, hk.shape_string(), read_as, q.heads, k.heads);
+    fail_arg("--q {} has shape {} and --k {} has shape {}, {}: --q has {} heads and --k {}; query heads must be a "
+             "multiple of key/value heads", o.q_file, hq.shape_string(), o.k_file, hk.shape_string(), read_as, q.heads,
+             k.heads);
   GlobalProblem& p = s.problem;
   p.batch = q.batch;
   p.q_heads = q.heads;

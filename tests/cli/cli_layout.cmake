@@ -96,7 +96,7 @@ step(EXPECT_RC 1 COMMAND ${RINGATTN} run --layout bshd --q q3.npy --k k3.npy --v
      STDERR "--layout bshd is about four-dimensional files, but --q q3.npy holds shape .96, 4, 16., the packed layout .total_tokens, heads, dim., which is read as such: drop --layout")
 # bhsd files read as bshd: q [2, 4, 40, 16] has 40 heads, k [2, 2, 96, 16] 96.
 step(EXPECT_RC 1 COMMAND ${RINGATTN} run --layout bshd --q qc.npy --k k.npy --v v.npy
-     STDERR "--q qc.npy has shape .2, 4, 40, 16. and --k k.npy has shape .2, 2, 96, 16., read as .batch, q_len, heads, dim. and .batch, kv_len, kv_heads, dim. \\(--layout bshd\\): 40 query heads are not a multiple of 96 key/value heads")
+     STDERR "--q qc.npy has shape .2, 4, 40, 16. and --k k.npy has shape .2, 2, 96, 16., read as .batch, q_len, heads, dim. and .batch, kv_len, kv_heads, dim. \\(--layout bshd\\): --q has 40 heads and --k 96. query heads must be a multiple of key/value heads")
 step(EXPECT_RC 1 COMMAND ${RINGATTN} run --layout bshd --q q_s.npy --k k3.npy --v v3.npy
      STDERR "--k k3.npy: expected 4 dimensions .batch, kv_len, kv_heads, dim. \\(--layout bshd\\) but the file holds shape .96, 2, 16.")
 step(EXPECT_RC 1 COMMAND ${RINGATTN} run --backward --layout bshd --q q_s.npy --k k_s.npy --v v_s.npy --do do.npy
