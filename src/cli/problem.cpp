@@ -228,12 +228,8 @@ void problem_from_files(const ProblemOptions& o, ProblemSetup& s) {
              "multiple of key/value heads", o.q_file, hq.shape_string(), o.k_file, hk.shape_string(), read_as, q.heads,
              k.heads);
   GlobalProblem& p = s.problem;
-  p.batch = q.batch;
-  p.q_heads = q.heads;
-  p.q_len = q.len;
-  p.head_dim = q.dim;
-  p.kv_heads = k.heads;
-  p.kv_len = k.len;
+  std::tie(p.batch, p.q_heads, p.q_len, p.head_dim, p.kv_heads, p.kv_len) =
+      std::tuple{q.batch, q.heads, q.len, q.dim, k.heads, k.len};
   // Files of one dtype run in it (<f2: fp16) unless --dtype says otherwise; files of mixed
   // dtypes need --dtype, which names the conversion.
   if (o.dtype.empty() && (hq.dtype != hk.dtype || hq.dtype != hv.dtype))

@@ -5,13 +5,10 @@
 include(${HELPERS})
 set(TOOL ${NPY_TOOL})
 # bhsd inputs (GQA, batch 2) and their bshd transposes.
-step(EXPECT_RC 0 COMMAND ${TOOL} random q.npy fp32 2 4 96 16 ${SEED})
-step(EXPECT_RC 0 COMMAND ${TOOL} random k.npy fp32 2 2 96 16 1${SEED})
-step(EXPECT_RC 0 COMMAND ${TOOL} random v.npy fp32 2 2 96 16 2${SEED})
-step(EXPECT_RC 0 COMMAND ${TOOL} random qc.npy fp32 2 4 40 16 3${SEED})
-foreach(t q k v qc)
-  step(EXPECT_RC 0 COMMAND ${TOOL} swap12 ${t}.npy ${t}_s.npy)
-endforeach()
+random_pair(q fp32 2 4 96 16 ${SEED})
+random_pair(k fp32 2 2 96 16 1${SEED})
+random_pair(v fp32 2 2 96 16 2${SEED})
+random_pair(qc fp32 2 4 40 16 3${SEED})
 
 # Self-attention and chunked prefill (40 queries at the end of 96 keys: q and k/v lengths differ).
 foreach(case "q;self" "qc;prefill")
@@ -31,8 +28,7 @@ step(EXPECT_RC 0 COMMAND ${TOOL} reference q.npy k.npy v.npy o_self.npy l_self.n
 
 # fp16 files: the same strided reads in another dtype.
 foreach(t q k v)
-  step(EXPECT_RC 0 COMMAND ${TOOL} random ${t}16.npy fp16 1 2 64 32 4${SEED})
-  step(EXPECT_RC 0 COMMAND ${TOOL} swap12 ${t}16.npy ${t}16_s.npy)
+  random_pair(${t}16 fp16 1 2 64 32 4${SEED})
 endforeach()
 step(EXPECT_RC 0 COMMAND ${RINGATTN} run --q q16.npy --k k16.npy --v v16.npy --check --out o16.npy STDOUT "fp16")
 step(EXPECT_RC 0 COMMAND ${RINGATTN} run --layout bshd --q q16_s.npy --k k16_s.npy --v v16_s.npy --check
@@ -50,8 +46,7 @@ foreach(f so sl)
 endforeach()
 
 # The backward: --do read and --dq/--dk/--dv written in bshd, checked, and the transposes of bhsd's.
-step(EXPECT_RC 0 COMMAND ${TOOL} random do.npy fp32 2 4 96 16 5${SEED})
-step(EXPECT_RC 0 COMMAND ${TOOL} swap12 do.npy do_s.npy)
+random_pair(do fp32 2 4 96 16 5${SEED})
 step(EXPECT_RC 0 COMMAND ${RINGATTN} run --backward --q q.npy --k k.npy --v v.npy --do do.npy --causal
      --dq dq.npy --dk dk.npy --dv dv.npy --out bo.npy)
 step(EXPECT_RC 0 COMMAND ${RINGATTN} run --backward --layout bshd --q q_s.npy --k k_s.npy --v v_s.npy --do do_s.npy

@@ -3,14 +3,11 @@
 # exactly the transpose of the same two-rank run on the bhsd files (same shards, same kernels).
 include(${HELPERS})
 set(TOOL ${NPY_TOOL})
-step(EXPECT_RC 0 COMMAND ${TOOL} random q.npy fp32 2 4 77 16 ${SEED})
-step(EXPECT_RC 0 COMMAND ${TOOL} random k.npy fp32 2 2 77 16 1${SEED})
-step(EXPECT_RC 0 COMMAND ${TOOL} random v.npy fp32 2 2 77 16 2${SEED})
-step(EXPECT_RC 0 COMMAND ${TOOL} random qc.npy fp32 2 4 30 16 3${SEED})
-step(EXPECT_RC 0 COMMAND ${TOOL} random do.npy fp32 2 4 77 16 4${SEED})
-foreach(t q k v qc do)
-  step(EXPECT_RC 0 COMMAND ${TOOL} swap12 ${t}.npy ${t}_s.npy)
-endforeach()
+random_pair(q fp32 2 4 77 16 ${SEED})
+random_pair(k fp32 2 2 77 16 1${SEED})
+random_pair(v fp32 2 2 77 16 2${SEED})
+random_pair(qc fp32 2 4 30 16 3${SEED})
+random_pair(do fp32 2 4 77 16 4${SEED})
 
 # The ring (uneven zigzag and striped shards) and a kv-sharded decode (30 queries over 77 keys).
 foreach(case "q;--shard;zigzag" "q;--shard;striped" "qc")
