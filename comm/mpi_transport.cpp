@@ -26,6 +26,10 @@
 #include <thread>
 #include <vector>
 
+#if __has_include(<mpi-ext.h>)
+#include <mpi-ext.h>  // Open MPI's extensions: MPIX_CUDA_AWARE_SUPPORT, MPIX_Query_cuda_support
+#endif
+
 #include "comm/collective_buffers.hpp"
 #include "core/check.hpp"
 #include "core/error.hpp"
@@ -100,6 +104,7 @@ class MpiTransport final : public Transport {
     int level = MPI_THREAD_SINGLE;
     RA_CHECK_MPI(MPI_Query_thread(&level));
     mode_ = progress_from_env(progress, level);
+    cuda_aware_ = mpi_library_cuda_aware();
     register_live(level);
     timeout_s_ = exchange_timeout_s(timeout_s);
     requests_.reserve(16);  // no allocation on the first hop
@@ -150,11 +155,13 @@ class MpiTransport final : public Transport {
   }
 
   std::string name() const override {
-    return mode_ == MpiProgress::HelperThread ? "mpi (helper thread)" : "mpi (nonblocking)";
+    std::string n = mode_ == MpiProgress::HelperThread ? "mpi (helper thread" : "mpi (nonblocking";
+    return n + (cuda_aware_ ? ", CUDA-aware)" : ")");
   }
   int rank() const override { return rank_; }
   int size() const override { return size_; }
-  bool accepts_device_memory() const override { return false; }
+  // Device buffers go to MPI as they are when the library moves them itself.
+  bool accepts_device_memory() const override { return cuda_aware_; }
 
   void start_exchange(const void* send, size_t send_bytes, void* recv, size_t recv_bytes) override {
     if (in_flight_) fail_runtime("rank {}: start_exchange while an exchange is in flight (call wait_exchange first)", rank_);
@@ -380,6 +387,7 @@ class MpiTransport final : public Transport {
   bool stuck_ = false;
   CollectiveBuffers coll_;
 
+  bool cuda_aware_ = false;
   // Helper thread state, guarded by mu_.
   std::thread helper_;
   std::mutex mu_;
@@ -391,6 +399,14 @@ class MpiTransport final : public Transport {
 };
 
 }  // namespace
+
+bool mpi_library_cuda_aware() {
+#if defined(MPIX_CUDA_AWARE_SUPPORT) && MPIX_CUDA_AWARE_SUPPORT
+  return MPIX_Query_cuda_support() == 1;
+#else
+  return false;
+#endif
+}
 
 std::unique_ptr<Transport> make_mpi_transport(MPI_Comm comm, MpiProgress progress, double timeout_s) {
   return std::make_unique<MpiTransport>(comm, progress, timeout_s);

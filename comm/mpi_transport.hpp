@@ -23,8 +23,13 @@ enum class MpiProgress : uint8_t {
   Nonblocking = 2,  // MPI_Isend/MPI_Irecv, completed in wait_exchange
 };
 
+// Whether the MPI library moves CUDA device buffers itself: built with CUDA support (Open MPI's
+// MPIX_CUDA_AWARE_SUPPORT) and MPIX_Query_cuda_support() says so now. False for other libraries.
+bool mpi_library_cuda_aware();
+
 // A transport over a duplicate of `comm` (errors returned, checked, and thrown as RuntimeError
-// naming the call, file, line and rank). Host buffers only (accepts_device_memory() is false).
+// naming the call, file, line and rank). Host buffers; device buffers as well when
+// mpi_library_cuda_aware() (accepts_device_memory() then says so and the name ends "CUDA-aware").
 // Every wait for another rank is bounded by `timeout_s` (the transport's first exchange, which
 // pays connection set-up, by 3x that); a wait past it throws RuntimeError. 0: the
 // RINGATTN_MPI_TIMEOUT_S environment variable, else 300 s.

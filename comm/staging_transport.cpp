@@ -1,22 +1,45 @@
 #include "comm/staging_transport.hpp"
 
+#include <cstdlib>
+#include <new>
 #include <utility>
 
 namespace ringattn {
 
+void HostBlock::grow(size_t bytes) {
+  if (bytes <= bytes_) return;
+  free_now();
+  void* p = copies_ && copies_->alloc_host ? copies_->alloc_host(bytes) : std::malloc(bytes);
+  if (p == nullptr) throw std::bad_alloc();
+  p_ = static_cast<unsigned char*>(p);
+  bytes_ = bytes;
+}
+
+void HostBlock::free_now() noexcept {
+  if (p_ == nullptr) return;
+  if (copies_ && copies_->free_host)
+    copies_->free_host(p_);
+  else
+    std::free(p_);
+  release();
+}
+
 StagingTransport::StagingTransport(Transport& inner, DeviceCopies copies, size_t reserve_bytes)
     : ForwardingTransport(inner), copies_(std::move(copies)) {
-  for (auto& h : host_) h.resize(reserve_bytes);
+  for (auto& h : host_) {
+    h.bind(&copies_);
+    h.grow(reserve_bytes);
+  }
 }
 
 StagingTransport::~StagingTransport() {
   if (!gave_up_) return;
-  for (auto& h : host_) (void)new std::vector<unsigned char>(std::move(h));  // kept, not freed: see the header
+  for (auto& h : host_) h.release();  // kept, not freed: see the header
 }
 
 void StagingTransport::start_exchange(const void* send, size_t send_bytes, void* recv, size_t recv_bytes) {
   const int slot = 1 - mirror_slot_;  // leaves the last received block's host copy alone
-  if (host_[slot].size() < send_bytes) host_[slot].resize(send_bytes);
+  host_[slot].grow(send_bytes);
   if (send_bytes > 0) copies_.to_host(host_[slot].data(), send, send_bytes);
   post(slot, send_bytes, recv, recv_bytes, false);
 }
@@ -32,7 +55,7 @@ void StagingTransport::forward_exchange(const void* send, size_t send_bytes, voi
 
 void StagingTransport::post(int send_slot, size_t send_bytes, void* recv, size_t recv_bytes, bool forward) {
   const int recv_slot = 1 - send_slot;
-  if (host_[recv_slot].size() < recv_bytes) host_[recv_slot].resize(recv_bytes);
+  host_[recv_slot].grow(recv_bytes);
   mirrored_ = nullptr;  // the receive overwrites one host buffer; the other is being sent
   pending_recv_ = recv;
   pending_slot_ = recv_slot;

@@ -9,7 +9,6 @@
 
 #include <cstddef>
 #include <functional>
-#include <vector>
 
 #include "comm/forwarding_transport.hpp"
 
@@ -19,6 +18,31 @@ struct DeviceCopies {
   std::function<void(void* host_dst, const void* device_src, size_t bytes)> to_host;
   // Returns once the device holds the bytes.
   std::function<void(void* device_dst, const void* host_src, size_t bytes)> from_host;
+  // The host buffers' memory: page-locked where the device copies to and from it directly (the
+  // runner binds Backend::allocate_host / free_host); unset: plain heap memory.
+  std::function<void*(size_t bytes)> alloc_host;
+  std::function<void(void* p)> free_host;
+};
+
+// One host buffer of the decorator, in DeviceCopies' host memory. grow() drops the contents
+// (every caller overwrites the whole buffer next); release() leaves the memory to the process.
+class HostBlock {
+ public:
+  HostBlock() = default;
+  HostBlock(const HostBlock&) = delete;
+  HostBlock& operator=(const HostBlock&) = delete;
+  ~HostBlock() { free_now(); }
+  void bind(const DeviceCopies* c) { copies_ = c; }
+  void grow(size_t bytes);
+  unsigned char* data() const { return p_; }
+  size_t size() const { return bytes_; }
+  void release() noexcept { p_ = nullptr, bytes_ = 0; }
+
+ private:
+  void free_now() noexcept;
+  const DeviceCopies* copies_ = nullptr;
+  unsigned char* p_ = nullptr;
+  size_t bytes_ = 0;
 };
 
 class StagingTransport final : public ForwardingTransport {
@@ -42,7 +66,7 @@ class StagingTransport final : public ForwardingTransport {
   void post(int send_slot, size_t send_bytes, void* recv, size_t recv_bytes, bool forward);
 
   DeviceCopies copies_;
-  std::vector<unsigned char> host_[2];
+  HostBlock host_[2];
   // The exchange posted last: where its block lands on the device and in which host buffer.
   void* pending_recv_ = nullptr;
   int pending_slot_ = 1;

@@ -1,7 +1,9 @@
-// The Backend defaults: zero_f32 and add_f32 on fp32 views of any strides.
+// The Backend defaults: host staging memory from the heap, and zero_f32 and add_f32 on fp32 views
+// of any strides.
 #include "kernels/backend.hpp"
 
 #include <algorithm>
+#include <cstdlib>
 #include <vector>
 
 #include "core/error.hpp"
@@ -33,6 +35,14 @@ void Backend::check_add_f32(const TensorView& dst, const TensorView& src) {
     fail_arg("add_f32 needs views of one shape (got [{}, {}, {}, {}] and [{}, {}, {}, {}])", dst.batch, dst.heads,
              dst.len, dst.dim, src.batch, src.heads, src.len, src.dim);
 }
+
+void* Backend::allocate_host(size_t bytes) {
+  void* p = std::malloc(bytes > 0 ? bytes : 1);
+  if (p == nullptr) fail_runtime("{}: {} bytes of host memory for staging could not be allocated", name(), bytes);
+  return p;
+}
+
+void Backend::free_host(void* p) noexcept { std::free(p); }
 
 void Backend::zero_f32(const TensorView& x) {
   check_zero_f32(x);

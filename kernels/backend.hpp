@@ -24,6 +24,12 @@ class Backend {
   virtual void copy_from_host(void* dst, const void* host_src, size_t bytes) = 0;
   virtual void copy_to_host(void* host_dst, const void* src, size_t bytes) = 0;
   virtual void copy(void* dst, const void* src, size_t bytes) = 0;
+  // Host memory for staging this backend's buffers (the MPI path's host copies of K/V blocks):
+  // page-locked on a GPU, so that copy_to_host/copy_from_host run at the link's rate and need no
+  // bounce buffer; plain heap memory by default. Throws RuntimeError naming the size when it
+  // cannot be had. free_host(nullptr) does nothing.
+  virtual void* allocate_host(size_t bytes);
+  virtual void free_host(void* p) noexcept;
 
   // Operations. On a GPU they are queued on the compute stream and return at once;
   // synchronize() waits for everything queued. Each validates its params first.

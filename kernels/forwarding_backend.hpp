@@ -19,6 +19,8 @@ class ForwardingBackend : public Backend {
   void copy_from_host(void* dst, const void* src, size_t bytes) override { inner_.copy_from_host(dst, src, bytes); }
   void copy_to_host(void* dst, const void* src, size_t bytes) override { inner_.copy_to_host(dst, src, bytes); }
   void copy(void* dst, const void* src, size_t bytes) override { inner_.copy(dst, src, bytes); }
+  void* allocate_host(size_t bytes) override { return inner_.allocate_host(bytes); }
+  void free_host(void* p) noexcept override { inner_.free_host(p); }
   void flash(const FlashParams& p) override { inner_.flash(p); }
   void flash_backward(const BackwardParams& p) override { inner_.flash_backward(p); }
   void decode(const DecodeParams& p) override { inner_.decode(p); }

@@ -80,6 +80,9 @@ void validate_flash(const FlashParams& p, bool complete) {
   if (o.data != nullptr && (o.batch != q.batch || o.heads != q.heads || o.len != q.len || o.dim != q.dim))
     fail_arg("output shape [{}, {}, {}, {}] does not match q [{}, {}, {}, {}]", o.batch, o.heads, o.len, o.dim, q.batch,
              q.heads, q.len, q.dim);
+  if (o.data != nullptr && o.dtype != q.dtype)
+    fail_arg("output dtype {} does not match q's dtype {}: the final output is written in the input dtype",
+             dtype_name(o.dtype), dtype_name(q.dtype));
   // Both ends of the visible range grow with the row, and a band never skips a row: when the first
   // and the last row see a key, every row does.
   if (!complete) return;

@@ -5,7 +5,7 @@
 //   packed as the 16 rows of one m16 tile, so every K/V byte loaded serves all of them.
 // - Split KV: the grid is (key chunk, batch x KV head, row block), sized so that every
 //   multiprocessor holds CTAs even at batch 1 with 8 KV heads; each CTA streams its chunk
-//   through a 3-stage cp.async ring of 64-key tiles.
+//   through a double-buffered cp.async ring of 64-key tiles.
 // - Each of the 4 warps takes its own 16 keys of every tile and keeps its own (m, l, acc); the
 //   warps combine through shared memory at the end, and the partials of all chunks are
 //   combined by the merge-splits kernel (merge.cu).
@@ -21,7 +21,10 @@ namespace {
 
 constexpr int kWarps = 4, kThreads = 32 * kWarps;
 constexpr int kTileKeys = 16 * kWarps;  // 16 keys per warp per tile
-constexpr int kStages = 3;
+// Two stages (double buffering): 68 KB of shared memory at head dim 128, so 3 CTAs fit per SM
+// (3 were 102 KB: 2 per SM); measured +1% at 8 x 32k, +5% with 16 query tokens, even elsewhere
+// (kernels/cuda/PERF.md).
+constexpr int kStages = 2;
 
 template <int D>
 constexpr size_t decode_smem_bytes() {
@@ -62,8 +65,9 @@ __device__ __forceinline__ void combine_warps(const DecodeKernelParams& a, float
   constexpr int kDT = D / 8;
   const FlashParams& f = a.f;
   constexpr int kLd = D + 4;  // padded rows: the quads' stores spread over the banks
-  static_assert(sizeof(float) * (kWarps * 16 * (kLd + 2)) <= sizeof(T) * kStages * kTileKeys * D,
-                "the combine scratch fits in the K stages");
+  // The K stages and the V stages after them (decode_mma_kernel's sK, sV) are one region.
+  static_assert(sizeof(float) * (kWarps * 16 * (kLd + 2)) <= sizeof(T) * 2 * kStages * kTileKeys * D,
+                "the combine scratch fits in the K and V stages");
   float* red_acc = scratch;                          // [kWarps][16][kLd], unnormalized
   float* red_m = red_acc + kWarps * 16 * kLd;       // [kWarps][16], log2 units
   float* red_l = red_m + kWarps * 16;               // [kWarps][16]

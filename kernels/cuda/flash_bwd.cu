@@ -33,12 +33,6 @@ __device__ __forceinline__ float to_float(float x) { return x; }
 __device__ __forceinline__ float to_float(__nv_bfloat16 x) { return __bfloat162float(x); }
 __device__ __forceinline__ float to_float(__half x) { return __half2float(x); }
 
-__device__ __forceinline__ float warp_sum(float x) {
-#pragma unroll
-  for (int off = 16; off > 0; off >>= 1) x += __shfl_xor_sync(0xffffffffu, x, off);
-  return x;
-}
-
 // r[e] = row[lane + 32 e] widened to fp32 (0 past the head dim).
 template <typename T, int kPer>
 __device__ __forceinline__ void load_row(float (&r)[kPer], const T* row, int64_t D, int lane) {

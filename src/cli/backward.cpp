@@ -332,12 +332,13 @@ int64_t sum_over_ranks(Transport& t, int64_t n) {
 // The load phase of every rank: problem, shard, dO. Errors here may hit one rank only (a file
 // missing on one host); they become an exit code every rank agrees on, before any ring.
 int load_phase(const RunOptions& o, World& w, ProblemSetup& setup, LocalProblem& local, BackwardBuffers& g,
-               const BackwardSetup& bs) {
+               BackwardSetup& bs) {
   int code = kExitOk;
   std::string error;
   try {
     if (w.rank == 0) check_run_outputs(o);  // only rank 0 writes; its verdict is shared below
     setup = setup_problem(o.problem);
+    bs.layout = setup.layout;  // --do is read in the inputs' layout
     GlobalProblem& p = setup.problem;
     validate_problem(p, w.size);
     resolve_sharding(o.problem, p, w.size);
@@ -380,13 +381,14 @@ DoutSource dout_source(const GlobalProblem& p, const BackwardSetup& s) {
   expect_regular_file("--do", s.do_file);
   {
     NpyReader r(s.do_file);
-    const std::vector<int64_t> want = {p.batch, p.q_heads, p.q_len, p.head_dim};
+    const std::vector<int64_t> want = file_shape(s.layout, p.batch, p.q_heads, p.q_len, p.head_dim);
     if (r.header().shape != want)
-      fail_arg("--do {} holds shape {} but q is [{}, {}, {}, {}]: dO must have the shape of q", s.do_file,
-               r.header().shape_string(), p.batch, p.q_heads, p.q_len, p.head_dim);
+      fail_arg("--do {} holds shape {} but q is {}: dO must have the shape of q ({}, {})", s.do_file,
+               r.header().shape_string(), shape_text(want), file_axes(s.layout, "heads", "q_len"),
+               layout_phrase(s.layout));
   }
-  // One file read as the source's q ([batch, heads, len, dim], any of its dtypes).
-  d.src = std::make_unique<InputSource>(s.do_file, s.do_file, s.do_file);
+  // One file read as the source's q (in the layout of the inputs, any of its dtypes).
+  d.src = std::make_unique<InputSource>(s.do_file, s.do_file, s.do_file, s.layout);
   d.which = InputTensor::Q;
   return d;
 }
@@ -507,17 +509,18 @@ GlobalGrads gather_grads(const RunOptions& o, const GlobalProblem& p, const Host
   return gg;
 }
 
-// --dq/--dk/--dv: each file whole or not at all, and all of them finished before any is moved
-// into place.
-void write_grad_files(const RunOptions& o, const GlobalProblem& p, const GlobalGrads& gg) {
+// --dq/--dk/--dv in `layout` (the shapes of q, k and v in it): each file whole or not at all, and
+// all of them finished before any is moved into place.
+void write_grad_files(const RunOptions& o, const GlobalProblem& p, const GlobalGrads& gg, FileLayout layout) {
   const int64_t B = p.batch, D = p.head_dim;
-  const std::vector<int64_t> qs = {B, p.q_heads, p.q_len, D}, ks = {B, p.kv_heads, p.kv_len, D};
   std::vector<std::unique_ptr<NpyWriter>> files;
-  for (const auto& [path, shape, data] : {std::tuple{&o.dq_file, &qs, &gg.dq}, std::tuple{&o.dk_file, &ks, &gg.dk},
-                                           std::tuple{&o.dv_file, &ks, &gg.dv}}) {
+  for (const auto& [path, heads, len, data] : {std::tuple{&o.dq_file, p.q_heads, p.q_len, &gg.dq},
+                                               std::tuple{&o.dk_file, p.kv_heads, p.kv_len, &gg.dk},
+                                               std::tuple{&o.dv_file, p.kv_heads, p.kv_len, &gg.dv}}) {
     if (path->empty()) continue;
-    files.push_back(std::make_unique<NpyWriter>(*path, *shape, DType::F32));
-    files.back()->write(data->data(), int64_t(data->size()));
+    files.push_back(std::make_unique<NpyWriter>(*path, file_shape(layout, B, heads, len, D), DType::F32));
+    const std::vector<float> x = to_file_order(layout, data->data(), B, heads, len, D);
+    files.back()->write(x.data(), int64_t(x.size()));
     files.back()->finish();
   }
   for (auto& file : files) file->close();
@@ -557,7 +560,7 @@ int finish_on_rank0(const RunOptions& o, const ProblemSetup& setup, const Backwa
       if (o.check) j["check"] = grads_json(c);
       write_json(o.json_file, j);
     }
-    write_grad_files(o, p, gg);
+    write_grad_files(o, p, gg, setup.layout);
   } catch (const std::exception& e) {
     spdlog::error("{}", e.what());
     code = std::max(code, kExitError);
@@ -572,7 +575,7 @@ int backward_on(const RunOptions& o, World& w) {
   ProblemSetup setup;
   LocalProblem local;
   BackwardBuffers g;
-  const BackwardSetup bs{o.problem.seed, o.do_file, o.deterministic, o.problem.tile_q, o.problem.tile_k};
+  BackwardSetup bs{o.problem.seed, o.do_file, o.deterministic, o.problem.tile_q, o.problem.tile_k};
   if (load_phase(o, w, setup, local, g, bs) != kExitOk) return kExitError;
   const GlobalProblem& p = setup.problem;
   grad_transport(w);  // collective: made here, outside the timed backward
@@ -589,7 +592,7 @@ int backward_on(const RunOptions& o, World& w) {
   const bool sampled = o.check && sampled_check(p, o.problem.check_rows);
   const GlobalGrads gg = gather_grads(o, p, h, fwd, sampled, w);
   const int code = w.rank == 0 ? finish_on_rank0(o, setup, bs, gg, tm, bad, bad_fwd, sampled, w) : kExitOk;
-  const int written = write_global_outputs(p, local, fwd, t, o.out_file, o.lse_file, setup.thd);
+  const int written = write_global_outputs(p, local, fwd, t, o.out_file, o.lse_file, setup.layout);
   return agree_exit_code(t, written != 0 ? std::max(code, int(kExitError)) : code);
 }
 

@@ -27,13 +27,15 @@ struct BackwardBuffers {
 // What fills dO and how the backward runs.
 struct BackwardSetup {
   uint64_t seed = 1;        // dO drawn like the inputs (InputTensor::DO) unless do_file is given
-  std::string do_file;      // .npy in the shape of the global q [batch, heads, q_len, dim]
+  std::string do_file;      // .npy in the shape of the global q, in `layout` ([batch, heads, q_len, dim] in bhsd)
   bool deterministic = false;
   int tile_q = 0, tile_k = 0;
+  FileLayout layout = FileLayout::Bhsd;  // of --do (and --dq/--dk/--dv): the inputs' (ProblemSetup::layout)
 };
 
 // Where any global row of dO comes from: the seed (InputTensor::DO) or the --do file (read as the
-// source's InputTensor::Q). Throws InvalidArgument naming --do for a file not in the shape of q.
+// source's InputTensor::Q). Throws InvalidArgument naming --do for a file not in the shape of q
+// (in the layout of s.layout).
 struct DoutSource {
   std::unique_ptr<InputSource> src;
   InputTensor which = InputTensor::DO;

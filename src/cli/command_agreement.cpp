@@ -55,7 +55,8 @@ void add_problem_fields(CommandFields& f, const ProblemOptions& o, bool with_seq
   if (with_seq)
     f.insert(f.end(), {{"--seq", std::to_string(o.seq)}, {"--kv-seq", opt_text(o.kv_seq)},
                        {"--q-offset", opt_text(o.q_offset)}, {"--q", o.q_file}, {"--k", o.k_file},
-                       {"--v", o.v_file}, {"--doc-lens", o.doc_lens}, {"--cu-seqlens", o.cu_seqlens_file}});
+                       {"--v", o.v_file}, {"--layout", o.layout.empty() ? "default" : o.layout},
+                       {"--doc-lens", o.doc_lens}, {"--cu-seqlens", o.cu_seqlens_file}});
   f.push_back({"--window", o.window.empty() ? "none" : o.window});
 }
 

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <memory>
+#include <utility>
 
 #include <spdlog/spdlog.h>
 
@@ -10,41 +11,101 @@
 
 namespace ringattn::cli {
 
-int write_global_outputs(const GlobalProblem& p, const LocalProblem& l, const HostResult& r, Transport& t,
-                         const std::string& out_file, const std::string& lse_file, bool thd) {
-  if (out_file.empty() && lse_file.empty()) return 0;
-  const int P = t.size(), me = t.rank();
-  const int64_t B = p.batch, H = p.q_heads, T = p.q_len, D = p.head_dim, tq = l.q_layout.tokens();
-  std::unique_ptr<NpyWriter> out, lse;
-  int code = 0;
-  if (me == 0) {
-    try {
-      const std::vector<int64_t> o_shape = thd ? std::vector<int64_t>{T, H, D} : std::vector<int64_t>{B, H, T, D};
-      const std::vector<int64_t> l_shape = thd ? std::vector<int64_t>{T, H} : std::vector<int64_t>{B, H, T};
-      if (!out_file.empty()) out = std::make_unique<NpyWriter>(out_file, o_shape, DType::F32);
-      if (!lse_file.empty()) lse = std::make_unique<NpyWriter>(lse_file, l_shape, DType::F32);
-    } catch (const std::exception& e) {
-      spdlog::error("{}", e.what());
-      code = 1;
+namespace {
+
+// Rank 0's --out and --lse files, in `layout`: they take the rows of one (batch, head) at a time
+// in global token order. bhsd writes them at once; bshd and thd interleave the heads of a token,
+// so a batch is assembled in memory ([len, heads, dim]) and written when its last head is in.
+class OutputFiles {
+ public:
+  OutputFiles(FileLayout l, int64_t H, int64_t T, int64_t D) : l_(l), H_(H), T_(T), D_(D) {}
+
+  // Throws on a file that cannot be created.
+  void open(const std::string& out_file, const std::string& lse_file, int64_t B) {
+    if (!out_file.empty()) out_ = std::make_unique<NpyWriter>(out_file, file_shape(l_, B, H_, T_, D_), DType::F32);
+    if (!lse_file.empty()) lse_ = std::make_unique<NpyWriter>(lse_file, file_shape(l_, B, H_, T_), DType::F32);
+    if (l_ == FileLayout::Bhsd) return;
+    if (out_) o_batch_.resize(size_t(T_ * H_ * D_));
+    if (lse_) l_batch_.resize(size_t(T_ * H_));
+  }
+
+  // Head h of the current batch: o [T, D], lse [T].
+  void add(int64_t h, const float* o, const float* lse) {
+    if (l_ == FileLayout::Bhsd) {
+      if (out_) out_->write(o, T_ * D_);
+      if (lse_) lse_->write(lse, T_);
+      return;
+    }
+    for (int64_t t = 0; t < T_ && out_; ++t)
+      std::copy_n(o + t * D_, D_, o_batch_.data() + row_offset(l_, 0, h, t, H_, T_, D_));
+    for (int64_t t = 0; t < T_ && lse_; ++t) l_batch_[size_t(row_offset(l_, 0, h, t, H_, T_, 1))] = lse[t];
+    if (h + 1 < H_) return;
+    if (out_) out_->write(o_batch_.data(), T_ * H_ * D_);
+    if (lse_) lse_->write(l_batch_.data(), T_ * H_);
+  }
+
+  // Both files finished before either is moved into place: a failure leaves neither half-made.
+  void finish() {
+    if (out_) out_->finish();
+    if (lse_) lse_->finish();
+    if (out_) out_->close();
+    if (lse_) lse_->close();
+  }
+
+ private:
+  FileLayout l_;
+  int64_t H_, T_, D_;
+  std::unique_ptr<NpyWriter> out_, lse_;
+  std::vector<float> o_batch_, l_batch_;
+};
+
+// The rows of o and lse of (b, h) on every rank, in global token order on rank 0 (o_row [T, D],
+// l_row [T]). Each rank's part, converted to fp32 and padded to the largest shard (shards may
+// differ by a token or two), travels in one allgather when the queries are spread (`all`: its
+// buffer); a decode holds every query on every rank already.
+struct HeadGather {
+  const GlobalProblem& p;
+  std::vector<ShardLayout> layouts;  // every rank's query rows
+  int64_t tmax;
+  bool spread;
+  std::vector<float> mine, all, o_row, l_row;
+
+  HeadGather(const GlobalProblem& p_, std::vector<ShardLayout> ls, int64_t tq, bool spread_)
+      : p(p_), layouts(std::move(ls)), tmax(tq), spread(spread_) {
+    for (const ShardLayout& l : layouts) tmax = std::max(tmax, l.tokens());
+    const int64_t per_rank = tmax * p.head_dim + tmax;
+    mine.resize(size_t(per_rank));
+    all.resize(spread ? size_t(per_rank) * layouts.size() : 0);
+    o_row.resize(size_t(p.q_len * p.head_dim));
+    l_row.resize(size_t(p.q_len));
+  }
+
+  void gather(Transport& t, const HostResult& r, int64_t b, int64_t h, int64_t tq) {
+    const int64_t D = p.head_dim, o0 = (b * p.q_heads + h) * tq * D, l0 = (b * p.q_heads + h) * tq;
+    for (int64_t i = 0; i < tq * D; ++i) mine[size_t(i)] = load_as_float(r.out.data(), p.dtype, o0 + i);
+    for (int64_t i = 0; i < tq; ++i) mine[size_t(tmax * D + i)] = r.lse[size_t(l0 + i)];
+    if (spread) t.allgather(mine.data(), all.data(), mine.size() * sizeof(float));
+    if (t.rank() != 0) return;
+    for (size_t q = 0; q < (spread ? layouts.size() : 1); ++q) {
+      const float* src = spread ? all.data() + q * mine.size() : mine.data();
+      const ShardLayout& lq = layouts[q];
+      for (int64_t i = 0; i < lq.tokens(); ++i) {
+        const int64_t g = lq.global_position(i);
+        std::copy_n(src + i * D, D, o_row.data() + g * D);
+        l_row[size_t(g)] = src[tmax * D + i];
+      }
     }
   }
-  if (agree_exit_code(t, code) != 0) return 1;
+};
 
-  // Decode problems hold every query on every rank already; the ring spreads them by layout.
-  const bool spread = p.is_ring() && P > 1;
-  std::vector<ShardLayout> layouts(static_cast<size_t>(P));
-  for (int q = 0; q < P; ++q) {
-    ShardLayout kv;
-    layouts_for(p, q, P, layouts[size_t(q)], kv);
-  }
-  // One (batch, head) at a time: the rows of o and lse of every rank, converted to fp32, each
-  // rank's part padded to the largest shard (shards may differ by a token or two): o rows first,
-  // then lse.
-  int64_t tmax = tq;
-  for (const ShardLayout& l : layouts) tmax = std::max(tmax, l.tokens());
-  const int64_t per_rank = tmax * D + tmax;
-  std::vector<float> mine(static_cast<size_t>(per_rank)), all(spread ? static_cast<size_t>(per_rank * P) : 0),
-      o_row(static_cast<size_t>(T * D)), l_row(static_cast<size_t>(T));
+}  // namespace
+
+int write_global_outputs(const GlobalProblem& p, const LocalProblem& l, const HostResult& r, Transport& t,
+                         const std::string& out_file, const std::string& lse_file, FileLayout layout) {
+  if (out_file.empty() && lse_file.empty()) return 0;
+  const int P = t.size(), me = t.rank();
+  OutputFiles files(layout, p.q_heads, p.q_len, p.head_dim);
+  int code = 0;
   // Only rank 0 writes; a write error stops its writing but not its part in the gathers, so the
   // other ranks never wait for a partner that left.
   auto guarded = [&](auto&& fn) {
@@ -56,48 +117,18 @@ int write_global_outputs(const GlobalProblem& p, const LocalProblem& l, const Ho
       code = 1;
     }
   };
+  if (me == 0) guarded([&] { files.open(out_file, lse_file, p.batch); });
+  if (agree_exit_code(t, code) != 0) return 1;
+
+  const bool spread = p.is_ring() && P > 1;
   if (!spread && me != 0) return agree_exit_code(t, code);
-  // The packed layout interleaves the heads of a token: rank 0 assembles it whole (batch 1).
-  std::vector<float> o_thd(thd && me == 0 && out ? size_t(T * H * D) : 0), l_thd(thd && me == 0 && lse ? size_t(T * H) : 0);
-  for (int64_t b = 0; b < B; ++b)
-    for (int64_t h = 0; h < H; ++h) {
-      const int64_t o0 = (b * H + h) * tq * D, l0 = (b * H + h) * tq;
-      for (int64_t i = 0; i < tq * D; ++i) mine[size_t(i)] = load_as_float(r.out.data(), p.dtype, o0 + i);
-      for (int64_t i = 0; i < tq; ++i) mine[size_t(tmax * D + i)] = r.lse[size_t(l0 + i)];
-      const float* src = mine.data();
-      if (spread) t.allgather(mine.data(), all.data(), size_t(per_rank) * sizeof(float));
-      if (me != 0) continue;
-      for (int q = 0; q < (spread ? P : 1); ++q) {
-        if (spread) src = all.data() + q * per_rank;
-        const ShardLayout& lq = layouts[size_t(q)];
-        for (int64_t i = 0; i < lq.tokens(); ++i) {
-          const int64_t g = lq.global_position(i);
-          std::copy_n(src + i * D, D, o_row.data() + g * D);
-          l_row[size_t(g)] = src[tmax * D + i];
-        }
-      }
-      if (thd) {
-        for (int64_t g = 0; g < T && !o_thd.empty(); ++g) std::copy_n(o_row.data() + g * D, D, o_thd.data() + (g * H + h) * D);
-        for (int64_t g = 0; g < T && !l_thd.empty(); ++g) l_thd[size_t(g * H + h)] = l_row[size_t(g)];
-        continue;
-      }
-      guarded([&] {
-        if (out) out->write(o_row.data(), T * D);
-        if (lse) lse->write(l_row.data(), T);
-      });
+  HeadGather hg(p, all_layouts(p, P, false), l.q_layout.tokens(), spread);
+  for (int64_t b = 0; b < p.batch; ++b)
+    for (int64_t h = 0; h < p.q_heads; ++h) {
+      hg.gather(t, r, b, h, l.q_layout.tokens());
+      if (me == 0) guarded([&] { files.add(h, hg.o_row.data(), hg.l_row.data()); });
     }
-  if (thd && me == 0)
-    guarded([&] {
-      if (out) out->write(o_thd.data(), T * H * D);
-      if (lse) lse->write(l_thd.data(), T * H);
-    });
-  // Both files finished before either is moved into place: a failure leaves neither half-made.
-  guarded([&] {
-    if (out) out->finish();
-    if (lse) lse->finish();
-    if (out) out->close();
-    if (lse) lse->close();
-  });
+  guarded([&] { files.finish(); });
   return agree_exit_code(t, code);
 }
 

@@ -12,12 +12,14 @@ namespace ringattn::cli {
 
 // Collective over `t`. Rank 0 opens the files first and every rank learns whether that worked
 // (an unwritable path stops all ranks with exit code 1 instead of leaving them in a gather).
-// Empty file names are skipped. Output is <f4 [batch, heads, q_len, dim], LSE <f4
-// [batch, heads, q_len]; with `thd` (packed inputs, batch 1) the packed layout instead: output
-// [q_len, heads, dim], LSE [q_len, heads], assembled in rank 0's memory first. Returns 0, or 1
-// when rank 0 could not write (message logged).
+// Empty file names are skipped. Output and LSE are <f4 in `layout` (cli/file_layout.hpp): bhsd
+// [batch, heads, q_len, dim] and [batch, heads, q_len]; bshd [batch, q_len, heads, dim] and
+// [batch, q_len, heads]; thd (packed inputs, batch 1) [q_len, heads, dim] and [q_len, heads]. The
+// token-major layouts are assembled in rank 0's memory one batch at a time. Returns 0, or 1 when
+// rank 0 could not write (message logged).
 int write_global_outputs(const GlobalProblem& p, const LocalProblem& l, const HostResult& r, Transport& t,
-                         const std::string& out_file, const std::string& lse_file, bool thd = false);
+                         const std::string& out_file, const std::string& lse_file,
+                         FileLayout layout = FileLayout::Bhsd);
 
 // The global [bh, len, width] fp32 tensor on rank 0 (empty elsewhere) from every rank's local
 // rows: `mine` is [bh, layouts[rank].tokens(), width], its rows in that layout's order (any

@@ -1,4 +1,5 @@
 #include "cli/options.hpp"
+#include "cli/file_layout.hpp"
 #include "cli/problem.hpp"
 
 #include <cctype>
@@ -112,6 +113,13 @@ void make_numbers_decimal(CLI::App& app) {
   }
 }
 
+// --layout: parse_file_layout's message for anything but bhsd and bshd.
+CLI::Validator file_layout_check() {
+  return CLI::Validator(
+      [](std::string& s) -> std::string { return s == "bhsd" || s == "bshd" ? std::string() : bad_layout_message(s); },
+      "bhsd|bshd");
+}
+
 // --window LEFT,RIGHT: the sliding window (parse_window in problem.cpp checks the text).
 void add_window_flag(CLI::App& app, std::string& window) {
   app.add_option("--window", window,
@@ -137,9 +145,15 @@ void add_problem_flags(CLI::App& app, ProblemOptions& o, bool with_seq) {
   if (with_seq) {
     app.add_option("--seq", o.seq, "query tokens (global)")->check(int_range<int64_t>(1))->capture_default_str();
     add_cache_flags(app, o, "key/value tokens (global; default: --seq)");
-    app.add_option("--q", o.q_file, "queries: .npy [batch, heads, q_len, dim], <f4 or <f2");
-    app.add_option("--k", o.k_file, "keys: .npy [batch, kv_heads, kv_len, dim]");
-    app.add_option("--v", o.v_file, "values: .npy [batch, kv_heads, kv_len, dim]");
+    app.add_option("--q", o.q_file,
+                   "queries: .npy [batch, heads, q_len, dim] (--layout bshd: [batch, q_len, heads, dim]), <f4 or <f2");
+    app.add_option("--k", o.k_file,
+                   "keys: .npy [batch, kv_heads, kv_len, dim] (--layout bshd: [batch, kv_len, kv_heads, dim])");
+    app.add_option("--v", o.v_file, "values: .npy, the shape of --k");
+    app.add_option("--layout", o.layout,
+                   "how the .npy files of --q/--k/--v, --out, --lse, --do and --dq/--dk/--dv hold their tensors: bhsd "
+                   "[batch, heads, seq, dim] (default) or bshd [batch, seq, heads, dim] (--lse [batch, seq, heads])")
+        ->check(file_layout_check());
     app.add_option("--doc-lens", o.doc_lens,
                    "packed documents: their lengths, comma-separated, summing to the sequence; each attends only to "
                    "itself (causal within it with --causal)");
@@ -180,17 +194,21 @@ void add_run_flags(CLI::App& app, RunOptions& o) {
                "run) or out, lse (after)");
   app.add_flag("--dry-run", o.dry_run,
                "check the world, environment, versions and the problem on every rank, then exit (no attention)");
-  app.add_option("--out", o.out_file, "write the output as <f4 .npy [batch, heads, q_len, dim]");
-  app.add_option("--lse", o.lse_file, "write the log-sum-exp as <f4 .npy [batch, heads, q_len]");
+  app.add_option("--out", o.out_file,
+                 "write the output as <f4 .npy [batch, heads, q_len, dim] (--layout bshd: [batch, q_len, heads, dim])");
+  app.add_option("--lse", o.lse_file,
+                 "write the log-sum-exp as <f4 .npy [batch, heads, q_len] (--layout bshd: [batch, q_len, heads])");
   app.add_option("--json", o.json_file, "write one JSON record ('-' for stdout)");
   app.add_flag("--backward", o.backward,
                "after the forward, compute the gradients dq, dk, dv of sum(dO * out) (under mpirun: the ring "
                "backward; rank 0 writes --dq/--dk/--dv in global token order)");
   app.add_flag("--deterministic", o.deterministic, "with --backward: bitwise reproducible dq (no atomics on GPUs)");
-  app.add_option("--do", o.do_file, "with --backward: dO as .npy in the shape of q (default: random from --seed); each rank reads its rows");
-  app.add_option("--dq", o.dq_file, "with --backward: write dq as <f4 .npy [batch, heads, q_len, dim]");
-  app.add_option("--dk", o.dk_file, "with --backward: write dk as <f4 .npy [batch, kv_heads, kv_len, dim]");
-  app.add_option("--dv", o.dv_file, "with --backward: write dv as <f4 .npy [batch, kv_heads, kv_len, dim]");
+  app.add_option("--do", o.do_file,
+                 "with --backward: dO as .npy in the shape of q, in --layout (default: random from --seed); each rank "
+                 "reads its rows");
+  app.add_option("--dq", o.dq_file, "with --backward: write dq as <f4 .npy in the shape of q (in --layout)");
+  app.add_option("--dk", o.dk_file, "with --backward: write dk as <f4 .npy in the shape of k (in --layout)");
+  app.add_option("--dv", o.dv_file, "with --backward: write dv as <f4 .npy in the shape of v (in --layout)");
 }
 
 void add_bench_flags(CLI::App& app, BenchOptions& o) {
@@ -294,6 +312,15 @@ void refuse_ignored_flags(const CLI::App& sub, const ProblemOptions& o, bool che
                  "dim; drop {}", name, name);
 }
 
+// --layout says how .npy files hold their tensors: without any such file it does nothing.
+void refuse_idle_layout(const CLI::App& sub, const std::string& layout) {
+  if (!given(sub, "--layout")) return;
+  for (const char* name : {"--q", "--k", "--v", "--out", "--lse", "--do", "--dq", "--dk", "--dv"})
+    if (given(sub, name)) return;
+  fail_arg("--layout {} only says how the .npy files of --q/--k/--v, --out, --lse, --do and --dq/--dk/--dv hold "
+           "their tensors and does nothing without one of them; add a file or drop --layout", layout);
+}
+
 // Flags of the backward that do nothing without --backward.
 void refuse_backward_flags(const CLI::App& sub, bool backward) {
   if (backward) return;
@@ -321,6 +348,7 @@ void parse_command_line(CLI::App& app, CommandLine& cl, int argc, const char* co
     validate_problem_options(cl.run.problem);
     refuse_ignored_flags(sub, cl.run.problem, cl.run.check);
     refuse_backward_flags(sub, cl.run.backward);
+    refuse_idle_layout(sub, cl.run.problem.layout);
   }
   if (cl.command == "bench") {
     validate_problem_options(cl.bench.problem);

@@ -20,6 +20,7 @@ struct ProblemOptions {
   std::optional<int64_t> q_offset;  // default: kv_len - q_len
   uint64_t seed = 1;
   std::string q_file, k_file, v_file;
+  std::string layout;           // --layout bhsd|bshd of the .npy files (empty: not given, bhsd; cli/file_layout.hpp)
   std::string doc_lens;         // packed documents: "1000,3000,517" (lengths summing to the sequence)
   std::string cu_seqlens_file;  // or their boundaries: a .npy of int32/int64 prefix sums from 0
   std::string window;           // sliding window "LEFT,RIGHT" (FlashAttention's window_size; -1 unbounded)

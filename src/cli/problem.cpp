@@ -19,26 +19,23 @@
 namespace ringattn::cli {
 namespace {
 
-// A [B, H, T, D] header, or an error naming the flag and the shape found.
-void expect_4d(const NpyHeader& h, const char* flag, const std::string& path, const char* layout) {
-  if (h.shape.size() != 4)
-    fail_arg("{} {}: expected 4 dimensions {} but the file holds shape {}", flag, path, layout, h.shape_string());
-  for (int64_t d : h.shape)
-    if (d < 1) fail_arg("{} {}: every dimension must be >= 1, the file holds shape {}", flag, path, h.shape_string());
-}
-
-// Packed THD inputs ([total_tokens, heads, dim], the varlen layout) become the shapes of a batch of
-// one in the problem's order: [1, heads, tokens, dim]. They go with packed documents only.
-void as_bhtd(NpyHeader& hq, NpyHeader& hk, NpyHeader& hv, const ProblemOptions& o) {
-  for (const auto& [h, flag, path] : {std::tuple{&hq, "--q", &o.q_file}, std::tuple{&hk, "--k", &o.k_file},
-                                      std::tuple{&hv, "--v", &o.v_file}})
+// The layout of the input files: a three-dimensional --q is the packed thd layout (all three
+// files in it, with documents, and no --layout, which is about four-dimensional files); else
+// --layout.
+FileLayout input_layout(const ProblemOptions& o, const NpyHeader& hq, const NpyHeader& hk, const NpyHeader& hv) {
+  if (hq.shape.size() != 3) return parse_file_layout(o.layout);
+  if (!o.layout.empty())
+    fail_arg("--layout {} is about four-dimensional files, but --q {} holds shape {}, the packed layout "
+             "[total_tokens, heads, dim], which is read as such: drop --layout", o.layout, o.q_file,
+             hq.shape_string());
+  for (const auto& [h, flag, path] : {std::tuple{&hk, "--k", &o.k_file}, std::tuple{&hv, "--v", &o.v_file}})
     if (h->shape.size() != 3)
       fail_arg("{} {}: holds shape {}, but --q is three-dimensional (the packed layout [total_tokens, heads, dim]): "
                "give all three files in it", flag, *path, h->shape_string());
   if (o.doc_lens.empty() && o.cu_seqlens_file.empty())
     fail_arg("--q {} is three-dimensional, the packed layout [total_tokens, heads, dim] of documents: give their "
              "boundaries with --cu-seqlens (or their lengths with --doc-lens)", o.q_file);
-  for (NpyHeader* h : {&hq, &hk, &hv}) h->shape = {1, h->shape[1], h->shape[0], h->shape[2]};
+  return FileLayout::Thd;
 }
 
 // What a path that is not a regular file is, in words ("a FIFO").
@@ -60,7 +57,8 @@ void expect_regular_file(const char* flag, const std::string& path) {
     fail_arg("{} '{}' is not a regular file ({}); give a .npy file", flag, path, file_kind(st.st_mode));
 }
 
-InputSource::InputSource(const std::string& q, const std::string& k, const std::string& v, bool thd) : thd_(thd) {
+InputSource::InputSource(const std::string& q, const std::string& k, const std::string& v, FileLayout layout)
+    : layout_(layout) {
   readers_.push_back(std::make_unique<NpyReader>(q));
   readers_.push_back(std::make_unique<NpyReader>(k));
   readers_.push_back(std::make_unique<NpyReader>(v));
@@ -68,27 +66,26 @@ InputSource::InputSource(const std::string& q, const std::string& k, const std::
 
 void InputSource::rows(InputTensor which, int64_t b, int64_t h, int64_t t0, int64_t n, int64_t heads, int64_t len,
                        int64_t dim, void* dst, DType dtype) {
-  if (from_files() && thd_) {
-    // [len, heads, dim]: the rows of one head are strided; read spans of whole tokens (all
-    // heads) and keep head h (the file is read once per head: fine for the sizes of a check or
-    // a shard, not a streaming path).
+  if (from_files()) {
     NpyReader& r = *readers_[size_t(which) - 1];
+    if (token_stride(layout_, heads, dim) == dim) {  // bhsd: the rows of one head lie together
+      r.read(row_offset(layout_, b, h, t0, heads, len, dim), n * dim, dst, dtype);
+      return;
+    }
+    // bshd, thd: the rows of one head are strided; read spans of whole tokens (all heads) and
+    // keep head h (the file is read once per head: fine for the sizes of a check or a shard, not
+    // a streaming path).
     const int64_t span = std::max<int64_t>(1, (int64_t(1) << 20) / std::max<int64_t>(1, heads * dim));
     const size_t es = size_t(dtype_size(dtype));
     std::vector<uint8_t> buf;
     for (int64_t i0 = 0; i0 < n; i0 += span) {
       const int64_t m = std::min(span, n - i0);
       buf.resize(size_t(m * heads * dim) * es);
-      r.read((t0 + i0) * heads * dim, m * heads * dim, buf.data(), dtype);
+      r.read(row_offset(layout_, b, 0, t0 + i0, heads, len, dim), m * heads * dim, buf.data(), dtype);
       for (int64_t i = 0; i < m; ++i)
         std::copy_n(buf.data() + size_t((i * heads + h) * dim) * es, size_t(dim) * es,
                     static_cast<uint8_t*>(dst) + size_t((i0 + i) * dim) * es);
     }
-    return;
-  }
-  if (from_files()) {
-    NpyReader& r = *readers_[size_t(which) - 1];
-    r.read(((b * heads + h) * len + t0) * dim, n * dim, dst, dtype);
     return;
   }
   for (int64_t i = 0; i < n; ++i)
@@ -204,6 +201,47 @@ void resolve_sharding(const ProblemOptions& o, GlobalProblem& p, int world) {
   p.sharding = best_sharding(p.q_len, p.causal, world, documents_of(bounds), p.window);
 }
 
+namespace {
+
+// The problem's shapes and dtype from the headers of --q/--k/--v, read in their layout, and the
+// source of their rows. Errors name the files, the axes of the layout and the shapes they hold.
+void problem_from_files(const ProblemOptions& o, ProblemSetup& s) {
+  expect_regular_file("--q", o.q_file);
+  expect_regular_file("--k", o.k_file);
+  expect_regular_file("--v", o.v_file);
+  const NpyHeader hq = read_npy_header(o.q_file), hk = read_npy_header(o.k_file), hv = read_npy_header(o.v_file);
+  const FileLayout l = s.layout = input_layout(o, hq, hk, hv);
+  s.source = std::make_unique<InputSource>(o.q_file, o.k_file, o.v_file, l);
+  const FileDims q = file_dims(hq, l, "--q", o.q_file, "heads", "q_len");
+  const FileDims k = file_dims(hk, l, "--k", o.k_file, "kv_heads", "kv_len");
+  file_dims(hv, l, "--v", o.v_file, "kv_heads", "kv_len");
+  if (hk.shape != hv.shape)
+    fail_arg("--k {} has shape {} but --v {} has shape {}; they must be equal", o.k_file, hk.shape_string(), o.v_file,
+             hv.shape_string());
+  const std::string read_as = fmt::format("read as {} and {} ({})", file_axes(l, "heads", "q_len"),
+                                          file_axes(l, "kv_heads", "kv_len"), layout_phrase(l));
+  if (q.batch != k.batch || q.dim != k.dim)
+    fail_arg("--q {} has shape {} and --k {} has shape {}, {}: their batch and head dim must be equal", o.q_file,
+             hq.shape_string(), o.k_file, hk.shape_string(), read_as);
+  if (q.heads % k.heads != 0)
+    fail_arg("--q {} has shape {} and --k {} has shape {}, {}: --q has {} heads and --k {}; query heads must be a "
+             "multiple of key/value heads", o.q_file, hq.shape_string(), o.k_file, hk.shape_string(), read_as, q.heads,
+             k.heads);
+  GlobalProblem& p = s.problem;
+  std::tie(p.batch, p.q_heads, p.q_len, p.head_dim, p.kv_heads, p.kv_len) =
+      std::tuple{q.batch, q.heads, q.len, q.dim, k.heads, k.len};
+  // Files of one dtype run in it (<f2: fp16) unless --dtype says otherwise; files of mixed
+  // dtypes need --dtype, which names the conversion.
+  if (o.dtype.empty() && (hq.dtype != hk.dtype || hq.dtype != hv.dtype))
+    fail_arg("--q {} holds {}, --k {} holds {} and --v {} holds {}: give files of one dtype, or --dtype to convert "
+             "them all", o.q_file, dtype_name(hq.dtype), o.k_file, dtype_name(hk.dtype), o.v_file,
+             dtype_name(hv.dtype));
+  const bool all_half = hq.dtype == DType::F16;
+  p.dtype = !o.dtype.empty() ? parse_dtype(o.dtype) : all_half ? DType::F16 : default_dtype(o);
+}
+
+}  // namespace
+
 ProblemSetup setup_problem(const ProblemOptions& o) {
   ProblemSetup s;
   GlobalProblem& p = s.problem;
@@ -218,40 +256,9 @@ ProblemSetup setup_problem(const ProblemOptions& o) {
     p.head_dim = o.dim;
     p.dtype = o.dtype.empty() ? default_dtype(o) : parse_dtype(o.dtype);
     s.source = std::make_unique<InputSource>(o.seed);
+    s.layout = parse_file_layout(o.layout);  // of --out/--lse and the backward's files
   } else {
-    expect_regular_file("--q", o.q_file);
-    expect_regular_file("--k", o.k_file);
-    expect_regular_file("--v", o.v_file);
-    NpyHeader hq = read_npy_header(o.q_file), hk = read_npy_header(o.k_file), hv = read_npy_header(o.v_file);
-    s.thd = hq.shape.size() == 3;
-    s.source = std::make_unique<InputSource>(o.q_file, o.k_file, o.v_file, s.thd);
-    if (s.thd) as_bhtd(hq, hk, hv, o);  // [T, H, D] files seen as batch 1
-    expect_4d(hq, "--q", o.q_file, "[batch, heads, q_len, dim]");
-    expect_4d(hk, "--k", o.k_file, "[batch, kv_heads, kv_len, dim]");
-    expect_4d(hv, "--v", o.v_file, "[batch, kv_heads, kv_len, dim]");
-    if (hk.shape != hv.shape)
-      fail_arg("--k {} has shape {} but --v {} has shape {}; they must be equal", o.k_file, hk.shape_string(), o.v_file,
-               hv.shape_string());
-    if (hq.shape[0] != hk.shape[0] || hq.shape[3] != hk.shape[3])
-      fail_arg("--q {} has shape {} and --k {} has shape {}: batch (dim 0) and head dim (dim 3) must be equal", o.q_file,
-               hq.shape_string(), o.k_file, hk.shape_string());
-    if (hq.shape[1] % hk.shape[1] != 0)
-      fail_arg("--q has {} heads and --k has {}: query heads must be a multiple of key/value heads", hq.shape[1],
-               hk.shape[1]);
-    p.batch = hq.shape[0];
-    p.q_heads = hq.shape[1];
-    p.q_len = hq.shape[2];
-    p.head_dim = hq.shape[3];
-    p.kv_heads = hk.shape[1];
-    p.kv_len = hk.shape[2];
-    // Files of one dtype run in it (<f2: fp16) unless --dtype says otherwise; files of mixed
-    // dtypes need --dtype, which names the conversion.
-    if (o.dtype.empty() && (hq.dtype != hk.dtype || hq.dtype != hv.dtype))
-      fail_arg("--q {} holds {}, --k {} holds {} and --v {} holds {}: give files of one dtype, or --dtype to convert "
-               "them all", o.q_file, dtype_name(hq.dtype), o.k_file, dtype_name(hk.dtype), o.v_file,
-               dtype_name(hv.dtype));
-    const bool all_half = hq.dtype == DType::F16;
-    p.dtype = !o.dtype.empty() ? parse_dtype(o.dtype) : all_half ? DType::F16 : default_dtype(o);
+    problem_from_files(o, s);
   }
   if (o.q_offset) p.q_offset = *o.q_offset;
   p.doc_lens = document_lengths(o);

@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include "cli/file_layout.hpp"
 #include "cli/options.hpp"
 #include "kernels/backend.hpp"
 #include "ringattn/inputs.hpp"
@@ -20,9 +21,11 @@ class InputSource {
  public:
   // Seeded inputs.
   explicit InputSource(uint64_t seed) : seed_(seed) {}
-  // Files (headers already validated against the problem): [batch, heads, len, dim], or with
-  // `thd` the packed layout [total_tokens, heads, dim] of varlen users (batch 1).
-  InputSource(const std::string& q, const std::string& k, const std::string& v, bool thd = false);
+  // Files (headers already validated against the problem), each holding its tensor in `layout`
+  // (cli/file_layout.hpp): [batch, heads, len, dim], [batch, len, heads, dim] or the packed
+  // [total_tokens, heads, dim] of varlen users (batch 1).
+  InputSource(const std::string& q, const std::string& k, const std::string& v,
+              FileLayout layout = FileLayout::Bhsd);
 
   bool from_files() const { return !readers_.empty(); }
   // Writes global rows [t0, t0 + n) of head h of batch b of `which` into `dst` (contiguous
@@ -34,7 +37,7 @@ class InputSource {
 
  private:
   uint64_t seed_ = 0;
-  bool thd_ = false;
+  FileLayout layout_ = FileLayout::Bhsd;
   std::vector<std::unique_ptr<NpyReader>> readers_;  // q, k, v
 };
 
@@ -43,7 +46,9 @@ class InputSource {
 struct ProblemSetup {
   GlobalProblem problem;
   std::unique_ptr<InputSource> source;
-  bool thd = false;  // the inputs are [total_tokens, heads, dim] files; --out/--lse use that layout too
+  // How the files map to the problem's elements: --layout, or thd for three-dimensional inputs.
+  // --out/--lse and the backward's --do/--dq/--dk/--dv use it too.
+  FileLayout layout = FileLayout::Bhsd;
 };
 ProblemSetup setup_problem(const ProblemOptions& o);
 

@@ -228,7 +228,8 @@ int run_on(const RunOptions& o, World& w, double world_s) {
       }
     }
   }
-  if (write_global_outputs(p, local, result, t, o.out_file, o.lse_file, setup.thd) != 0) code = std::max(code, kExitError);
+  if (write_global_outputs(p, local, result, t, o.out_file, o.lse_file, setup.layout) != 0)
+    code = std::max(code, kExitError);
   return agree_exit_code(t, code);
 }
 

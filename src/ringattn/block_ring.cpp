@@ -28,7 +28,8 @@ std::unique_ptr<StagingTransport> staging_for(Backend& b, Transport& t, size_t c
                       [&b](void* dev, const void* host, size_t n) {
                         b.copy_from_host(dev, host, n);
                         b.synchronize();
-                      }};
+                      },
+                      [&b](size_t n) { return b.allocate_host(n); }, [&b](void* p) { b.free_host(p); }};
   return std::make_unique<StagingTransport>(t, std::move(copies), capacity);
 }
 

@@ -35,3 +35,10 @@ function(step)
     endif()
   endforeach()
 endfunction()
+
+# random_pair(NAME fp32|fp16 B H T D SEED): NAME.npy, random [B, H, T, D] from SEED, and NAME_s.npy,
+# the same tensor as [B, T, H, D] (axes 1 and 2 exchanged): one tensor in --layout bhsd and bshd.
+function(random_pair name dtype b h t d seed)
+  step(EXPECT_RC 0 COMMAND ${NPY_TOOL} random ${name}.npy ${dtype} ${b} ${h} ${t} ${d} ${seed})
+  step(EXPECT_RC 0 COMMAND ${NPY_TOOL} swap12 ${name}.npy ${name}_s.npy)
+endfunction()

@@ -9,6 +9,10 @@
 //   npy_tool compare A B ATOL                     exit 1 when shapes differ or max|A-B| > ATOL
 //   npy_tool reference Q K V OUT LSE causal|full ATOL
 //   npy_tool ints FILE i4|i8|f4 V0 V1 ...           a one-dimensional array of these values
+//   npy_tool swap12 IN OUT                        axes 1 and 2 exchanged ([B, H, T, D] <-> [B, T, H, D],
+//                                                 [B, H, T] <-> [B, T, H]), in IN's dtype
+//   npy_tool reshape IN OUT D0 D1 ...             the same elements (C order) under another shape
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <fstream>
@@ -25,7 +29,7 @@ using namespace ringattn;
 namespace {
 
 int usage() {
-  std::fprintf(stderr, "usage: npy_tool random|corrupt|compare|reference ... (see the file's header)\n");
+  std::fprintf(stderr, "usage: npy_tool random|corrupt|compare|reference|swap12|reshape ... (see the file's header)\n");
   return 2;
 }
 
@@ -135,6 +139,32 @@ int cmd_reference(char** a) {
   return mo <= tol && ml <= tol ? 0 : 1;
 }
 
+// Exchanges axes 1 and 2 of a 3- or 4-dimensional array: the bhsd <-> bshd transpose of the tests.
+int cmd_swap12(char** a) {
+  const NpyArray x = load_npy(a[0]);
+  std::vector<int64_t> s = x.header.shape;
+  if (s.size() != 3 && s.size() != 4) return usage();
+  const int64_t B = s[0], H = s[1], T = s[2], W = s.size() == 4 ? s[3] : 1, es = dtype_size(x.header.dtype);
+  std::vector<uint8_t> y(x.bytes.size());
+  for (int64_t b = 0; b < B; ++b)
+    for (int64_t h = 0; h < H; ++h)
+      for (int64_t t = 0; t < T; ++t)
+        std::copy_n(x.bytes.data() + ((b * H + h) * T + t) * W * es, W * es, y.data() + ((b * T + t) * H + h) * W * es);
+  std::swap(s[1], s[2]);
+  write_npy(a[1], s, x.header.dtype, y.data());
+  return 0;
+}
+
+int cmd_reshape(int n, char** a) {
+  const NpyArray x = load_npy(a[0]);
+  std::vector<int64_t> s;
+  int64_t count = 1;
+  for (int i = 2; i < n; ++i) count *= s.emplace_back(std::stoll(a[i]));
+  if (count != x.header.numel()) return usage();
+  write_npy(a[1], s, x.header.dtype, x.bytes.data());
+  return 0;
+}
+
 // A one-dimensional .npy of integers (or, for tests of the dtype check, floats), written by hand.
 int cmd_ints(int n, char** a) {
   const std::string kind = a[1];
@@ -176,6 +206,8 @@ int main(int argc, char** argv) {
     if (cmd == "compare" && argc == 5) return cmd_compare(argv + 2);
     if (cmd == "reference" && argc == 9) return cmd_reference(argv + 2);
     if (cmd == "ints" && argc >= 4) return cmd_ints(argc - 2, argv + 2);
+    if (cmd == "swap12" && argc == 4) return cmd_swap12(argv + 2);
+    if (cmd == "reshape" && argc >= 5) return cmd_reshape(argc - 2, argv + 2);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "npy_tool: %s\n", e.what());
     return 1;

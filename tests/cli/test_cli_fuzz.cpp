@@ -20,7 +20,7 @@ namespace {
 const std::vector<std::string> kCommands = {"run", "bench", "plan", "", "--version", "--help", "frobnicate"};
 const std::vector<std::string> kFlags = {
     "--batch", "--heads", "--kv-heads", "--seq", "--kv-seq", "--dim", "--q-offset", "--seed", "--q", "--k", "--v",
-    "--causal", "--device", "--dtype", "--tile-q", "--tile-k", "--shard", "--transport", "--check-rows",
+    "--layout", "--causal", "--device", "--dtype", "--tile-q", "--tile-k", "--shard", "--transport", "--check-rows",
     "--log-level", "--timeout", "--check", "--check-finite", "--dry-run", "--out", "--lse", "--json", "-b", "-e",
     "-f", "-n", "-w", "--seq-min", "--seq-max", "--seq-factor", "--iters", "--warmup", "--impl", "--naive",
     "--no-check", "--ranks", "--help", "--version", "-", "--", "---", "--seq=", "--timeout=0"};
@@ -29,7 +29,7 @@ const std::vector<std::string> kValues = {
     "-9223372036854775808", "1e3", "1.5", "0.0", "nan", "inf", "-inf", "1e308", "1e-320", "0x10", "",
     " ", "fp32", "bf16", "fp16", "cpu", "cuda", "zigzag", "striped", "contiguous", "mpi", "nccl", "local", "auto",
     "both", "naive", "flash", "info", "off", "TRACE", "/nonexistent/x.npy", "-", "--", "\xff\xfe", "%s%n",
-    "{}", "a=b", "--seq", "300", "1e6", "1000001",
+    "{}", "a=b", "--seq", "300", "1e6", "1000001", "bhsd", "bshd", "thd",
     // Integers are decimal: octal- and hex-looking values, signs, seeds beyond 2^64 - 1.
     "064", "08", "010", "+5", "-0", "0x40", "0b1", "18446744073709551615", "18446744073709551616", "1e23",
     "-18446744073709551615", "00000000000000000000064"};

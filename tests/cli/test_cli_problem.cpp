@@ -1,6 +1,6 @@
 // Pieces of the command line that the end-to-end scenarios cannot pin down exactly: the FLOP
 // count's visible pairs, the dtype rules for files, and that a rank's shard read from .npy
-// files equals the same shard made from the seed, for every sharding and rank.
+// files (bhsd or bshd) equals the same shard made from the seed, for every sharding and rank.
 #include <gtest/gtest.h>
 
 #include <unistd.h>
@@ -9,6 +9,8 @@
 #include <cstring>
 #include <filesystem>
 #include <random>
+
+#include <fmt/format.h>
 
 #include "cli/problem.hpp"
 #include "common/test_util.hpp"
@@ -44,44 +46,53 @@ TEST(CliProblem, VisiblePairsMatchesCounting) {
   EXPECT_EQ(visible_pairs(self), 1000.0 * 1001 / 2);  // about half of T x S
 }
 
+// In either --layout (bshd files hold the same tensors transposed), for every sharding and rank.
 TEST(CliProblem, FileShardsEqualSeededShards) {
   const uint64_t seed = test::fresh_seed();
   const int64_t B = 2, H = 4, Hkv = 2, T = 48, D = 16;
-  // Files holding exactly the seeded inputs (fp32).
-  const std::string names[3] = {temp_file("q"), temp_file("k"), temp_file("v")};
-  for (int t = 0; t < 3; ++t) {
-    const int64_t heads = t == 0 ? H : Hkv;
-    std::vector<float> x(size_t(B * heads * T * D));
-    fill_input(bhtd_view(x.data(), DType::F32, B, heads, T, D), seed, InputTensor(t + 1), 0, 1);
-    write_npy(names[t], {B, heads, T, D}, DType::F32, x.data());
+  for (const char* layout : {"bhsd", "bshd"}) {
+    const FileLayout l = parse_file_layout(layout);
+    // Files holding exactly the seeded inputs (fp32).
+    const std::string names[3] = {temp_file("q"), temp_file("k"), temp_file("v")};
+    for (int t = 0; t < 3; ++t) {
+      const int64_t heads = t == 0 ? H : Hkv;
+      std::vector<float> x(size_t(B * heads * T * D));
+      fill_input(bhtd_view(x.data(), DType::F32, B, heads, T, D), seed, InputTensor(t + 1), 0, 1);
+      write_npy(names[t], file_shape(l, B, heads, T, D), DType::F32, to_file_order(l, x.data(), B, heads, T, D).data());
+    }
+    ProblemOptions o;
+    o.q_file = names[0];
+    o.k_file = names[1];
+    o.v_file = names[2];
+    o.layout = layout;
+    o.seed = seed;
+    o.causal = true;
+    for (const char* shard : {"contiguous", "zigzag", "striped"}) {
+      o.shard = shard;
+      ProblemSetup files = setup_problem(o);
+      EXPECT_EQ(files.layout, l);
+      EXPECT_EQ(files.problem.batch, B);
+      EXPECT_EQ(files.problem.q_heads, H);
+      EXPECT_EQ(files.problem.kv_heads, Hkv);
+      EXPECT_EQ(files.problem.q_len, T);
+      EXPECT_EQ(files.problem.dtype, DType::F32);
+      InputSource seeded(seed);
+      auto b = make_cpu_backend();
+      for (int world : {1, 2, 3, 4})
+        for (int rank = 0; rank < world; ++rank) {
+          LocalProblem a = load_local(files.problem, *files.source, *b, rank, world);
+          LocalProblem c = load_local(files.problem, seeded, *b, rank, world);
+          const std::string where = fmt::format("{} {} rank {}/{}", layout, shard, rank, world);
+          ASSERT_EQ(a.q.bytes(), c.q.bytes());
+          EXPECT_EQ(0, std::memcmp(a.q.get(), c.q.get(), a.q.bytes())) << where;
+          EXPECT_EQ(0, std::memcmp(a.k.get(), c.k.get(), a.k.bytes())) << where;
+          EXPECT_EQ(0, std::memcmp(a.v.get(), c.v.get(), a.v.bytes())) << where;
+          // The output is poisoned before any run.
+          EXPECT_TRUE(std::isnan(a.views.lse[0]));
+        }
+    }
+    for (const auto& n : names) std::remove(n.c_str());
   }
-  ProblemOptions o;
-  o.q_file = names[0];
-  o.k_file = names[1];
-  o.v_file = names[2];
-  o.seed = seed;
-  o.causal = true;
-  for (const char* shard : {"contiguous", "zigzag", "striped"}) {
-    o.shard = shard;
-    ProblemSetup files = setup_problem(o);
-    EXPECT_EQ(files.problem.q_heads, H);
-    EXPECT_EQ(files.problem.kv_heads, Hkv);
-    EXPECT_EQ(files.problem.dtype, DType::F32);
-    InputSource seeded(seed);
-    auto b = make_cpu_backend();
-    for (int world : {1, 2, 3, 4})
-      for (int rank = 0; rank < world; ++rank) {
-        LocalProblem a = load_local(files.problem, *files.source, *b, rank, world);
-        LocalProblem c = load_local(files.problem, seeded, *b, rank, world);
-        ASSERT_EQ(a.q.bytes(), c.q.bytes());
-        EXPECT_EQ(0, std::memcmp(a.q.get(), c.q.get(), a.q.bytes())) << shard << " rank " << rank << "/" << world;
-        EXPECT_EQ(0, std::memcmp(a.k.get(), c.k.get(), a.k.bytes())) << shard << " rank " << rank << "/" << world;
-        EXPECT_EQ(0, std::memcmp(a.v.get(), c.v.get(), a.v.bytes())) << shard << " rank " << rank << "/" << world;
-        // The output is poisoned before any run.
-        EXPECT_TRUE(std::isnan(a.views.lse[0]));
-      }
-  }
-  for (const auto& n : names) std::remove(n.c_str());
 }
 
 TEST(CliProblem, HalfFilesRunFp16UnlessTold) {

@@ -55,6 +55,16 @@ TEST(MpiTransportThreads, SerializedRefusesASecondTransportBesideAHelperThread) 
   EXPECT_NO_THROW(make_mpi_transport(MPI_COMM_WORLD, MpiProgress::HelperThread));
 }
 
+// Device buffers go to MPI directly exactly when the library is CUDA-aware (then the name says
+// so); otherwise the runner stages them through host memory. The same answer on every rank.
+TEST(MpiTransportThreads, AcceptsDeviceMemoryExactlyWhenTheLibraryIsCudaAware) {
+  auto t = make_mpi_transport(MPI_COMM_WORLD, MpiProgress::Nonblocking);
+  const bool aware = mpi_library_cuda_aware();
+  EXPECT_EQ(t->accepts_device_memory(), aware);
+  EXPECT_EQ(t->name(), aware ? "mpi (nonblocking, CUDA-aware)" : "mpi (nonblocking)");
+  EXPECT_TRUE(test::same_on_all_ranks(t->name())) << t->name();
+}
+
 }  // namespace
 }  // namespace ringattn
 

@@ -3,6 +3,8 @@
 // RINGATTN_FAULT decorators (ringattn/fault_injection.hpp) carrying out a plan in a real run.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <cstdlib>
 #include <cstring>
 #include <random>
 
@@ -65,6 +67,50 @@ TEST(StagingTransport, StagesOncePerPassAndDeliversToTheDevice) {
   EXPECT_EQ(c.to_host, 2);
   EXPECT_EQ(inner.exchanges(), 3);
   EXPECT_EQ(t.bytes_sent(), 3 * n);
+}
+
+// The host buffers come from DeviceCopies' allocator (the runner binds the backend's page-locked
+// memory): two up front, a larger block replaces the smaller buffer it needs, and every one is
+// given back when the decorator ends.
+TEST(StagingTransport, HostBuffersComeFromTheBackendsHostAllocator) {
+  FaultyTransport inner(1, 4, TransportFault::None, -1);
+  CountedCopies c;
+  int allocs = 0;
+  DeviceCopies copies = c.copies();
+  std::vector<std::pair<void*, size_t>> blocks;
+  copies.alloc_host = [&](size_t n) {
+    ++allocs;
+    void* p = std::malloc(n);
+    blocks.emplace_back(p, n);
+    return p;
+  };
+  copies.free_host = [&](void* p) {
+    const auto it = std::find_if(blocks.begin(), blocks.end(), [p](const auto& b) { return b.first == p; });
+    ASSERT_NE(it, blocks.end()) << "freed a buffer the allocator did not hand out";
+    blocks.erase(it);
+    std::free(p);
+  };
+  {
+    StagingTransport t(inner, copies, 100);
+    EXPECT_EQ(allocs, 2);
+    std::vector<unsigned char> a(300, 5), b(300, 0);
+    t.start_exchange(a.data(), 300, b.data(), 300);  // both host buffers too small: replaced
+    t.wait_exchange();
+    EXPECT_EQ(b, a);
+    EXPECT_EQ(allocs, 4);
+    EXPECT_EQ(blocks.size(), 2u);
+    t.start_exchange(a.data(), 200, b.data(), 200);  // fits: no allocation
+    t.wait_exchange();
+    EXPECT_EQ(allocs, 4);
+  }
+  EXPECT_TRUE(blocks.empty()) << blocks.size() << " host buffers were not given back";
+  // The CPU backend's staging memory is plain heap memory, usable as such.
+  auto cpu = make_cpu_backend();
+  void* p = cpu->allocate_host(64);
+  ASSERT_NE(p, nullptr);
+  std::memset(p, 1, 64);
+  cpu->free_host(p);
+  cpu->free_host(nullptr);
 }
 
 // When the wrapped transport gives up, the host buffers stay allocated: the double writes the

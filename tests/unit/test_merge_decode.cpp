@@ -256,6 +256,12 @@ TEST(Validation, RejectsBadInputWithClearMessages) {
   p = ok.p();
   p.state.len = 4;
   expect_rejected(p, true, "state shape");
+  p = ok.p();
+  p.out = ok.q.view;  // the output in q's shape, but another dtype
+  p.out.dtype = DType::BF16;
+  expect_rejected(p, true, "output dtype bf16 does not match q's dtype fp32");
+  p.out.dtype = DType::F32;
+  EXPECT_NO_THROW(validate_flash(p, true));
   // The kernel entry points validate too.
   p = ok.p();
   p.q.heads = 6;
