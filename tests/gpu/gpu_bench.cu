@@ -386,6 +386,8 @@ int main(int argc, char** argv) {
       // --backward: the backward through each kernel instead of the forward rows.
       if (backward) {
         for (const cuda::BackwardKernel k : {cuda::BackwardKernel::Mma, cuda::BackwardKernel::Simt}) {
+          // The SIMT kernel takes seconds per call past 8k x 8k: timed up to there only.
+          if (k == cuda::BackwardKernel::Simt && sh.t * sh.s > int64_t(8192) * 8192) continue;
           cuda::FlashKernelOptions o = env_options;
           o.backward_kernel = k;
           const std::string impl = std::string("bwd_") + cuda::backward_kernel_name(k) + (deterministic ? "_det" : "");
