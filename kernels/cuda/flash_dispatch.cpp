@@ -113,6 +113,11 @@ FlashKernelOptions flash_options_from_env() {
   else if (bw == "simt") o.backward_kernel = BackwardKernel::Simt;
   else if (!bw.empty() && bw != "auto")
     fail_arg("RINGATTN_BACKWARD_KERNEL='{}' is not understood: allowed are auto, mma, simt", bw);
+  const char* dq = std::getenv("RINGATTN_BACKWARD_DQ");
+  const std::string dqv = dq ? dq : "";
+  if (dqv == "atomic") o.backward_atomic_dq = true;
+  else if (!dqv.empty() && dqv != "separate")
+    fail_arg("RINGATTN_BACKWARD_DQ='{}' is not understood: allowed are separate, atomic", dqv);
   if (const char* tile = std::getenv("RINGATTN_HOPPER_TILE")) o.hopper_tile = tile;
   // Lazy rescaling is on by default (1-3% on the H200, hopper/PERF.md); 0/1 overrides it.
   const char* lazy = std::getenv("RINGATTN_HOPPER_LAZY");
@@ -169,7 +174,7 @@ void launch_flash(const FlashChoice& c, const FlashParams& p, const DeviceCaps& 
   if (p.out.data != nullptr) launch_finalize(FinalizeParams{p.state, p.out}, stream);
 }
 
-std::string backward_mma_problem(const DeviceCaps& dev, const BackwardParams& p) {
+std::string backward_mma_problem(const DeviceCaps& dev, const BackwardParams& p, bool atomic_dq) {
   if (p.q.dtype != DType::BF16 && p.q.dtype != DType::F16)
     return fmt::format("the tensor-core backward takes bf16 and fp16 inputs, not {}", dtype_name(p.q.dtype));
   if (dev.cc_major < 8)
@@ -177,15 +182,15 @@ std::string backward_mma_problem(const DeviceCaps& dev, const BackwardParams& p)
                        dev.cc_major, dev.cc_minor);
   std::string why = mma_views_problem(p.q.dim, p.q.dtype, {{"q", &p.q}, {"k", &p.k}, {"v", &p.v}, {"dout", &p.dout}});
   if (!why.empty()) return why;
-  const size_t smem = backward_mma_smem_bytes(p.q.dim, !p.deterministic);
+  const size_t smem = backward_mma_smem_bytes(p.q.dim, atomic_dq);
   if (smem > size_t(dev.smem_optin))
     return fmt::format("the tensor-core backward at head_dim {} needs {} bytes of shared memory per block; GPU {} "
                        "allows {}",
                        p.q.dim, smem, dev.device, dev.smem_optin);
-  // The key kernel's key blocks and the deterministic dq kernel's query blocks (64 each) are the
+  // The key kernel's key blocks and the separate dq kernel's query blocks (64 each) are the
   // grid's y dimension.
   if (why = grid_problem("key blocks ceil(kv_len / 64)", (p.k.len + 63) / 64); !why.empty()) return why;
-  if (p.deterministic) return grid_problem("query blocks ceil(q_len / 64)", (p.q.len + 63) / 64);
+  if (!atomic_dq) return grid_problem("query blocks ceil(q_len / 64)", (p.q.len + 63) / 64);
   return {};
 }
 
@@ -203,9 +208,11 @@ BackwardChoice choose_backward_kernel(const DeviceCaps& dev, const BackwardParam
     c.path = BackwardPath::Simt;
     return c;
   }
-  const std::string why = backward_mma_problem(dev, p);
+  const bool mma_atomic = !p.deterministic && opt.backward_atomic_dq;
+  const std::string why = backward_mma_problem(dev, p, mma_atomic);
   if (why.empty()) {
     c.path = BackwardPath::Mma;
+    c.atomic_dq = mma_atomic;
   } else if (opt.backward_kernel == BackwardKernel::Mma) {
     c.reason = fmt::format("RINGATTN_BACKWARD_KERNEL=mma, but the tensor-core backward does not take this call on GPU "
                            "{} (dtype {}, head_dim {}): {}",

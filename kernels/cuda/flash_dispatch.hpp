@@ -35,6 +35,11 @@ const char* backward_kernel_name(BackwardKernel k);
 struct FlashKernelOptions {
   FlashKernel kernel = FlashKernel::Auto;  // RINGATTN_FLASH_KERNEL=auto|hopper|portable
   BackwardKernel backward_kernel = BackwardKernel::Auto;  // RINGATTN_BACKWARD_KERNEL=auto|mma|simt
+  // The tensor-core backward's dq outside deterministic mode: false (RINGATTN_BACKWARD_DQ=separate,
+  // the default) runs the separate dq kernel, which is also the deterministic one; true (=atomic)
+  // adds dq with fp32 atomics from the key kernel. Separate measured 1.2-1.6x faster on the H200
+  // (kernels/cuda/PERF.md), so atomic is for comparison. The SIMT kernels keep their atomics.
+  bool backward_atomic_dq = false;
   // The portable kernel's configuration (MmaVariant 1..3); 0 picks it by q_len. For tests and
   // benchmarks; no environment variable.
   int mma_variant = 0;
@@ -101,8 +106,9 @@ struct BackwardChoice {
 // p must have passed validate_backward.
 BackwardChoice choose_backward_kernel(const DeviceCaps& dev, const BackwardParams& p,
                                       const FlashKernelOptions& opt = {});
-// Why the tensor-core backward cannot take p on dev, or "" when it can.
-std::string backward_mma_problem(const DeviceCaps& dev, const BackwardParams& p);
+// Why the tensor-core backward cannot take p on dev, or "" when it can; atomic_dq: dq by the key
+// kernel's atomics (else the separate dq kernel).
+std::string backward_mma_problem(const DeviceCaps& dev, const BackwardParams& p, bool atomic_dq);
 // Queues the chosen kernels on `stream`; `delta` as launch_backward_simt's. Throws
 // InvalidArgument with c.reason when c.path is None.
 void launch_backward(const BackwardChoice& c, const BackwardParams& p, float* delta, cudaStream_t stream);

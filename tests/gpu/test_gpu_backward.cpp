@@ -127,9 +127,12 @@ void window_forward(Problem& h, int64_t window) {
 using cuda::BackwardKernel;
 
 // A backend whose backward runs `kernel` (Mma or Simt), the other options from the environment.
-std::unique_ptr<Backend> backend_with(BackwardKernel kernel) {
+// atomic_dq: the tensor-core backward's fast mode with dq by atomics (RINGATTN_BACKWARD_DQ=atomic)
+// instead of the default separate dq kernel, which the deterministic cases test.
+std::unique_ptr<Backend> backend_with(BackwardKernel kernel, bool atomic_dq = false) {
   cuda::FlashKernelOptions options = cuda::flash_options_from_env();
   options.backward_kernel = kernel;
+  options.backward_atomic_dq = atomic_dq;
   return make_cuda_backend(0, options);
 }
 
@@ -151,7 +154,9 @@ class BackwardVsOracle : public test::GpuTestP<Params> {
  protected:
   void SetUp() override {
     test::GpuTestP<Params>::SetUp();
-    if (be) be = backend_with(std::get<3>(GetParam()));
+    // The fast cases keep the atomic dq of the tensor-core backward under test; the deterministic
+    // ones run the separate dq kernel, the default fast path too.
+    if (be) be = backend_with(std::get<3>(GetParam()), !std::get<2>(GetParam()));
   }
 };
 
@@ -330,12 +335,13 @@ BackwardParams fake_backward(DType dt, int64_t d, int64_t t = 100, int64_t s = 1
 }
 
 cuda::BackwardChoice choose(const BackwardParams& p, BackwardKernel kernel, int cc_major = 9,
-                            int smem_optin = 232448 /* an H100/H200's 227 KiB */) {
+                            int smem_optin = 232448 /* an H100/H200's 227 KiB */, bool atomic_dq = false) {
   cuda::DeviceCaps dev;
   dev.device = 0, dev.cc_major = cc_major, dev.cc_minor = 0, dev.sms = 132;
   dev.smem_optin = smem_optin;
   cuda::FlashKernelOptions o;
   o.backward_kernel = kernel;
+  o.backward_atomic_dq = atomic_dq;
   return cuda::choose_backward_kernel(dev, p, o);
 }
 
@@ -344,7 +350,9 @@ TEST(BackwardDispatch, PicksTheTensorCoreKernelWhereItApplies) {
     for (int64_t d : {64, 128}) {
       BackwardParams p = fake_backward(dt, d);
       EXPECT_EQ(choose(p, BackwardKernel::Auto).path, cuda::BackwardPath::Mma);
-      EXPECT_TRUE(choose(p, BackwardKernel::Auto).atomic_dq);
+      EXPECT_FALSE(choose(p, BackwardKernel::Auto).atomic_dq);  // the separate dq kernel: faster
+      EXPECT_TRUE(choose(p, BackwardKernel::Auto, 9, 232448, true).atomic_dq);
+      EXPECT_TRUE(choose(p, BackwardKernel::Simt).atomic_dq);  // the SIMT kernels keep their atomics
       EXPECT_EQ(choose(p, BackwardKernel::Auto, 8, 166912).path, cuda::BackwardPath::Mma);  // an A100: sm_80 only
       EXPECT_EQ(choose(p, BackwardKernel::Simt).path, cuda::BackwardPath::Simt);
       p.deterministic = true;
@@ -359,6 +367,7 @@ TEST(BackwardDispatch, FallsBackToSimtOrExplainsWhenForced) {
     int cc_major;
     const char* why;
     int smem_optin = 232448;
+    bool atomic_dq = false;
   };
   BackwardParams misaligned = fake_backward(DType::BF16, 128);
   misaligned.dout.stride_t = 129;  // a row stride cp.async cannot follow
@@ -369,13 +378,16 @@ TEST(BackwardDispatch, FallsBackToSimtOrExplainsWhenForced) {
       {fake_backward(DType::F16, 64), 7, "needs compute capability 8.0 or later"},
       {misaligned, 9, "dout strides"},
       {long_keys, 9, "key blocks ceil(kv_len / 64) = 65536 exceeds the CUDA grid limit"},
-      // An sm_86/sm_89 GPU's 99 KiB per block: too little for head dim 128 with the dS tile.
+      // An sm_86/sm_89 GPU's 99 KiB per block: too little for head dim 128 with the atomic dq's
+      // dS tile (the default separate dq kernel fits: below).
       {fake_backward(DType::BF16, 128), 8, "needs 107520 bytes of shared memory per block; GPU 0 allows 101376",
-       101376},
+       101376, true},
   };
+  EXPECT_EQ(choose(fake_backward(DType::BF16, 128), BackwardKernel::Auto, 8, 101376).path, cuda::BackwardPath::Mma);
   for (const Case& c : cases) {
-    EXPECT_EQ(choose(c.p, BackwardKernel::Auto, c.cc_major, c.smem_optin).path, cuda::BackwardPath::Simt) << c.why;
-    const cuda::BackwardChoice forced = choose(c.p, BackwardKernel::Mma, c.cc_major, c.smem_optin);
+    EXPECT_EQ(choose(c.p, BackwardKernel::Auto, c.cc_major, c.smem_optin, c.atomic_dq).path, cuda::BackwardPath::Simt)
+        << c.why;
+    const cuda::BackwardChoice forced = choose(c.p, BackwardKernel::Mma, c.cc_major, c.smem_optin, c.atomic_dq);
     EXPECT_EQ(forced.path, cuda::BackwardPath::None) << c.why;
     EXPECT_NE(forced.reason.find("RINGATTN_BACKWARD_KERNEL=mma"), std::string::npos) << forced.reason;
     EXPECT_NE(forced.reason.find(c.why), std::string::npos) << forced.reason;
@@ -412,6 +424,29 @@ TEST(BackwardDispatch, ReadsTheKernelFromTheEnvironment) {
   unsetenv("RINGATTN_BACKWARD_KERNEL");
   EXPECT_EQ(cuda::flash_options_from_env().backward_kernel, BackwardKernel::Auto);
   if (saved) setenv("RINGATTN_BACKWARD_KERNEL", saved_value.c_str(), 1);
+}
+
+TEST(BackwardDispatch, ReadsTheDqScheduleFromTheEnvironment) {
+  const char* saved = std::getenv("RINGATTN_BACKWARD_DQ");
+  const std::string saved_value = saved ? saved : "";
+  unsetenv("RINGATTN_BACKWARD_DQ");
+  EXPECT_FALSE(cuda::flash_options_from_env().backward_atomic_dq);
+  setenv("RINGATTN_BACKWARD_DQ", "separate", 1);
+  EXPECT_FALSE(cuda::flash_options_from_env().backward_atomic_dq);
+  setenv("RINGATTN_BACKWARD_DQ", "atomic", 1);
+  EXPECT_TRUE(cuda::flash_options_from_env().backward_atomic_dq);
+  setenv("RINGATTN_BACKWARD_DQ", "atomics", 1);
+  try {
+    cuda::flash_options_from_env();
+    ADD_FAILURE() << "RINGATTN_BACKWARD_DQ=atomics was accepted";
+  } catch (const InvalidArgument& e) {
+    EXPECT_NE(std::string(e.what()).find("RINGATTN_BACKWARD_DQ='atomics' is not understood: allowed are separate, "
+                                         "atomic"),
+              std::string::npos)
+        << e.what();
+  }
+  unsetenv("RINGATTN_BACKWARD_DQ");
+  if (saved) setenv("RINGATTN_BACKWARD_DQ", saved_value.c_str(), 1);
 }
 
 }  // namespace
