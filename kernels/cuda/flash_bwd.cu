@@ -5,7 +5,7 @@
 //   dS = P (dP - D),  dv += P dout,  dk += scale dS q,  dq += scale dS k.
 // The key kernel gives each warp kKeysPerWarp keys of one (batch, kv head), whose K, V and dK, dV
 // stay in registers while the warp walks the query rows of the group's heads that may see them
-// (query_rows_of_keys: the rows between the causal edge and a window's lower edge); query tiles
+// (core/mask.hpp visible_rows_of_keys: the rows between the causal edge and a window's lower edge); query tiles
 // of kRowTile rows that see none of the CTA's keys are skipped (classify_block).
 // dq: fast mode adds each warp's share with fp32 atomics from the key kernel; deterministic mode
 // runs a separate pass, one warp per query row over its visible keys in order (no atomics, so
@@ -125,7 +125,7 @@ __global__ void __launch_bounds__(32 * kWarps) bwd_keys_kernel(const BackwardPar
 #pragma unroll
     for (int e = 0; e < kPer; ++e) dk[c][e] = dv[c][e] = 0.f;
   }
-  const KeyRange row_range = query_rows_of_keys(p.mask, cta_j0, cta_keys, Tq);
+  const KeyRange row_range = visible_rows_of_keys(p.mask, cta_j0, cta_keys, Tq);
   for (int64_t h = hk * group; h < (hk + 1) * group; ++h) {
     const float* lse = p.lse.row(b, h);
     for (int64_t i0 = row_range.begin; i0 < row_range.end; i0 += kRowTile) {

@@ -11,7 +11,7 @@
 // warp w owning keys 16w..16w+15 of the block. K and V of the block stay in shared memory; the
 // warp's dK and dV (16 x D each, fp32) stay in registers. The CTA walks the query heads of the
 // group and, per head, the blocks of kBQ = 64 query rows that can see its keys
-// (query_rows_of_keys); Q, dout (64 x D) and the rows' lse (pre-multiplied by log2e, +inf for a
+// (core/mask.hpp visible_rows_of_keys); Q, dout (64 x D) and the rows' lse (pre-multiplied by log2e, +inf for a
 // row that sees no key or lies past q_len, so that P = 0 there) and D stream through shared
 // memory, double-buffered (cp.async for Q and dout). Per query block and per sub-step of kQN
 // queries (32 at D = 128, to bound the live registers; 64 at D = 64) each warp computes
@@ -189,10 +189,9 @@ struct ColRange {
 };
 __device__ __forceinline__ ColRange visible_cols(const MaskSpec& m, int64_t j, int64_t S, int64_t q0) {
   if (j >= S) return {kBQ, -1};
-  // Row i sees key j when j <= i + q_offset (causal) and j >= i + q_offset - window (windowed).
-  const int64_t lo = m.causal ? j - m.q_offset - q0 : 0;
-  const int64_t hi = m.windowed() ? j - m.q_offset + m.window - q0 : kBQ - 1;
-  return {clamp_int(lo, 0, kBQ), clamp_int(hi, -1, kBQ - 1)};
+  // The rows that see key j (core/mask.hpp), bounded by the block's end: rows past it do not matter.
+  const KeyRange rows = visible_rows(m, j, q0 + kBQ);
+  return {clamp_int(rows.begin - q0, 0, kBQ), clamp_int(rows.end - 1 - q0, -1, kBQ - 1)};
 }
 
 // P^T and dS^T of one sub-step: s (S^T) becomes P^T and dp (dP^T) becomes dS^T, for this thread's
@@ -378,7 +377,7 @@ __global__ void __launch_bounds__(kThreads) bwd_keys_mma_kernel(const BackwardPa
 
   // The (query head, query block) pairs whose rows may see the keys: heads hk * group .. h_end - 1,
   // and per head the blocks of kBQ rows from rows.begin, walked by a cursor (h, i0).
-  const KeyRange rows = query_rows_of_keys(p.mask, j0, cta_keys, Tq);
+  const KeyRange rows = visible_rows_of_keys(p.mask, j0, cta_keys, Tq);
   const int64_t h_end = rows.empty() ? hk * group : (hk + 1) * group;
   int64_t h = hk * group, i0 = rows.begin;
   auto advance = [&rows](int64_t& hn, int64_t& in) {

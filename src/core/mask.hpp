@@ -101,6 +101,23 @@ RA_HD KeyRange visible_range_of_rows(const MaskSpec& m, int64_t row0, int64_t ro
   return {visible_range(m, row0, kv_len).begin, visible_range(m, row0 + rows - 1, kv_len).end};
 }
 
+// The transpose: the rows of [0, q_len) that see key `col` (a valid key index), [begin, end),
+// empty when none. Row i sees key j when i >= j - q_offset (causal) and i <= j - q_offset + window
+// (windowed), so both ends grow with the key. (The backward kernels walk keys, then their rows.)
+RA_HD KeyRange visible_rows(const MaskSpec& m, int64_t col, int64_t q_len) {
+  const int64_t begin = m.causal ? mask_detail::clamp(col - m.q_offset, 0, q_len) : 0;
+  const int64_t end = m.windowed() ? mask_detail::clamp(col - m.q_offset + m.window + 1, 0, q_len) : q_len;
+  return {begin, end};
+}
+
+// The rows of [0, q_len) that see any of the keys [col0, col0 + cols) (cols >= 1): from the first
+// key's first row to the last key's end (the union, one range since both ends grow with the key);
+// end >= begin.
+RA_HD KeyRange visible_rows_of_keys(const MaskSpec& m, int64_t col0, int64_t cols, int64_t q_len) {
+  const int64_t begin = visible_rows(m, col0, q_len).begin, end = visible_rows(m, col0 + cols - 1, q_len).end;
+  return {begin, end < begin ? begin : end};
+}
+
 // The block of rows [row0, row0 + rows) and keys [col0, col0 + cols), under the mask alone (keys
 // past kv_len are the caller's concern). Since both ends grow with the row, two corners decide:
 // the block is Full when the first row sees the last key and the last row the first key; it is

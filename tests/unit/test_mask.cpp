@@ -81,6 +81,36 @@ TEST(Mask, RangeOfRowsIsTheUnion) {
   });
 }
 
+TEST(Mask, VisibleRowsAreExactlyTheRowsThatSeeTheKey) {
+  for_each_spec([](const MaskSpec& m) {
+    for (int64_t q_len = 0; q_len <= kMaxLen; ++q_len)
+      for (int64_t j = 0; j < kMaxLen; ++j) {
+        const KeyRange r = visible_rows(m, j, q_len);
+        for (int64_t i = 0; i < q_len; ++i)
+          ASSERT_EQ(i >= r.begin && i < r.end, brute_visible(m, i, j))
+              << name(m) << " key " << j << " q_len " << q_len << " row " << i;
+        ASSERT_GE(r.begin, 0);
+        ASSERT_LE(r.end, q_len);
+      }
+  });
+}
+
+TEST(Mask, VisibleRowsOfKeysIsTheUnion) {
+  for_each_spec([](const MaskSpec& m) {
+    for (int64_t q_len = 0; q_len <= kMaxLen; ++q_len)
+      for (int64_t j0 = 0; j0 < kMaxLen; ++j0)
+        for (int64_t cols = 1; j0 + cols <= kMaxLen; ++cols) {
+          const KeyRange u = visible_rows_of_keys(m, j0, cols, q_len);
+          ASSERT_GE(u.end, u.begin);
+          for (int64_t i = 0; i < q_len; ++i) {
+            bool any = false;
+            for (int64_t j = j0; j < j0 + cols; ++j) any = any || brute_visible(m, i, j);
+            ASSERT_EQ(i >= u.begin && i < u.end, any) << name(m) << " keys " << j0 << "+" << cols << " row " << i;
+          }
+        }
+  });
+}
+
 TEST(Mask, ClassifyBlockMatchesElements) {
   int seen[3] = {0, 0, 0};
   for_each_spec([&](const MaskSpec& m) {
