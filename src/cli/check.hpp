@@ -9,15 +9,15 @@
 
 namespace ringattn::cli {
 
-// allclose-style bounds per dtype: |o - ref| <= atol + rtol * |ref| + score_rtol * |lse_ref|
-// elementwise, and |lse - ref| <= lse_atol + lse_rtol * |ref|. The score_rtol term is the
-// output's share of the scores' rounding: each score carries a few units of roundoff of its own
-// magnitude, which moves the softmax weights by as much, and the row's lse is at least its largest
-// score (q, k ~ N(0, 30^2) give |lse| near 1000 and output errors near 2e-4 in correct fp32
-// arithmetic). fp32 compute is far inside them otherwise; the half dtypes
-// pay one rounding of the output (and on GPUs the half-precision P in P·V). The LSE bound is
-// relative too: the scores' own rounding grows with their magnitude (one fp32 step is 1.2e-4 at
-// 1024), and the LSE is at least the largest score.
+// allclose-style bounds per dtype: |o - ref| <= atol + rtol * |ref| + score_rtol * M elementwise,
+// and |lse - ref| <= lse_atol + lse_rtol * |ref| + D * 2^-24 * M, where M is the row's score
+// magnitude: max(|lse_ref|, scale * max over its visible keys of sum_d |q_d k_d|). Each fp32 score
+// carries roundoff of up to D units of that dot-product magnitude (not of the score itself: a small
+// score can be the difference of large products), and the lse and the softmax weights move by as
+// much (q, k ~ N(0, 30^2) give magnitudes in the thousands and output errors near 2e-4 in correct
+// fp32 arithmetic; a row whose one visible score cancels to near 0 still has its lse off by ~1e-3).
+// fp32 compute is far inside these otherwise; the half dtypes pay one rounding of the output (and
+// on GPUs the half-precision P in P·V).
 struct Tolerance {
   double atol, rtol, lse_atol, lse_rtol, score_rtol;
 };

@@ -47,8 +47,9 @@ void print_run_report(std::FILE* f, const GlobalProblem& p, const World& w, cons
                s.rows_checked, s.rows_total, s.rows_checked == s.rows_total ? " (all)" : " (seeded sample)", s.max_abs,
                s.max_rel, s.max_lse_abs, s.nan_count, s.violations,
                s.nan_count == 0 && s.violations == 0 ? "OK" : "FAILED");
-    fmt::print(f, "         tolerance {}: |o - ref| <= {:.0e} + {:.0e} |ref| + {:.0e} |lse_ref|, |lse - ref| <= {:.0e} + "
-               "{:.0e} |ref|\n", dtype_name(p.dtype), t.atol, t.rtol, t.score_rtol, t.lse_atol, t.lse_rtol);
+    fmt::print(f, "         tolerance {}: |o - ref| <= {:.0e} + {:.0e} |ref| + {:.0e} M, |lse - ref| <= {:.0e} + "
+               "{:.0e} |ref| + dim 2^-24 M (M: the row's score magnitude, max(|lse_ref|, scale max_k sum |q k|))\n",
+               dtype_name(p.dtype), t.atol, t.rtol, t.score_rtol, t.lse_atol, t.lse_rtol);
   }
   std::fflush(f);
 }
