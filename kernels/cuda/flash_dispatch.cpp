@@ -99,25 +99,28 @@ const char* backward_kernel_name(BackwardKernel k) {
   return "?";
 }
 
+// Which of `allowed` the environment variable `name` holds: the index, 0 (the default) when it is
+// unset or empty; InvalidArgument naming the variable, its value and the allowed ones otherwise.
+static size_t env_choice(const char* name, std::initializer_list<const char*> allowed) {
+  const char* raw = std::getenv(name);
+  const std::string v = raw ? raw : "";
+  if (v.empty()) return 0;
+  std::string list;
+  size_t i = 0;
+  for (const char* a : allowed) {
+    if (v == a) return i;
+    list += (i++ ? ", " : "") + std::string(a);
+  }
+  fail_arg("{}='{}' is not understood: allowed are {}", name, v, list);
+}
+
 FlashKernelOptions flash_options_from_env() {
   FlashKernelOptions o;
-  const char* kernel = std::getenv("RINGATTN_FLASH_KERNEL");
-  const std::string v = kernel ? kernel : "";
-  if (v == "hopper") o.kernel = FlashKernel::Hopper;
-  else if (v == "portable") o.kernel = FlashKernel::Portable;
-  else if (!v.empty() && v != "auto")
-    fail_arg("RINGATTN_FLASH_KERNEL='{}' is not understood: allowed are auto, hopper, portable", v);
-  const char* backward = std::getenv("RINGATTN_BACKWARD_KERNEL");
-  const std::string bw = backward ? backward : "";
-  if (bw == "mma") o.backward_kernel = BackwardKernel::Mma;
-  else if (bw == "simt") o.backward_kernel = BackwardKernel::Simt;
-  else if (!bw.empty() && bw != "auto")
-    fail_arg("RINGATTN_BACKWARD_KERNEL='{}' is not understood: allowed are auto, mma, simt", bw);
-  const char* dq = std::getenv("RINGATTN_BACKWARD_DQ");
-  const std::string dqv = dq ? dq : "";
-  if (dqv == "atomic") o.backward_atomic_dq = true;
-  else if (!dqv.empty() && dqv != "separate")
-    fail_arg("RINGATTN_BACKWARD_DQ='{}' is not understood: allowed are separate, atomic", dqv);
+  constexpr FlashKernel kKernels[] = {FlashKernel::Auto, FlashKernel::Hopper, FlashKernel::Portable};
+  o.kernel = kKernels[env_choice("RINGATTN_FLASH_KERNEL", {"auto", "hopper", "portable"})];
+  constexpr BackwardKernel kBackward[] = {BackwardKernel::Auto, BackwardKernel::Mma, BackwardKernel::Simt};
+  o.backward_kernel = kBackward[env_choice("RINGATTN_BACKWARD_KERNEL", {"auto", "mma", "simt"})];
+  o.backward_atomic_dq = env_choice("RINGATTN_BACKWARD_DQ", {"separate", "atomic"}) == 1;
   if (const char* tile = std::getenv("RINGATTN_HOPPER_TILE")) o.hopper_tile = tile;
   // Lazy rescaling is on by default (1-3% on the H200, hopper/PERF.md); 0/1 overrides it.
   const char* lazy = std::getenv("RINGATTN_HOPPER_LAZY");

@@ -449,5 +449,26 @@ TEST(BackwardDispatch, ReadsTheDqScheduleFromTheEnvironment) {
   if (saved) setenv("RINGATTN_BACKWARD_DQ", saved_value.c_str(), 1);
 }
 
+// The forward's kernel variable goes through the same check (one env_choice for all three).
+TEST(BackwardDispatch, TheForwardKernelVariableIsCheckedTheSameWay) {
+  const char* saved = std::getenv("RINGATTN_FLASH_KERNEL");
+  const std::string saved_value = saved ? saved : "";
+  setenv("RINGATTN_FLASH_KERNEL", "portable", 1);
+  EXPECT_EQ(cuda::flash_options_from_env().kernel, cuda::FlashKernel::Portable);
+  setenv("RINGATTN_FLASH_KERNEL", "wgmma", 1);
+  try {
+    cuda::flash_options_from_env();
+    ADD_FAILURE() << "RINGATTN_FLASH_KERNEL=wgmma was accepted";
+  } catch (const InvalidArgument& e) {
+    EXPECT_NE(std::string(e.what()).find("RINGATTN_FLASH_KERNEL='wgmma' is not understood: allowed are auto, hopper, "
+                                         "portable"),
+              std::string::npos)
+        << e.what();
+  }
+  unsetenv("RINGATTN_FLASH_KERNEL");
+  EXPECT_EQ(cuda::flash_options_from_env().kernel, cuda::FlashKernel::Auto);
+  if (saved) setenv("RINGATTN_FLASH_KERNEL", saved_value.c_str(), 1);
+}
+
 }  // namespace
 }  // namespace ringattn
