@@ -402,72 +402,69 @@ TEST(BackwardDispatch, FallsBackToSimtOrExplainsWhenForced) {
   }
 }
 
+// Sets one environment variable for a test and puts back what it held (or unsets it).
+class ScopedEnv {
+ public:
+  explicit ScopedEnv(const char* name) : name_(name) {
+    const char* v = std::getenv(name);
+    had_ = v != nullptr;
+    if (had_) saved_ = v;
+  }
+  ~ScopedEnv() {
+    if (had_) setenv(name_, saved_.c_str(), 1);
+    else unsetenv(name_);
+  }
+  void set(const char* value) const { setenv(name_, value, 1); }
+  void unset() const { unsetenv(name_); }
+  // flash_options_from_env with this variable at `value` throws InvalidArgument saying `message`.
+  void expect_refused(const char* value, const std::string& message) const {
+    set(value);
+    try {
+      cuda::flash_options_from_env();
+      ADD_FAILURE() << name_ << "=" << value << " was accepted";
+    } catch (const InvalidArgument& e) {
+      EXPECT_NE(std::string(e.what()).find(message), std::string::npos) << e.what();
+    }
+  }
+
+ private:
+  const char* name_;
+  bool had_ = false;
+  std::string saved_;
+};
+
 TEST(BackwardDispatch, ReadsTheKernelFromTheEnvironment) {
-  const char* saved = std::getenv("RINGATTN_BACKWARD_KERNEL");
-  const std::string saved_value = saved ? saved : "";
+  const ScopedEnv env("RINGATTN_BACKWARD_KERNEL");
   const std::pair<const char*, BackwardKernel> values[] = {
       {"auto", BackwardKernel::Auto}, {"mma", BackwardKernel::Mma}, {"simt", BackwardKernel::Simt}};
   for (const auto& [text, kernel] : values) {
-    setenv("RINGATTN_BACKWARD_KERNEL", text, 1);
+    env.set(text);
     EXPECT_EQ(cuda::flash_options_from_env().backward_kernel, kernel) << text;
   }
-  setenv("RINGATTN_BACKWARD_KERNEL", "tensor", 1);
-  try {
-    cuda::flash_options_from_env();
-    ADD_FAILURE() << "RINGATTN_BACKWARD_KERNEL=tensor was accepted";
-  } catch (const InvalidArgument& e) {
-    EXPECT_NE(std::string(e.what()).find("RINGATTN_BACKWARD_KERNEL='tensor' is not understood: allowed are auto, mma, "
-                                         "simt"),
-              std::string::npos)
-        << e.what();
-  }
-  unsetenv("RINGATTN_BACKWARD_KERNEL");
+  env.expect_refused("tensor", "RINGATTN_BACKWARD_KERNEL='tensor' is not understood: allowed are auto, mma, simt");
+  env.unset();
   EXPECT_EQ(cuda::flash_options_from_env().backward_kernel, BackwardKernel::Auto);
-  if (saved) setenv("RINGATTN_BACKWARD_KERNEL", saved_value.c_str(), 1);
 }
 
 TEST(BackwardDispatch, ReadsTheDqScheduleFromTheEnvironment) {
-  const char* saved = std::getenv("RINGATTN_BACKWARD_DQ");
-  const std::string saved_value = saved ? saved : "";
-  unsetenv("RINGATTN_BACKWARD_DQ");
+  const ScopedEnv env("RINGATTN_BACKWARD_DQ");
+  env.unset();
   EXPECT_FALSE(cuda::flash_options_from_env().backward_atomic_dq);
-  setenv("RINGATTN_BACKWARD_DQ", "separate", 1);
+  env.set("separate");
   EXPECT_FALSE(cuda::flash_options_from_env().backward_atomic_dq);
-  setenv("RINGATTN_BACKWARD_DQ", "atomic", 1);
+  env.set("atomic");
   EXPECT_TRUE(cuda::flash_options_from_env().backward_atomic_dq);
-  setenv("RINGATTN_BACKWARD_DQ", "atomics", 1);
-  try {
-    cuda::flash_options_from_env();
-    ADD_FAILURE() << "RINGATTN_BACKWARD_DQ=atomics was accepted";
-  } catch (const InvalidArgument& e) {
-    EXPECT_NE(std::string(e.what()).find("RINGATTN_BACKWARD_DQ='atomics' is not understood: allowed are separate, "
-                                         "atomic"),
-              std::string::npos)
-        << e.what();
-  }
-  unsetenv("RINGATTN_BACKWARD_DQ");
-  if (saved) setenv("RINGATTN_BACKWARD_DQ", saved_value.c_str(), 1);
+  env.expect_refused("atomics", "RINGATTN_BACKWARD_DQ='atomics' is not understood: allowed are separate, atomic");
 }
 
 // The forward's kernel variable goes through the same check (one env_choice for all three).
 TEST(BackwardDispatch, TheForwardKernelVariableIsCheckedTheSameWay) {
-  const char* saved = std::getenv("RINGATTN_FLASH_KERNEL");
-  const std::string saved_value = saved ? saved : "";
-  setenv("RINGATTN_FLASH_KERNEL", "portable", 1);
+  const ScopedEnv env("RINGATTN_FLASH_KERNEL");
+  env.set("portable");
   EXPECT_EQ(cuda::flash_options_from_env().kernel, cuda::FlashKernel::Portable);
-  setenv("RINGATTN_FLASH_KERNEL", "wgmma", 1);
-  try {
-    cuda::flash_options_from_env();
-    ADD_FAILURE() << "RINGATTN_FLASH_KERNEL=wgmma was accepted";
-  } catch (const InvalidArgument& e) {
-    EXPECT_NE(std::string(e.what()).find("RINGATTN_FLASH_KERNEL='wgmma' is not understood: allowed are auto, hopper, "
-                                         "portable"),
-              std::string::npos)
-        << e.what();
-  }
-  unsetenv("RINGATTN_FLASH_KERNEL");
+  env.expect_refused("wgmma", "RINGATTN_FLASH_KERNEL='wgmma' is not understood: allowed are auto, hopper, portable");
+  env.unset();
   EXPECT_EQ(cuda::flash_options_from_env().kernel, cuda::FlashKernel::Auto);
-  if (saved) setenv("RINGATTN_FLASH_KERNEL", saved_value.c_str(), 1);
 }
 
 }  // namespace
