@@ -67,7 +67,6 @@ constexpr int kThreads = 32 * kWarps;
 constexpr int kBK = 64;  // keys per key-kernel CTA and per query-kernel key tile (16 per warp)
 constexpr int kBQ = 64;  // query rows per query block (16 per warp in the dq step and the query kernel)
 
-__device__ __forceinline__ float pos_inf() { return __int_as_float(0x7f800000); }
 __device__ __forceinline__ int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
 __device__ __forceinline__ int clamp_int(int64_t x, int lo, int hi) { return int(x < lo ? lo : (x > hi ? hi : x)); }
 
@@ -164,14 +163,6 @@ __device__ __forceinline__ void store_grad_rows(const float (&acc)[D / 8][4], fl
       }
     }
   }
-}
-
-// lse of row i in log2 units for the exponent, +inf where P must be 0 (past q_len, or a row that
-// sees no key: lse = -inf, so that -inf - -inf never happens).
-__device__ __forceinline__ float lse_log2_of(const float* lse_row, int64_t i, int64_t len) {
-  if (i >= len) return pos_inf();
-  const float l = lse_row[i];
-  return l == neg_inf() ? pos_inf() : l * kLog2e;
 }
 
 // ---- key kernel ----

@@ -95,6 +95,7 @@ const char* backward_kernel_name(BackwardKernel k) {
     case BackwardKernel::Auto: return "auto";
     case BackwardKernel::Mma: return "mma";
     case BackwardKernel::Simt: return "simt";
+    case BackwardKernel::Hopper: return "hopper";
   }
   return "?";
 }
@@ -118,8 +119,9 @@ FlashKernelOptions flash_options_from_env() {
   FlashKernelOptions o;
   constexpr FlashKernel kKernels[] = {FlashKernel::Auto, FlashKernel::Hopper, FlashKernel::Portable};
   o.kernel = kKernels[env_choice("RINGATTN_FLASH_KERNEL", {"auto", "hopper", "portable"})];
-  constexpr BackwardKernel kBackward[] = {BackwardKernel::Auto, BackwardKernel::Mma, BackwardKernel::Simt};
-  o.backward_kernel = kBackward[env_choice("RINGATTN_BACKWARD_KERNEL", {"auto", "mma", "simt"})];
+  constexpr BackwardKernel kBackward[] = {BackwardKernel::Auto, BackwardKernel::Hopper, BackwardKernel::Mma,
+                                          BackwardKernel::Simt};
+  o.backward_kernel = kBackward[env_choice("RINGATTN_BACKWARD_KERNEL", {"auto", "hopper", "mma", "simt"})];
   o.backward_atomic_dq = env_choice("RINGATTN_BACKWARD_DQ", {"separate", "atomic"}) == 1;
   if (const char* tile = std::getenv("RINGATTN_HOPPER_TILE")) o.hopper_tile = tile;
   // Lazy rescaling is on by default (1-3% on the H200, hopper/PERF.md); 0/1 overrides it.
@@ -197,6 +199,15 @@ std::string backward_mma_problem(const DeviceCaps& dev, const BackwardParams& p,
   return {};
 }
 
+std::string backward_hopper_problem(const DeviceCaps& dev, const BackwardParams& p, HopperBwdLaunch* out) {
+  if (!dev.hopper_image)
+    return fmt::format("the Hopper backward runs only on compute capability 9.0 with the sm_90a image loaded; GPU {} "
+                       "is {}.{}",
+                       dev.device, dev.cc_major, dev.cc_minor);
+  if (const char* why = hopper_detail::plan_backward(p, dev.smem_optin, out)) return why;
+  return {};
+}
+
 BackwardChoice choose_backward_kernel(const DeviceCaps& dev, const BackwardParams& p, const FlashKernelOptions& opt) {
   BackwardChoice c;
   if (p.q.dim > kBackwardMaxHeadDim) {
@@ -210,6 +221,20 @@ BackwardChoice choose_backward_kernel(const DeviceCaps& dev, const BackwardParam
   if (opt.backward_kernel == BackwardKernel::Simt) {
     c.path = BackwardPath::Simt;
     return c;
+  }
+  if (opt.backward_kernel == BackwardKernel::Auto || opt.backward_kernel == BackwardKernel::Hopper) {
+    const std::string why = backward_hopper_problem(dev, p, &c.hopper);
+    if (why.empty()) {
+      c.path = BackwardPath::Hopper;
+      c.atomic_dq = false;
+      return c;
+    }
+    if (opt.backward_kernel == BackwardKernel::Hopper) {
+      c.reason = fmt::format("RINGATTN_BACKWARD_KERNEL=hopper, but the Hopper backward does not take this call on GPU "
+                             "{} (dtype {}, head_dim {}): {}",
+                             dev.device, dtype_name(p.q.dtype), p.q.dim, why);
+      return c;
+    }
   }
   const bool mma_atomic = !p.deterministic && opt.backward_atomic_dq;
   const std::string why = backward_mma_problem(dev, p, mma_atomic);
@@ -228,6 +253,9 @@ BackwardChoice choose_backward_kernel(const DeviceCaps& dev, const BackwardParam
 
 void launch_backward(const BackwardChoice& c, const BackwardParams& p, float* delta, cudaStream_t stream) {
   switch (c.path) {
+    case BackwardPath::Hopper:
+      launch_backward_delta(p, delta, stream);
+      return hopper_detail::launch_backward(c.hopper, delta, stream);
     case BackwardPath::Mma: return launch_backward_mma(p, c.atomic_dq, delta, stream);
     case BackwardPath::Simt: return launch_backward_simt(p, c.atomic_dq, delta, stream);
     case BackwardPath::None: fail_arg("{}", c.reason);

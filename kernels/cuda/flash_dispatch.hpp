@@ -16,6 +16,7 @@
 
 #include "kernels/backend.hpp"
 #include "kernels/cuda/cuda_kernels.hpp"
+#include "kernels/cuda/hopper/hopper_bwd_params.hpp"
 #include "kernels/cuda/hopper/hopper_params.hpp"
 
 namespace ringattn::cuda {
@@ -26,15 +27,16 @@ namespace ringattn::cuda {
 enum class FlashKernel : uint8_t { Auto = 0, Hopper = 1, Portable = 2 };
 const char* flash_kernel_name(FlashKernel k);
 
-// Which backward kernel the caller asks for. Auto: the tensor-core kernel (bf16/fp16, head dim
-// 64 or 128) wherever it takes the call, the SIMT kernels elsewhere. Mma: the tensor-core kernel
-// or an error. Simt: the SIMT kernels for every call (tests and benchmarks compare the two).
-enum class BackwardKernel : uint8_t { Auto = 0, Mma = 1, Simt = 2 };
+// Which backward kernel the caller asks for. Auto: the Hopper kernels (wgmma, sm_90a) wherever
+// they take the call, else the tensor-core kernel (mma.sync; bf16/fp16, head dim 64 or 128)
+// wherever it does, the SIMT kernels elsewhere. Hopper, Mma: that kernel or an error. Simt: the
+// SIMT kernels for every call (tests and benchmarks compare them).
+enum class BackwardKernel : uint8_t { Auto = 0, Mma = 1, Simt = 2, Hopper = 3 };
 const char* backward_kernel_name(BackwardKernel k);
 
 struct FlashKernelOptions {
   FlashKernel kernel = FlashKernel::Auto;  // RINGATTN_FLASH_KERNEL=auto|hopper|portable
-  BackwardKernel backward_kernel = BackwardKernel::Auto;  // RINGATTN_BACKWARD_KERNEL=auto|mma|simt
+  BackwardKernel backward_kernel = BackwardKernel::Auto;  // RINGATTN_BACKWARD_KERNEL=auto|hopper|mma|simt
   // The tensor-core backward's dq outside deterministic mode: false (RINGATTN_BACKWARD_DQ=separate,
   // the default) runs the separate dq kernel, which is also the deterministic one; true (=atomic)
   // adds dq with fp32 atomics from the key kernel. Separate measured 1.2-1.6x faster on the H200
@@ -92,15 +94,17 @@ std::string cuda_layout_problem(const FlashParams& p);
 
 const char* hopper_tile_name(HopperTile t);
 
-// The backward's decision for one call: the tensor-core kernels (mma.sync, sm_80 and later) or
-// the SIMT kernels, each with dq by atomics or, when p.deterministic, by a deterministic pass;
-// or none with the reason. No Hopper (wgmma) backward yet. Under BackwardKernel::Auto a call that
-// the tensor-core kernels cannot take (fp32, another head dim, a layout cp.async cannot read, a
-// grid too long) goes to the SIMT kernels.
-enum class BackwardPath : uint8_t { None, Simt, Mma };
+// The backward's decision for one call: the Hopper kernels (wgmma, sm_90a; dq always by its own
+// kernel, so deterministic either way), the tensor-core kernels (mma.sync, sm_80 and later) or
+// the SIMT kernels, the last two with dq by atomics or, when p.deterministic, by a deterministic
+// pass; or none with the reason. Under BackwardKernel::Auto a call goes to the first of them
+// that takes it (the Hopper kernels need bf16/fp16, head dim 64 or 128 and views the bulk copy
+// engine can read; the mma.sync ones the same with cp.async).
+enum class BackwardPath : uint8_t { None, Simt, Mma, Hopper };
 struct BackwardChoice {
   BackwardPath path = BackwardPath::None;
   bool atomic_dq = false;
+  HopperBwdLaunch hopper;  // path Hopper: the planned launch (tensor maps encoded)
   std::string reason;
 };
 // p must have passed validate_backward.
@@ -109,6 +113,8 @@ BackwardChoice choose_backward_kernel(const DeviceCaps& dev, const BackwardParam
 // Why the tensor-core backward cannot take p on dev, or "" when it can; atomic_dq: dq by the key
 // kernel's atomics (else the separate dq kernel).
 std::string backward_mma_problem(const DeviceCaps& dev, const BackwardParams& p, bool atomic_dq);
+// Why the Hopper backward cannot take p on dev, or "" when it can (then *out is its launch).
+std::string backward_hopper_problem(const DeviceCaps& dev, const BackwardParams& p, HopperBwdLaunch* out);
 // Queues the chosen kernels on `stream`; `delta` as launch_backward_simt's. Throws
 // InvalidArgument with c.reason when c.path is None.
 void launch_backward(const BackwardChoice& c, const BackwardParams& p, float* delta, cudaStream_t stream);

@@ -385,7 +385,10 @@ int main(int argc, char** argv) {
       };
       // --backward: the backward through each kernel instead of the forward rows.
       if (backward) {
-        for (const cuda::BackwardKernel k : {cuda::BackwardKernel::Mma, cuda::BackwardKernel::Simt}) {
+        static const bool hopper = cuda::query_device(0).hopper_image;
+        for (const cuda::BackwardKernel k :
+             {cuda::BackwardKernel::Hopper, cuda::BackwardKernel::Mma, cuda::BackwardKernel::Simt}) {
+          if (k == cuda::BackwardKernel::Hopper && !hopper) continue;
           // The SIMT kernel takes seconds per call past 8k x 8k: timed up to there only.
           if (k == cuda::BackwardKernel::Simt && sh.t * sh.s > int64_t(8192) * 8192) continue;
           cuda::FlashKernelOptions o = env_options;

@@ -145,7 +145,16 @@ cuda::BackwardPath path_on_device0(const BackwardParams& p, BackwardKernel kerne
   return cuda::choose_backward_kernel(caps, p, options).path;
 }
 cuda::BackwardPath expected_path(BackwardKernel kernel) {
-  return kernel == BackwardKernel::Mma ? cuda::BackwardPath::Mma : cuda::BackwardPath::Simt;
+  switch (kernel) {
+    case BackwardKernel::Hopper: return cuda::BackwardPath::Hopper;
+    case BackwardKernel::Mma: return cuda::BackwardPath::Mma;
+    default: return cuda::BackwardPath::Simt;
+  }
+}
+// The Hopper kernels exist only where the sm_90a image runs.
+bool hopper_on_device0() {
+  static const bool has = cuda::query_device(0).hopper_image;
+  return has;
 }
 
 // (dtype, head dim, deterministic, backward kernel)
@@ -154,6 +163,8 @@ class BackwardVsOracle : public test::GpuTestP<Params> {
  protected:
   void SetUp() override {
     test::GpuTestP<Params>::SetUp();
+    if (be && std::get<3>(GetParam()) == BackwardKernel::Hopper && !hopper_on_device0())
+      GTEST_SKIP() << "the Hopper backward needs an sm_90 GPU with the sm_90a image";
     // The fast cases keep the atomic dq of the tensor-core backward under test; the deterministic
     // ones run the separate dq kernel, the default fast path too.
     if (be) be = backend_with(std::get<3>(GetParam()), !std::get<2>(GetParam()));
@@ -225,13 +236,13 @@ TEST_P(BackwardVsOracle, StridedInputsMatchFp64Reference) {
 }
 
 // Every (dtype, head dim, mode) through the SIMT kernels, and the bf16/fp16 ones through the
-// tensor-core kernels too (fp32 has none).
+// tensor-core kernels too, mma.sync and Hopper (fp32 has none).
 std::vector<Params> backward_params() {
   std::vector<Params> v;
   for (DType dt : {DType::BF16, DType::F16, DType::F32})
     for (int dim : {64, 128})
       for (bool det : {false, true})
-        for (BackwardKernel k : {BackwardKernel::Mma, BackwardKernel::Simt})
+        for (BackwardKernel k : {BackwardKernel::Hopper, BackwardKernel::Mma, BackwardKernel::Simt})
           if (dt != DType::F32 || k == BackwardKernel::Simt) v.emplace_back(dt, dim, det, k);
   return v;
 }
@@ -284,9 +295,11 @@ TEST_F(CudaBackward, DeterministicModeIsBitwiseReproducible) {
     BackwardKernel kernel;
     int64_t d, window;
   };
-  const Case cases[] = {{DType::BF16, BackwardKernel::Mma, 128, -1}, {DType::F16, BackwardKernel::Mma, 64, 50},
+  const Case cases[] = {{DType::BF16, BackwardKernel::Hopper, 128, -1}, {DType::F16, BackwardKernel::Hopper, 64, 50},
+                        {DType::BF16, BackwardKernel::Mma, 128, -1}, {DType::F16, BackwardKernel::Mma, 64, 50},
                         {DType::BF16, BackwardKernel::Simt, 128, -1}, {DType::F32, BackwardKernel::Simt, 128, -1}};
   for (const Case& c : cases) {
+    if (c.kernel == BackwardKernel::Hopper && !hopper_on_device0()) continue;
     const std::unique_ptr<Backend> kb = backend_with(c.kernel);
     Problem h({2, 8, 2, 333, 333, c.d, true, 0}, c.dt, rng);
     if (c.window >= 0) window_forward(h, c.window);
@@ -359,6 +372,20 @@ TEST(BackwardDispatch, PicksTheTensorCoreKernelWhereItApplies) {
       EXPECT_EQ(choose(p, BackwardKernel::Mma).path, cuda::BackwardPath::Mma);
       EXPECT_FALSE(choose(p, BackwardKernel::Mma).atomic_dq);
     }
+}
+
+// A made-up sm_90 device has no sm_90a image loaded: Auto goes on to the mma.sync kernel, and
+// forcing the Hopper kernels says why they cannot run.
+TEST(BackwardDispatch, HopperNeedsTheSm90aImage) {
+  const BackwardParams p = fake_backward(DType::BF16, 128);
+  EXPECT_EQ(choose(p, BackwardKernel::Auto).path, cuda::BackwardPath::Mma);
+  const cuda::BackwardChoice forced = choose(p, BackwardKernel::Hopper);
+  EXPECT_EQ(forced.path, cuda::BackwardPath::None);
+  EXPECT_NE(forced.reason.find("RINGATTN_BACKWARD_KERNEL=hopper, but the Hopper backward does not take this call on "
+                               "GPU 0 (dtype bf16, head_dim 128): the Hopper backward runs only on compute capability "
+                               "9.0 with the sm_90a image loaded; GPU 0 is 9.0"),
+            std::string::npos)
+      << forced.reason;
 }
 
 TEST(BackwardDispatch, FallsBackToSimtOrExplainsWhenForced) {
@@ -436,12 +463,15 @@ class ScopedEnv {
 TEST(BackwardDispatch, ReadsTheKernelFromTheEnvironment) {
   const ScopedEnv env("RINGATTN_BACKWARD_KERNEL");
   const std::pair<const char*, BackwardKernel> values[] = {
-      {"auto", BackwardKernel::Auto}, {"mma", BackwardKernel::Mma}, {"simt", BackwardKernel::Simt}};
+      {"auto", BackwardKernel::Auto},
+      {"hopper", BackwardKernel::Hopper},
+      {"mma", BackwardKernel::Mma},
+      {"simt", BackwardKernel::Simt}};
   for (const auto& [text, kernel] : values) {
     env.set(text);
     EXPECT_EQ(cuda::flash_options_from_env().backward_kernel, kernel) << text;
   }
-  env.expect_refused("tensor", "RINGATTN_BACKWARD_KERNEL='tensor' is not understood: allowed are auto, mma, simt");
+  env.expect_refused("tensor", "RINGATTN_BACKWARD_KERNEL='tensor' is not understood: allowed are auto, hopper, mma, simt");
   env.unset();
   EXPECT_EQ(cuda::flash_options_from_env().backward_kernel, BackwardKernel::Auto);
 }

@@ -5,6 +5,7 @@
 #include <cuda_runtime.h>
 
 #include "kernels/cuda/flash_dispatch.hpp"
+#include "kernels/cuda/hopper/hopper_bwd_params.hpp"
 
 namespace ringattn::cuda::hopper_detail {
 
@@ -21,5 +22,14 @@ HopperTile pick_tile(const FlashParams& p, const FlashKernelOptions& opt);
 // Fills *out for p (tensor maps encoded) and returns nullptr, or returns why the kernel cannot
 // take p (a phrase: "it needs ..."). Device independent except for smem_optin.
 const char* plan(const FlashParams& p, const FlashKernelOptions& opt, int smem_optin, HopperLaunch* out);
+
+// The backward (hopper_bwd.cu): the larger dynamic shared memory of its two kernels at head dim d
+// (0 when not instantiated); plan_backward fills *out for p (tensor maps encoded) and returns
+// nullptr, or returns why the kernels cannot take p ("it needs ..."); launch_backward queues the
+// key kernel (dk, dv) and the query kernel (dq) on `stream`, with delta from
+// launch_backward_delta.
+int backward_smem_bytes(int d);
+const char* plan_backward(const BackwardParams& p, int smem_optin, HopperBwdLaunch* out);
+void launch_backward(const HopperBwdLaunch& l, const float* delta, cudaStream_t stream);
 
 }  // namespace ringattn::cuda::hopper_detail

@@ -165,6 +165,52 @@ const char* plan(const FlashParams& p, const FlashKernelOptions& opt, int smem_o
   return nullptr;
 }
 
+// The backward: 128-key blocks (key kernel) and 128-row query blocks (query kernel), 64-row boxes
+// for every input.
+const char* plan_backward(const BackwardParams& p, int smem_optin, HopperBwdLaunch* out) {
+  const TensorView &q = p.q, &k = p.k, &v = p.v, &dout = p.dout;
+  if (q.dtype != DType::BF16 && q.dtype != DType::F16) return "it needs bf16 or fp16";
+  if (k.dtype != q.dtype || v.dtype != q.dtype || dout.dtype != q.dtype) return "it needs q, k, v and dout in one dtype";
+  if (q.dim != 64 && q.dim != 128) return "it needs head_dim 64 or 128";
+  if (k.dim != q.dim || v.dim != q.dim || dout.dim != q.dim) return "it needs one head_dim for q, k, v and dout";
+  if (k.heads < 1 || q.heads % k.heads != 0) return "it needs q_heads a multiple of kv_heads";
+  constexpr int kBlock = 128;
+  if (q.len > INT32_MAX / 2 || k.len > INT32_MAX / 2) return "it needs q_len and kv_len below 2^30";
+  if ((k.len + kBlock - 1) / kBlock * k.heads * k.batch > INT32_MAX ||
+      (q.len + kBlock - 1) / kBlock * q.heads * q.batch > INT32_MAX)
+    return "it needs fewer than 2^31 key blocks and query blocks";
+  if (!aligned(q.data, 16) || !aligned(k.data, 16) || !aligned(v.data, 16) || !aligned(dout.data, 16))
+    return "it needs q, k, v and dout base addresses 16-byte aligned";
+  if (backward_smem_bytes(int(q.dim)) > smem_optin) return "it needs more shared memory per block than the device offers";
+  HopperBwdLaunch l;
+  l.head_dim = int(q.dim);
+  l.dtype = q.dtype;
+  hopper::HopperBwdParams& hp = l.params;
+  hp.lse = p.lse;
+  hp.delta = nullptr;
+  hp.dq = p.dq;
+  hp.dk = p.dk;
+  hp.dv = p.dv;
+  hp.accumulate = p.mode == GradMode::Accumulate ? 1 : 0;
+  hp.batch = int(q.batch);
+  hp.q_heads = int(q.heads);
+  hp.kv_heads = int(k.heads);
+  hp.group = int(q.heads / k.heads);
+  hp.q_len = int(q.len);
+  hp.kv_len = int(k.len);
+  hp.mask = p.mask;
+  hp.scale = p.scale;
+  hp.scale_log2 = p.scale * kLog2e;
+  hp.key_blocks = int((k.len + kBlock - 1) / kBlock);
+  hp.q_blocks = int((q.len + kBlock - 1) / kBlock);
+  if (!encode_view(&hp.tm_q, q, 64) || !encode_view(&hp.tm_k, k, 64) || !encode_view(&hp.tm_v, v, 64) ||
+      !encode_view(&hp.tm_do, dout, 64))
+    return "it needs q, k, v and dout strides that are multiples of 8 elements (16 bytes) that the bulk copy engine "
+           "can encode";
+  *out = l;
+  return nullptr;
+}
+
 }  // namespace ringattn::cuda::hopper_detail
 
 namespace ringattn::cuda {

@@ -59,6 +59,18 @@ struct Wgmma {
 #endif
   }
 
+  // S[64 x 64] (+)= A (smem, K-major) * B (smem, K-major): the backward's 64-row products (K Q^T, Q K^T and their dout, V relatives).
+  __device__ __forceinline__ static void ss_n64(float (&d)[32], uint64_t desc_a, uint64_t desc_b, int scale_d) {
+#if RA_HOPPER_WGMMA
+    RA_WGMMA_ASM("{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\nwgmma.mma_async.sync.aligned.m64n64k16.f32",
+                 "{%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29,%30,%31}, %32, %33, p, 1, 1, 0, 0;\n}\n",
+                 RA_WGMMA_ACC32(d), "l"(desc_a), "l"(desc_b), "r"(scale_d));
+#else
+    (void)d; (void)desc_a; (void)desc_b; (void)scale_d;
+    __trap();
+#endif
+  }
+
   // O[64 x 64] += A (registers) * B (smem, N-major: imm-trans-b = 1): P V, head dim 64.
   __device__ __forceinline__ static void rs_n64(float (&d)[32], const uint32_t (&a)[4], uint64_t desc_b, int scale_d) {
 #if RA_HOPPER_WGMMA
