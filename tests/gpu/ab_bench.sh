@@ -4,7 +4,9 @@
 # on the same shapes in interleaved passes (base, new, base, new, ...), so clock and thermal drift
 # fall on both alike. Each pass is gpu_bench's median of --reps calls between CUDA events; the
 # table gives, per shape and measure, the median over the passes and the ratio new / base.
-#   BASE_SRC=/path/to/old/tree [PASSES=2] [REPS=20] [SHAPES="b,hq,hkv,t,s,d,mask ..."] bash tests/gpu/ab_bench.sh
+#   BASE_SRC=/path/to/old/tree [PASSES=2] [REPS=20] [SHAPES="b,hq,hkv,t,s,d,mask ..."] [BENCH_ARGS=...] bash tests/gpu/ab_bench.sh
+# BENCH_ARGS go to gpu_bench as they are (e.g. "--backward", with RINGATTN_BACKWARD_KERNEL=hopper
+# in the environment for that kernel's rows alone).
 # Output: $OUT/ab.csv (every pass) and the table on stdout.
 set -u -o pipefail
 : "${BASE_SRC:?set BASE_SRC to the baseline source tree}"
@@ -27,7 +29,7 @@ for pass in $(seq 1 "$PASSES"); do
   for tree in base new; do
     b=$BASE_B; [ $tree = new ] && b=$NEW_B
     # shellcheck disable=SC2086
-    "$b/tests/gpu/ringattn_gpu_bench" $args --reps "$REPS" 2>>"$OUT/bench_err.log" | tail -n +2 |
+    "$b/tests/gpu/ringattn_gpu_bench" $args ${BENCH_ARGS:-} --reps "$REPS" 2>>"$OUT/bench_err.log" | tail -n +2 |
       sed "s/^/$pass,$tree,/" >>"$OUT/ab.csv" || echo "bench of $tree failed in pass $pass"
   done
 done
@@ -42,7 +44,7 @@ for r in rows:
     data.setdefault((shape, impl), {}).setdefault(tree, []).append(tf)
 print("shape | measure | base TFLOP/s | new TFLOP/s | new/base (median of passes; each pass a median of reps)")
 for (shape, impl), d in data.items():
-    if impl not in ("ours", "ours_state", "ours_portable_state"): continue
+    if impl not in ("ours", "ours_state", "ours_portable_state", "bwd_hopper", "bwd_mma"): continue
     b, n = statistics.median(d.get("base", [float("nan")])), statistics.median(d.get("new", [float("nan")]))
     print(f"{shape} | {impl} | {b:.1f} | {n:.1f} | {n / b:.3f}")
 PY

@@ -389,6 +389,8 @@ int main(int argc, char** argv) {
         for (const cuda::BackwardKernel k :
              {cuda::BackwardKernel::Hopper, cuda::BackwardKernel::Mma, cuda::BackwardKernel::Simt}) {
           if (k == cuda::BackwardKernel::Hopper && !hopper) continue;
+          // RINGATTN_BACKWARD_KERNEL set: that kernel's row alone.
+          if (env_options.backward_kernel != cuda::BackwardKernel::Auto && k != env_options.backward_kernel) continue;
           // The SIMT kernel takes seconds per call past 8k x 8k: timed up to there only.
           if (k == cuda::BackwardKernel::Simt && sh.t * sh.s > int64_t(8192) * 8192) continue;
           cuda::FlashKernelOptions o = env_options;

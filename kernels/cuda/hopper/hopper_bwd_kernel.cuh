@@ -90,17 +90,20 @@ struct BwdIssue {
       W::ss_n64(acc, da, db, kk > 0 ? 1 : 0);
     }
   }
-  // acc[64 x D] += X B over 64 rows of B: X packed by scores_to_p (16 registers), B the 64-row
+  // acc[64 x D] (+)= X B over 64 rows of B: X packed by scores_to_p (16 registers), B the 64-row
   // tile at b_base read N-major (its 64-value column blocks b_cb bytes apart): the forward's P V.
-  __device__ __forceinline__ static void xb(float (&acc)[D / 2], const uint32_t (&x)[16], uint32_t b_base, int b_cb) {
+  // accumulate = false overwrites acc.
+  __device__ __forceinline__ static void xb(float (&acc)[D / 2], const uint32_t (&x)[16], uint32_t b_base, int b_cb,
+                                            bool accumulate = true) {
 #pragma unroll
     for (int kk = 0; kk < 4; ++kk) {
       const uint64_t db = smem_desc_sw128(b_base + kk * 2 * kSwizzleAtomBytes, b_cb, kSwizzleAtomBytes);
       const uint32_t a[4] = {x[4 * kk], x[4 * kk + 1], x[4 * kk + 2], x[4 * kk + 3]};
+      const int scale_d = (kk > 0 || accumulate) ? 1 : 0;
       if constexpr (D == 64)
-        W::rs_n64(acc, a, db, 1);
+        W::rs_n64(acc, a, db, scale_d);
       else
-        W::rs_n128(acc, a, db, 1);
+        W::rs_n128(acc, a, db, scale_d);
     }
   }
 };
@@ -226,26 +229,33 @@ __device__ __forceinline__ void key_produce(const HopperBwdParams& p, const KeyS
   }
 }
 
-// P^T and dS^T of one tile, in place: s (S^T) becomes P^T, dp (dP^T) becomes dS^T. This thread's
-// keys are rows g, g + 8; query column 8 n + 2 t + e of the tile is row i0 + that; vis[r] is the
-// range of query rows key r sees. rows: the tile's lse (log2 units) then its D.
-__device__ __forceinline__ void key_probs_grads(float (&s)[32], float (&dp)[32], const float* rows,
-                                                const KeyRange (&vis)[2], int i0, int tq, float scale_log2) {
+// P^T of one tile, in place: s (S^T) becomes P^T. This thread's keys are rows g, g + 8; query
+// column 8 n + 2 t + e of the tile is row i0 + that; key r sees query rows [vis_begin[r],
+// vis_end[r]); lse: the tile's lse in log2 units.
+__device__ __forceinline__ void key_probs(float (&s)[32], const float* lse, const int (&vis_begin)[2],
+                                          const int (&vis_end)[2], int i0, int tq, float scale_log2) {
 #pragma unroll
   for (int n = 0; n < 8; ++n) {
     const int c = 8 * n + 2 * tq;
-    const float2 lse = *reinterpret_cast<const float2*>(rows + c);
-    const float2 del = *reinterpret_cast<const float2*>(rows + 64 + c);
+    const float2 l = *reinterpret_cast<const float2*>(lse + c);
 #pragma unroll
     for (int r = 0; r < 2; ++r)
 #pragma unroll
       for (int e = 0; e < 2; ++e) {
         const int i = 4 * n + 2 * r + e, q = i0 + c + e;
-        float pr = fast_exp2(fmaf(s[i], scale_log2, -(e ? lse.y : lse.x)));
-        if (q < vis[r].begin || q >= vis[r].end) pr = 0.f;
-        s[i] = pr;
-        dp[i] = pr * (dp[i] - (e ? del.y : del.x));
+        const float pr = fast_exp2(fmaf(s[i], scale_log2, -(e ? l.y : l.x)));
+        s[i] = (q < vis_begin[r] || q >= vis_end[r]) ? 0.f : pr;
       }
+  }
+}
+
+// dS^T = P^T (dP^T - D), in place in dp; delta: the tile's D.
+__device__ __forceinline__ void key_grads(float (&dp)[32], const float (&pt)[32], const float* delta, int tq) {
+#pragma unroll
+  for (int n = 0; n < 8; ++n) {
+    const float2 d = *reinterpret_cast<const float2*>(delta + 8 * n + 2 * tq);
+#pragma unroll
+    for (int i = 4 * n; i < 4 * n + 4; ++i) dp[i] = pt[i] * (dp[i] - ((i & 1) ? d.y : d.x));
   }
 }
 
@@ -255,30 +265,37 @@ __device__ __forceinline__ void key_consume(const HopperBwdParams& p, const KeyS
   constexpr int D = C::kHeadDim;
   using I = BwdIssue<T, D>;
   const BwdLane ln(consumer);
-  KeyRange vis[2];
+  int vis_begin[2], vis_end[2];  // 32-bit: the key kernel is at the register limit
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
     const int j = w.j0 + ln.r0 + ln.g + 8 * r;
-    vis[r] = j < p.kv_len ? visible_rows(p.mask, j, p.q_len) : KeyRange{0, 0};
+    const KeyRange rows = j < p.kv_len ? visible_rows(p.mask, j, p.q_len) : KeyRange{0, 0};
+    vis_begin[r] = int(rows.begin);
+    vis_end[r] = int(rows.end);
   }
   float dk[D / 2], dv[D / 2];
 #pragma unroll
   for (int i = 0; i < D / 2; ++i) dk[i] = dv[i] = 0.f;
   const uint32_t k_base = sm.k() + ln.cw * C::kTileColBytes, v_base = sm.v() + ln.cw * C::kTileColBytes;
   if (w.steps > 0) mbar_wait(sm.kv_full(), 0);
+  float sc[32], dp[32];  // outside the loop, as the forward's S: no copies between the wgmmas
   for (int s = 0; s < w.steps; ++s) {
     const int st = s % C::kStages;
     mbar_wait(sm.qd_full(st), (s / C::kStages) & 1);
-    float sc[32], dp[32];
+    // S^T and dP^T as two groups: P^T is formed while dP^T still runs. (Issuing dV += P^T dout
+    // before dS^T is formed keeps P^T in both forms live beside dK, dV: ptxas spills.)
     wgmma_fence();
     I::abt(sc, k_base, C::kBlockColBytes, sm.q(st), C::kTileColBytes);
+    wgmma_commit();
     I::abt(dp, v_base, C::kBlockColBytes, sm.dout(st), C::kTileColBytes);
     wgmma_commit();
-    wgmma_wait<0>();
-    fence_regs(sc);
-    fence_regs(dp);
     const float* rows = reinterpret_cast<const float*>(__cvta_shared_to_generic(sm.rows(st)));
-    key_probs_grads(sc, dp, rows, vis, w.i0(s), ln.tq, p.scale_log2);
+    wgmma_wait<1>();
+    fence_regs(sc);
+    key_probs(sc, rows, vis_begin, vis_end, w.i0(s), ln.tq, p.scale_log2);
+    wgmma_wait<0>();
+    fence_regs(dp);
+    key_grads(dp, sc, rows + C::kTile, ln.tq);
     uint32_t pp[16], pds[16];
     scores_to_p<T>(sc, pp);
     scores_to_p<T>(dp, pds);
@@ -413,39 +430,56 @@ __device__ __forceinline__ void dq_consume(const HopperBwdParams& p, const DqSme
     lse2[r] = lse_log2_of(p.lse.row(w.b, w.h), i, p.q_len);
     del[r] = i < p.q_len ? p.delta[(int64_t(w.b) * p.q_heads + w.h) * p.q_len + i] : 0.f;
   }
+  // dq starts with the first product (scale_d = 0), not with zeros: a non-wgmma definition of an
+  // accumulator that is in flight around the loop makes ptxas serialize the wgmmas.
   float dq[D / 2];
-#pragma unroll
-  for (int i = 0; i < D / 2; ++i) dq[i] = 0.f;
   const uint32_t q_base = sm.q() + ln.cw * C::kTileColBytes, o_base = sm.dout() + ln.cw * C::kTileColBytes;
   if (w.steps > 0) mbar_wait(sm.qo_full(), 0);
+  // dQ += dS K of tile s stays in flight while tile s + 1's S and dP are issued; its K/V stage is
+  // released once it has landed (with the next S).
+  uint32_t pds[16];
+  float sc[32], dp[32];
+  int pending = -1;  // the stage of the dQ product in flight
   for (int s = 0; s < w.steps; ++s) {
     const int st = s % C::kStages, nb = w.n_begin + s;
     mbar_wait(sm.kv_full(st), (s / C::kStages) & 1);
-    float sc[32], dp[32];
     wgmma_fence();
     I::abt(sc, q_base, C::kBlockColBytes, sm.k(st), C::kTileColBytes);
+    wgmma_commit();
     I::abt(dp, o_base, C::kBlockColBytes, sm.v(st), C::kTileColBytes);
     wgmma_commit();
-    wgmma_wait<0>();
+    wgmma_wait<1>();  // the previous dQ product and S
     fence_regs(sc);
-    fence_regs(dp);
-    if (nb * C::kTile < w.full_begin || (nb + 1) * C::kTile > w.full_end)
-      mask_scores(sc, row0, nb * C::kTile + 2 * ln.tq, p.kv_len, p.mask);
-#pragma unroll
-    for (int i = 0; i < 32; ++i) {
-      const int r = (i >> 1) & 1;
-      const float pr = fast_exp2(fmaf(sc[i], p.scale_log2, -lse2[r]));
-      dp[i] = pr * (dp[i] - del[r]);
+    if (pending >= 0) {
+      fence_regs(dq);
+      fence_regs(pds);
+      if (ln.lane == 0) mbar_arrive(sm.kv_empty(pending));
     }
-    uint32_t pds[16];
-    scores_to_p<T>(dp, pds);
-    wgmma_fence();
-    I::xb(dq, pds, sm.k(st), C::kTileColBytes);
-    wgmma_commit();
+    // P and dS go to registers of their own: sc and dp stay defined by wgmma alone, or ptxas
+    // serializes the wgmmas around the dQ product in flight.
+    float pr[32];
+#pragma unroll
+    for (int i = 0; i < 32; ++i) pr[i] = sc[i];
+    if (nb * C::kTile < w.full_begin || (nb + 1) * C::kTile > w.full_end)
+      mask_scores(pr, row0, nb * C::kTile + 2 * ln.tq, p.kv_len, p.mask);
+#pragma unroll
+    for (int i = 0; i < 32; ++i) pr[i] = fast_exp2(fmaf(pr[i], p.scale_log2, -lse2[(i >> 1) & 1]));
     wgmma_wait<0>();
-    fence_regs(dq);
-    fence_regs(pds);
-    if (ln.lane == 0) mbar_arrive(sm.kv_empty(st));
+    fence_regs(dp);
+#pragma unroll
+    for (int i = 0; i < 32; ++i) pr[i] *= dp[i] - del[(i >> 1) & 1];
+    scores_to_p<T>(pr, pds);
+    wgmma_fence();
+    I::xb(dq, pds, sm.k(st), C::kTileColBytes, s > 0);
+    wgmma_commit();
+    pending = st;
+  }
+  wgmma_wait<0>();
+  fence_regs(dq);
+  fence_regs(pds);
+  if (w.steps == 0) {
+#pragma unroll
+    for (int i = 0; i < D / 2; ++i) dq[i] = 0.f;
   }
   store_grad_acc<D>(dq, p.scale, p.accumulate != 0, ln, [&](int r) -> float* {
     const int i = w.m0 + ln.r0 + r;
