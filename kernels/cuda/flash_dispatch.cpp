@@ -122,7 +122,8 @@ FlashKernelOptions flash_options_from_env() {
   constexpr BackwardKernel kBackward[] = {BackwardKernel::Auto, BackwardKernel::Hopper, BackwardKernel::Mma,
                                           BackwardKernel::Simt};
   o.backward_kernel = kBackward[env_choice("RINGATTN_BACKWARD_KERNEL", {"auto", "hopper", "mma", "simt"})];
-  o.backward_atomic_dq = env_choice("RINGATTN_BACKWARD_DQ", {"separate", "atomic"}) == 1;
+  constexpr BackwardDq kDq[] = {BackwardDq::Auto, BackwardDq::Separate, BackwardDq::Atomic};
+  o.backward_dq = kDq[env_choice("RINGATTN_BACKWARD_DQ", {"auto", "separate", "atomic"})];
   if (const char* tile = std::getenv("RINGATTN_HOPPER_TILE")) o.hopper_tile = tile;
   // Lazy rescaling is on by default (1-3% on the H200, hopper/PERF.md); 0/1 overrides it.
   const char* lazy = std::getenv("RINGATTN_HOPPER_LAZY");
@@ -199,12 +200,13 @@ std::string backward_mma_problem(const DeviceCaps& dev, const BackwardParams& p,
   return {};
 }
 
-std::string backward_hopper_problem(const DeviceCaps& dev, const BackwardParams& p, HopperBwdLaunch* out) {
+std::string backward_hopper_problem(const DeviceCaps& dev, const BackwardParams& p, bool fused_dq,
+                                    HopperBwdLaunch* out) {
   if (!dev.hopper_image)
     return fmt::format("the Hopper backward runs only on compute capability 9.0 with the sm_90a image loaded; GPU {} "
                        "is {}.{}",
                        dev.device, dev.cc_major, dev.cc_minor);
-  if (const char* why = hopper_detail::plan_backward(p, dev.smem_optin, out)) return why;
+  if (const char* why = hopper_detail::plan_backward(p, dev.smem_optin, fused_dq, out)) return why;
   return {};
 }
 
@@ -223,10 +225,10 @@ BackwardChoice choose_backward_kernel(const DeviceCaps& dev, const BackwardParam
     return c;
   }
   if (opt.backward_kernel == BackwardKernel::Auto || opt.backward_kernel == BackwardKernel::Hopper) {
-    const std::string why = backward_hopper_problem(dev, p, &c.hopper);
+    const std::string why = backward_hopper_problem(dev, p, opt.backward_dq != BackwardDq::Separate, &c.hopper);
     if (why.empty()) {
       c.path = BackwardPath::Hopper;
-      c.atomic_dq = false;
+      c.atomic_dq = c.hopper.params.fused_dq != 0;
       return c;
     }
     if (opt.backward_kernel == BackwardKernel::Hopper) {
@@ -236,7 +238,7 @@ BackwardChoice choose_backward_kernel(const DeviceCaps& dev, const BackwardParam
       return c;
     }
   }
-  const bool mma_atomic = !p.deterministic && opt.backward_atomic_dq;
+  const bool mma_atomic = !p.deterministic && opt.backward_dq == BackwardDq::Atomic;
   const std::string why = backward_mma_problem(dev, p, mma_atomic);
   if (why.empty()) {
     c.path = BackwardPath::Mma;

@@ -34,14 +34,18 @@ const char* flash_kernel_name(FlashKernel k);
 enum class BackwardKernel : uint8_t { Auto = 0, Mma = 1, Simt = 2, Hopper = 3 };
 const char* backward_kernel_name(BackwardKernel k);
 
+enum class BackwardDq : uint8_t { Auto = 0, Separate = 1, Atomic = 2 };
+
 struct FlashKernelOptions {
   FlashKernel kernel = FlashKernel::Auto;  // RINGATTN_FLASH_KERNEL=auto|hopper|portable
   BackwardKernel backward_kernel = BackwardKernel::Auto;  // RINGATTN_BACKWARD_KERNEL=auto|hopper|mma|simt
-  // The tensor-core backward's dq outside deterministic mode: false (RINGATTN_BACKWARD_DQ=separate,
-  // the default) runs the separate dq kernel, which is also the deterministic one; true (=atomic)
-  // adds dq with fp32 atomics from the key kernel. Separate measured 1.2-1.6x faster on the H200
-  // (kernels/cuda/PERF.md), so atomic is for comparison. The SIMT kernels keep their atomics.
-  bool backward_atomic_dq = false;
+  // How the tensor-core backwards form dq outside deterministic mode (RINGATTN_BACKWARD_DQ=
+  // auto|separate|atomic). Separate: the query kernel, which is also the deterministic one.
+  // Atomic: reductions from the key kernel (the Hopper kernels' bulk reduce-adds at head dim 128,
+  // the mma.sync kernel's fp32 atomics). Auto, the default, takes what measured faster on the H200
+  // (kernels/cuda/PERF.md): atomic on the Hopper kernels (1.05-1.15x), separate on the mma.sync
+  // one (1.2-1.6x). The SIMT kernels keep their atomics.
+  BackwardDq backward_dq = BackwardDq::Auto;
   // The portable kernel's configuration (MmaVariant 1..3); 0 picks it by q_len. For tests and
   // benchmarks; no environment variable.
   int mma_variant = 0;
@@ -94,8 +98,9 @@ std::string cuda_layout_problem(const FlashParams& p);
 
 const char* hopper_tile_name(HopperTile t);
 
-// The backward's decision for one call: the Hopper kernels (wgmma, sm_90a; dq always by its own
-// kernel, so deterministic either way), the tensor-core kernels (mma.sync, sm_80 and later) or
+// The backward's decision for one call: the Hopper kernels (wgmma, sm_90a; dq by its own kernel,
+// deterministic either way, or, by default outside deterministic mode, by the key kernel's
+// reduce-adds at head dim 128), the tensor-core kernels (mma.sync, sm_80 and later) or
 // the SIMT kernels, the last two with dq by atomics or, when p.deterministic, by a deterministic
 // pass; or none with the reason. Under BackwardKernel::Auto a call goes to the first of them
 // that takes it (the Hopper kernels need bf16/fp16, head dim 64 or 128 and views the bulk copy
@@ -113,8 +118,10 @@ BackwardChoice choose_backward_kernel(const DeviceCaps& dev, const BackwardParam
 // Why the tensor-core backward cannot take p on dev, or "" when it can; atomic_dq: dq by the key
 // kernel's atomics (else the separate dq kernel).
 std::string backward_mma_problem(const DeviceCaps& dev, const BackwardParams& p, bool atomic_dq);
-// Why the Hopper backward cannot take p on dev, or "" when it can (then *out is its launch).
-std::string backward_hopper_problem(const DeviceCaps& dev, const BackwardParams& p, HopperBwdLaunch* out);
+// Why the Hopper backward cannot take p on dev, or "" when it can (then *out is its launch;
+// fused_dq: dq by the key kernel's reduce-adds where it can run, see plan_backward).
+std::string backward_hopper_problem(const DeviceCaps& dev, const BackwardParams& p, bool fused_dq,
+                                    HopperBwdLaunch* out);
 // Queues the chosen kernels on `stream`; `delta` as launch_backward_simt's. Throws
 // InvalidArgument with c.reason when c.path is None.
 void launch_backward(const BackwardChoice& c, const BackwardParams& p, float* delta, cudaStream_t stream);

@@ -4,9 +4,10 @@
 //   shape,impl,tflops,ms,kv_gbps
 // with the peers' FLOP and byte counts: 4*B*Hq*T*S*D FLOPs (halved for causal self-attention;
 // with a window 4*B*Hq*D per visible (query, key) pair) and the K and V bytes read once.
-// --backward times Backend::flash_backward instead (Write mode, dq by atomics; --deterministic
-// for the deterministic dq pass) through the tensor-core kernel ("bwd_mma") and the SIMT one
-// ("bwd_simt"), the median of --reps calls between CUDA events, at 2.5 x the forward's FLOPs
+// --backward times Backend::flash_backward instead (Write mode, dq as RINGATTN_BACKWARD_DQ and the
+// dispatch pick it; --deterministic for the deterministic dq pass) through the Hopper kernels
+// ("bwd_hopper", on sm_90), the mma.sync ones ("bwd_mma") and the SIMT ones ("bwd_simt"; only
+// RINGATTN_BACKWARD_KERNEL's row when it is set), the median of --reps calls between CUDA events, at 2.5 x the forward's FLOPs
 // (FlashAttention's convention); 3 dq rows per run are checked against the fp64 oracle. "ours" is the complete attention as the peers compute it
 // (flash or split-KV decode into the fp32 state, then the cast to the input dtype);
 // "ours_state" is the kernel alone, ending at the fp32 (o, lse) state the ring runner carries.
@@ -264,8 +265,8 @@ bool check_dq_row(const Shape& sh, const BackwardParams& p, int64_t b, int64_t h
   return false;
 }
 
-// The median time of Backend::flash_backward (Write mode; dq by atomics, or the deterministic
-// pass) on fresh random q, k, v, dout, with o and lse from our forward; then 3 dq rows checked.
+// The median time of Backend::flash_backward (Write mode; dq as the options pick it, or the
+// deterministic pass) on fresh random q, k, v, dout, with o and lse from our forward; then 3 dq rows checked.
 double bench_backward(Backend& be, const Shape& sh, DType dt, bool deterministic, int reps, bool& ok,
                       std::mt19937_64& rng, const char* impl) {
   const int64_t q_elems = sh.b * sh.hq * sh.t * sh.d, kv_elems = sh.b * sh.hkv * sh.s * sh.d;

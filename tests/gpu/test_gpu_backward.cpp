@@ -126,23 +126,28 @@ void window_forward(Problem& h, int64_t window) {
 
 using cuda::BackwardKernel;
 
-// A backend whose backward runs `kernel` (Mma or Simt), the other options from the environment.
-// atomic_dq: the tensor-core backward's fast mode with dq by atomics (RINGATTN_BACKWARD_DQ=atomic)
-// instead of the default separate dq kernel, which the deterministic cases test.
+// A backend whose backward runs `kernel`, the other options from the environment. atomic_dq: the
+// tensor-core backwards' fast mode with dq by reductions from the key kernel
+// (RINGATTN_BACKWARD_DQ=atomic: the Hopper kernels' bulk reduce-adds at head dim 128, the mma.sync
+// kernel's atomics); else the query kernel, which the deterministic cases run too.
 std::unique_ptr<Backend> backend_with(BackwardKernel kernel, bool atomic_dq = false) {
   cuda::FlashKernelOptions options = cuda::flash_options_from_env();
   options.backward_kernel = kernel;
-  options.backward_atomic_dq = atomic_dq;
+  options.backward_dq = atomic_dq ? cuda::BackwardDq::Atomic : cuda::BackwardDq::Separate;
   return make_cuda_backend(0, options);
 }
 
 // The path the dispatch takes for p under `kernel` on GPU 0: the tests must exercise the kernel
 // they name, not fall back silently.
-cuda::BackwardPath path_on_device0(const BackwardParams& p, BackwardKernel kernel) {
+cuda::BackwardChoice choice_on_device0(const BackwardParams& p, BackwardKernel kernel, bool atomic_dq = false) {
   static const cuda::DeviceCaps caps = cuda::query_device(0);
   cuda::FlashKernelOptions options;
   options.backward_kernel = kernel;
-  return cuda::choose_backward_kernel(caps, p, options).path;
+  options.backward_dq = atomic_dq ? cuda::BackwardDq::Atomic : cuda::BackwardDq::Auto;
+  return cuda::choose_backward_kernel(caps, p, options);
+}
+cuda::BackwardPath path_on_device0(const BackwardParams& p, BackwardKernel kernel) {
+  return choice_on_device0(p, kernel).path;
 }
 cuda::BackwardPath expected_path(BackwardKernel kernel) {
   switch (kernel) {
@@ -194,6 +199,12 @@ void check_backward(Backend& be, const Shape& sh, int64_t window, DType dtype, b
                                       << (mode == GradMode::Write ? " write" : " accumulate") << " kernel "
                                       << cuda::backward_kernel_name(kernel) << (bthd ? " bthd" : ""));
     ASSERT_EQ(path_on_device0(d.p, kernel), expected_path(kernel));
+    // The fast cases run the atomic dq: on the Hopper kernels that is the key kernel's
+    // reduce-adds at head dim 128, also their default (auto) there.
+    if (kernel == BackwardKernel::Hopper) {
+      EXPECT_EQ(choice_on_device0(d.p, kernel, !deterministic).atomic_dq, !deterministic && sh.d == 128);
+      EXPECT_EQ(choice_on_device0(d.p, kernel).atomic_dq, !deterministic && sh.d == 128);
+    }
     d.run(be, h);
     cpu::GradReference ref = cpu::naive_backward(h.p);
     for (size_t i = 0; i < dq0.size(); ++i) ref.dq[i] += dq0[i];
@@ -354,7 +365,7 @@ cuda::BackwardChoice choose(const BackwardParams& p, BackwardKernel kernel, int 
   dev.smem_optin = smem_optin;
   cuda::FlashKernelOptions o;
   o.backward_kernel = kernel;
-  o.backward_atomic_dq = atomic_dq;
+  o.backward_dq = atomic_dq ? cuda::BackwardDq::Atomic : cuda::BackwardDq::Auto;
   return cuda::choose_backward_kernel(dev, p, o);
 }
 
@@ -479,12 +490,14 @@ TEST(BackwardDispatch, ReadsTheKernelFromTheEnvironment) {
 TEST(BackwardDispatch, ReadsTheDqScheduleFromTheEnvironment) {
   const ScopedEnv env("RINGATTN_BACKWARD_DQ");
   env.unset();
-  EXPECT_FALSE(cuda::flash_options_from_env().backward_atomic_dq);
+  EXPECT_EQ(cuda::flash_options_from_env().backward_dq, cuda::BackwardDq::Auto);
+  env.set("auto");
+  EXPECT_EQ(cuda::flash_options_from_env().backward_dq, cuda::BackwardDq::Auto);
   env.set("separate");
-  EXPECT_FALSE(cuda::flash_options_from_env().backward_atomic_dq);
+  EXPECT_EQ(cuda::flash_options_from_env().backward_dq, cuda::BackwardDq::Separate);
   env.set("atomic");
-  EXPECT_TRUE(cuda::flash_options_from_env().backward_atomic_dq);
-  env.expect_refused("atomics", "RINGATTN_BACKWARD_DQ='atomics' is not understood: allowed are separate, atomic");
+  EXPECT_EQ(cuda::flash_options_from_env().backward_dq, cuda::BackwardDq::Atomic);
+  env.expect_refused("atomics", "RINGATTN_BACKWARD_DQ='atomics' is not understood: allowed are auto, separate, atomic");
 }
 
 // The forward's kernel variable goes through the same check (one env_choice for all three).

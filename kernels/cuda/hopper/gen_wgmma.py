@@ -10,11 +10,12 @@ operand and register lists are long; this script writes them. Usage (from the re
 A new shape is one more entry in SHAPES.
 """
 
-# (name, N, A from registers, comment)
+# (name, N, A from registers, comment[, both operands transposed (smem A and B, MN-major)])
 SHAPES = [
     ("ss_n176", 176, False, "S[64 x 176] (+)= A (smem, K-major) * B (smem, K-major): Q K^T, 176-key tiles."),
     ("ss_n128", 128, False, "S[64 x 128] (+)= A (smem, K-major) * B (smem, K-major): Q K^T, 128-key tiles."),
     ("ss_n64", 64, False, "S[64 x 64] (+)= A (smem, K-major) * B (smem, K-major): the backward's 64-row products (K Q^T, Q K^T and their dout, V relatives)."),
+    ("ss_tt_n64", 64, False, "dQ[64 x 64] (+)= A (smem, M-major: imm-trans-a = 1) * B (smem, N-major: imm-trans-b = 1): the backward's dS K from the stored dS^T.", True),
     ("rs_n64", 64, True, "O[64 x 64] += A (registers) * B (smem, N-major: imm-trans-b = 1): P V, head dim 64."),
     ("rs_n128", 128, True, "O[64 x 128] += A (registers) * B (smem, N-major: imm-trans-b = 1): P V, head dim 128."),
 ]
@@ -49,7 +50,7 @@ def regs(first, count):
     return "{" + ",".join(f"%{i}" for i in range(first, first + count)) + "}"
 
 
-def wrapper(name, n, rs, comment):
+def wrapper(name, n, rs, comment, trans=False):
     acc = n // 2
     if rs:
         args = "float (&d)[%d], const uint32_t (&a)[4], uint64_t desc_b, int scale_d" % acc
@@ -61,7 +62,7 @@ def wrapper(name, n, rs, comment):
         args = "float (&d)[%d], uint64_t desc_a, uint64_t desc_b, int scale_d" % acc
         ins = '"l"(desc_a), "l"(desc_b), "r"(scale_d)'
         pred = acc + 2
-        tail = f"{regs(0, acc)}, %{acc}, %{acc + 1}, p, 1, 1, 0, 0;\\n}}\\n"
+        tail = f"{regs(0, acc)}, %{acc}, %{acc + 1}, p, 1, 1, {int(trans)}, {int(trans)};\\n}}\\n"
         unused = "(void)d; (void)desc_a; (void)desc_b; (void)scale_d;"
     head = f"{{\\n.reg .pred p;\\nsetp.ne.b32 p, %{pred}, 0;\\nwgmma.mma_async.sync.aligned.m64n{n}k16.f32"
     return f"""\

@@ -57,7 +57,16 @@ struct BwdConfig {
   static constexpr int kKeyOffQ = kKeyOffV + kBlockBytes;
   static constexpr int kKeyOffDo = kKeyOffQ + kStages * kTileBytes;
   static constexpr int kKeyOffRows = kKeyOffDo + kStages * kTileBytes;
-  static constexpr int kKeyOffBar = kKeyOffRows + kStages * 2 * kTile * 4;
+  // With the fused dq: dS^T (kBlock keys x kTile queries, 16-bit, swizzled) double-buffered, and
+  // each consumer's 64 x 64 fp32 dQ part staged for the reduce-add, double-buffered (two boxes
+  // of 64 rows x 32 columns, 128-byte swizzle). (Reserved either way: the CTA is one per SM by
+  // its registers.)
+  static constexpr int kKeyOffDs = kKeyOffRows + kSwizzleAtomBytes;  // the rows take 1 KB
+  static_assert(kStages * 2 * kTile * 4 <= kSwizzleAtomBytes, "lse and D of every stage in 1 KB");
+  static constexpr int kDsBytes = kBlock * kSwizzleRowBytes;
+  static constexpr int kKeyOffDqPart = kKeyOffDs + 2 * kDsBytes;
+  static constexpr int kDqPartBytes = kTile * kTile * 4;
+  static constexpr int kKeyOffBar = kKeyOffDqPart + 2 * kConsumers * kDqPartBytes;
   static constexpr int kKeyBars = 1 + 2 * kStages;  // kv_full, qd_full[S], qd_empty[S]
   static constexpr int kKeySmem = kKeyOffBar + kKeyBars * 8 + kSwizzleAtomBytes;
   // Query kernel: Q, dout (block); per stage K, V (tile).
@@ -151,6 +160,10 @@ struct KeySmem {
   __device__ __forceinline__ uint32_t q(int s) const { return base + C::kKeyOffQ + s * C::kTileBytes; }
   __device__ __forceinline__ uint32_t dout(int s) const { return base + C::kKeyOffDo + s * C::kTileBytes; }
   __device__ __forceinline__ uint32_t rows(int s) const { return base + C::kKeyOffRows + s * 2 * C::kTile * 4; }
+  __device__ __forceinline__ uint32_t ds(int buf) const { return base + C::kKeyOffDs + buf * C::kDsBytes; }
+  __device__ __forceinline__ uint32_t dq_part(int c, int buf) const {
+    return base + C::kKeyOffDqPart + (2 * c + buf) * C::kDqPartBytes;
+  }
   __device__ __forceinline__ uint32_t kv_full() const { return base + C::kKeyOffBar; }
   __device__ __forceinline__ uint32_t qd_full(int s) const { return base + C::kKeyOffBar + 8 * (1 + s); }
   __device__ __forceinline__ uint32_t qd_empty(int s) const { return base + C::kKeyOffBar + 8 * (1 + C::kStages + s); }
@@ -259,7 +272,67 @@ __device__ __forceinline__ void key_grads(float (&dp)[32], const float (&pt)[32]
   }
 }
 
+// ---- the fused dq (HopperBwdParams::fused_dq) ----
+
+// Stores this thread's dS^T (packed by scores_to_p: keys r0 + g (+8), queries 16 kk + 2 t (+8))
+// into the block's dS^T tile: row = key of the block, 64 queries per 128-byte row, the 128-byte
+// swizzle (16-byte chunk j of row r at chunk j ^ (r % 8)), so that wgmma reads it M-major.
+__device__ __forceinline__ void store_ds(uint32_t tile, const uint32_t (&pds)[16], const BwdLane& ln) {
+#pragma unroll
+  for (int i = 0; i < 16; ++i) {
+    // pds[i]: accumulators 2i, 2i + 1 = row g + 8 ((2i >> 1) & 1), column 8 (2i >> 2) + 2 t.
+    const int row = ln.r0 + ln.g + 8 * (i & 1), chunk = i >> 1;
+    const uint32_t addr = tile + row * kSwizzleRowBytes + ((chunk ^ (row & 7)) << 4) + ln.tq * 4;
+    asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(addr), "r"(pds[i]) : "memory");
+  }
+}
+
+// dQ part = dS K for this consumer's 64 columns of the head dim (column block c of K), over the
+// block's 128 keys: A = the dS^T tile read M-major, B = K's column block read N-major.
 template <typename T, typename C>
+__device__ __forceinline__ void dq_part_product(float (&acc)[32], uint32_t ds_tile, uint32_t k_col_block) {
+#pragma unroll
+  for (int kk = 0; kk < C::kBlock / 16; ++kk) {
+    const uint64_t da = smem_desc_sw128(ds_tile + kk * 2 * kSwizzleAtomBytes, C::kDsBytes, kSwizzleAtomBytes);
+    const uint64_t db = smem_desc_sw128(k_col_block + kk * 2 * kSwizzleAtomBytes, C::kBlockColBytes, kSwizzleAtomBytes);
+    Wgmma<T>::ss_tt_n64(acc, da, db, kk > 0 ? 1 : 0);
+  }
+}
+
+// Stages scale * acc (64 query rows x 64 columns, the accumulator layout) in fp32 as two boxes
+// of 64 rows x 32 columns with the 128-byte swizzle (conflict-free stores: 16-byte chunk j of row
+// r at chunk j ^ (r % 8)) and adds it into dq by two bulk reduce-adds, issued by the consumer's
+// first thread. `named` is the consumer's own barrier. The buffer is one of two: the reduce-adds
+// of two steps ago, which read it, must be done reading (the last step's may still run).
+template <typename C>
+__device__ __forceinline__ void dq_part_reduce(const HopperBwdParams& p, const float (&acc)[32], uint32_t part,
+                                               const BwdLane& ln, int named, int col0, int i0, int h, int b) {
+  constexpr int kBoxBytes = C::kTile * kSwizzleRowBytes;  // 64 rows x 32 fp32
+  const bool leader = threadIdx.x % kWarpgroupThreads == 0;
+  if (leader) bulk_wait_read<1>();
+  named_sync(named, kWarpgroupThreads);
+#pragma unroll
+  for (int n = 0; n < 8; ++n)
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      // Columns 8 n + 2 t (+1): box n / 4, 16-byte chunk 2 (n % 4) + t / 2, bytes 8 (t % 2).
+      const int row = ln.r0 - ln.cw * C::kTile + ln.g + 8 * r, chunk = 2 * (n & 3) + (ln.tq >> 1);
+      const uint32_t addr = part + (n >> 2) * kBoxBytes + row * kSwizzleRowBytes + ((chunk ^ (row & 7)) << 4) +
+                            (ln.tq & 1) * 8;
+      asm volatile("st.shared.v2.f32 [%0], {%1, %2};\n" ::"r"(addr), "f"(acc[4 * n + 2 * r] * p.scale),
+                   "f"(acc[4 * n + 2 * r + 1] * p.scale)
+                   : "memory");
+    }
+  fence_proxy_async_smem();
+  named_sync(named, kWarpgroupThreads);
+  if (leader) {
+    tma_reduce_add_4d(&p.tm_dq, part, col0, i0, h, b);
+    tma_reduce_add_4d(&p.tm_dq, part + kBoxBytes, col0 + 32, i0, h, b);
+    bulk_commit();
+  }
+}
+
+template <typename T, typename C, bool kFusedDq>
 __device__ __forceinline__ void key_consume(const HopperBwdParams& p, const KeySmem<C>& sm, const KeyWork& w,
                                             int consumer) {
   constexpr int D = C::kHeadDim;
@@ -299,11 +372,29 @@ __device__ __forceinline__ void key_consume(const HopperBwdParams& p, const KeyS
     uint32_t pp[16], pds[16];
     scores_to_p<T>(sc, pp);
     scores_to_p<T>(dp, pds);
+    if constexpr (kFusedDq) {
+      store_ds(sm.ds(s & 1), pds, ln);
+      fence_proxy_async_smem();
+    }
     wgmma_fence();
     I::xb(dv, pp, sm.dout(st), C::kTileColBytes);
     I::xb(dk, pds, sm.q(st), C::kTileColBytes);
     wgmma_commit();
-    wgmma_wait<0>();
+    if constexpr (kFusedDq) {
+      // Both consumers' halves of dS^T are stored (the tile is double-buffered: a consumer a
+      // step ahead writes the other buffer, and cannot be two ahead past this barrier).
+      named_sync(1, kWarpgroupThreads * C::kConsumers);
+      float dqa[32];
+      wgmma_fence();
+      dq_part_product<T, C>(dqa, sm.ds(s & 1), sm.k() + ln.cw * C::kBlockColBytes);
+      wgmma_commit();
+      wgmma_wait<0>();
+      fence_regs(dqa);
+      dq_part_reduce<C>(p, dqa, sm.dq_part(ln.cw, s & 1), ln, 2 + ln.cw, ln.cw * C::kTile, w.i0(s),
+                        w.hk * p.group + w.head(s), w.b);
+    } else {
+      wgmma_wait<0>();
+    }
     fence_regs(dv);
     fence_regs(dk);
     fence_regs(pp);
@@ -318,9 +409,11 @@ __device__ __forceinline__ void key_consume(const HopperBwdParams& p, const KeyS
   };
   store_grad_acc<D>(dk, p.scale, p.accumulate != 0, ln, key_row(p.dk));
   store_grad_acc<D>(dv, 1.f, p.accumulate != 0, ln, key_row(p.dv));
+  // The last reduce-adds must have read their shared memory before the CTA exits.
+  if (kFusedDq && threadIdx.x % kWarpgroupThreads == 0) bulk_wait<0>();
 }
 
-template <typename T, typename C>
+template <typename T, typename C, bool kFusedDq>
 __global__ void __launch_bounds__(C::kThreads, 1) hopper_bwd_keys_kernel(const __grid_constant__ HopperBwdParams p) {
 #if RA_HOPPER_WGMMA
   extern __shared__ uint8_t smem_raw[];
@@ -342,7 +435,7 @@ __global__ void __launch_bounds__(C::kThreads, 1) hopper_bwd_keys_kernel(const _
     return;
   }
   regs_increase<C::kConsumerRegs>();
-  key_consume<T, C>(p, sm, w, wg - 1);
+  key_consume<T, C, kFusedDq>(p, sm, w, wg - 1);
 #else
   (void)p;
   __trap();

@@ -13,10 +13,15 @@ namespace hopper {
 struct HopperBwdParams {
   // 4-d maps over (dim, len, heads, batch), boxes of 64 x 64 rows, the 128-byte swizzle.
   CUtensorMap tm_q, tm_k, tm_v, tm_do;
+  CUtensorMap tm_dq;  // fused_dq: fp32 dq, boxes of 32 x 64, 128-byte swizzle (the reduce-add target)
   LseView lse;           // the forward's natural-log lse
   const float* delta;    // D = rowsum(dout * o), [batch][q_heads][q_len] (launch_backward_delta)
   TensorView dq, dk, dv;  // fp32
   int accumulate;         // GradMode::Accumulate: add into dq, dk, dv instead of writing them
+  // dq by the key kernel (dS^T through shared memory, dQ = dS K per 64-column half on each
+  // consumer, bulk reduce-adds into dq zeroed first in Write mode) instead of the query kernel.
+  // Fast mode at head dim 128 only; not bitwise reproducible.
+  int fused_dq;
   int batch, q_heads, kv_heads, group;  // group = q_heads / kv_heads
   int q_len, kv_len;
   MaskSpec mask;

@@ -61,6 +61,32 @@ bool encode_view(CUtensorMap* map, const TensorView& v, int box_rows) {
             CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
 }
 
+// The fp32 dq as the target of the fused dq's reduce-adds: a 4-d map over (dim, len, heads,
+// batch) with boxes of 32 columns x 64 rows (128 bytes wide) and the 128-byte swizzle.
+bool encode_f32_view(CUtensorMap* map, const TensorView& v) {
+  EncodeTiledFn fn = encode_fn();
+  if (fn == nullptr || v.dtype != DType::F32 || !aligned(v.data, 16)) return false;
+  const cuuint64_t es = 4;
+  const cuuint64_t dims[4] = {cuuint64_t(v.dim), cuuint64_t(v.len), cuuint64_t(v.heads), cuuint64_t(v.batch)};
+  const int64_t raw[3] = {v.stride_t, v.stride_h, v.stride_b};
+  const int64_t ext[3] = {v.len, v.heads, v.batch};
+  cuuint64_t strides[3];
+  for (int i = 0; i < 3; ++i) {
+    if (ext[i] == 1) {
+      strides[i] = cuuint64_t(v.dim) * es;
+    } else {
+      if (raw[i] <= 0) return false;
+      strides[i] = cuuint64_t(raw[i]) * es;
+    }
+    if (strides[i] % 16 != 0 || strides[i] >= (cuuint64_t(1) << 40)) return false;
+  }
+  const cuuint32_t box[4] = {32, 64, 1, 1};
+  const cuuint32_t estr[4] = {1, 1, 1, 1};
+  return fn(map, CU_TENSOR_MAP_DATA_TYPE_FLOAT32, 4, v.data, dims, strides, box, estr, CU_TENSOR_MAP_INTERLEAVE_NONE,
+            CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+            CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
+}
+
 struct TileInfo {
   HopperTile tile;
   int block_m, block_n;
@@ -167,7 +193,7 @@ const char* plan(const FlashParams& p, const FlashKernelOptions& opt, int smem_o
 
 // The backward: 128-key blocks (key kernel) and 128-row query blocks (query kernel), 64-row boxes
 // for every input.
-const char* plan_backward(const BackwardParams& p, int smem_optin, HopperBwdLaunch* out) {
+const char* plan_backward(const BackwardParams& p, int smem_optin, bool fused_dq, HopperBwdLaunch* out) {
   const TensorView &q = p.q, &k = p.k, &v = p.v, &dout = p.dout;
   if (q.dtype != DType::BF16 && q.dtype != DType::F16) return "it needs bf16 or fp16";
   if (k.dtype != q.dtype || v.dtype != q.dtype || dout.dtype != q.dtype) return "it needs q, k, v and dout in one dtype";
@@ -207,6 +233,9 @@ const char* plan_backward(const BackwardParams& p, int smem_optin, HopperBwdLaun
       !encode_view(&hp.tm_do, dout, 64))
     return "it needs q, k, v and dout strides that are multiples of 8 elements (16 bytes) that the bulk copy engine "
            "can encode";
+  // The fused dq where it can run (head dim 128, a dq the reduce-adds can address); the query
+  // kernel otherwise, which is also what deterministic mode runs.
+  hp.fused_dq = fused_dq && !p.deterministic && q.dim == 128 && encode_f32_view(&hp.tm_dq, p.dq) ? 1 : 0;
   *out = l;
   return nullptr;
 }

@@ -71,6 +71,18 @@ struct Wgmma {
 #endif
   }
 
+  // dQ[64 x 64] (+)= A (smem, M-major: imm-trans-a = 1) * B (smem, N-major: imm-trans-b = 1): the backward's dS K from the stored dS^T.
+  __device__ __forceinline__ static void ss_tt_n64(float (&d)[32], uint64_t desc_a, uint64_t desc_b, int scale_d) {
+#if RA_HOPPER_WGMMA
+    RA_WGMMA_ASM("{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\nwgmma.mma_async.sync.aligned.m64n64k16.f32",
+                 "{%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29,%30,%31}, %32, %33, p, 1, 1, 1, 1;\n}\n",
+                 RA_WGMMA_ACC32(d), "l"(desc_a), "l"(desc_b), "r"(scale_d));
+#else
+    (void)d; (void)desc_a; (void)desc_b; (void)scale_d;
+    __trap();
+#endif
+  }
+
   // O[64 x 64] += A (registers) * B (smem, N-major: imm-trans-b = 1): P V, head dim 64.
   __device__ __forceinline__ static void rs_n64(float (&d)[32], const uint32_t (&a)[4], uint64_t desc_b, int scale_d) {
 #if RA_HOPPER_WGMMA
