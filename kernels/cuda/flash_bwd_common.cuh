@@ -1,5 +1,5 @@
 // Device helpers shared by the CUDA backward paths (flash_bwd.cu, SIMT; flash_bwd_mma.cu, mma.sync;
-// hopper/hopper_bwd_kernel.cuh, wgmma): fp32 gradient rows and the lse in exponent units.
+// hopper/hopper_bwd_{common,keys,query}.cuh, wgmma): fp32 gradient rows and the lse in exponent units.
 #pragma once
 
 #include "kernels/cuda/device_common.cuh"

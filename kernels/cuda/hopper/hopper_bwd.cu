@@ -1,5 +1,5 @@
 // Host side of the Hopper flash backward that nvcc compiles: the kernel instantiations and their
-// launch (hopper_bwd_kernel.cuh). The call's checks and tensor maps are hopper_plan.cpp's
+// launch (hopper_bwd_keys.cuh, hopper_bwd_query.cuh). The call's checks and tensor maps are hopper_plan.cpp's
 // plan_backward; D = rowsum(dout * o) comes from launch_backward_delta first.
 #include <cuda_runtime.h>
 
@@ -7,7 +7,8 @@
 
 #include "kernels/cuda/cuda_check.hpp"
 #include "kernels/cuda/cuda_kernels.hpp"
-#include "kernels/cuda/hopper/hopper_bwd_kernel.cuh"
+#include "kernels/cuda/hopper/hopper_bwd_keys.cuh"
+#include "kernels/cuda/hopper/hopper_bwd_query.cuh"
 #include "kernels/cuda/hopper/hopper_launch.hpp"
 
 namespace ringattn::cuda::hopper_detail {
