@@ -9,8 +9,11 @@ the ring ("alltoall" rotation: each step passes the K/V shard to the next rank, 
 
 Rank 0 prints one line: world, shape, median forward time (slowest rank), TFLOP/s (FLOPs counted
 as ringattn counts them: 4 x batch x heads x dim x visible query-key pairs, the causal mask
-exactly). With --check (sequences up to 32768) the gathered output is compared with one SDPA call
-on the whole sequence. Set NCCL_NVLS_ENABLE=0 as launch/multigpu.sh does.
+exactly). With --backward each timed step is the forward and the backward (autograd through
+context parallelism's ring, dO drawn once), counted as 3.5x the forward's FLOPs, as
+`ringattn bench --backward` counts its forward + backward total. With --check (sequences up to
+32768) the gathered output is compared with one SDPA call on the whole sequence. Set
+NCCL_NVLS_ENABLE=0 as launch/multigpu.sh does.
 
 Differences from ringattn to keep in mind when reading the numbers: this script repeats the K/V
 heads to the query heads (GQA under context parallelism is not supported by every PyTorch
@@ -58,6 +61,7 @@ def main():
     ap.add_argument("--iters", type=int, default=10)
     ap.add_argument("--warmup", type=int, default=3)
     ap.add_argument("--check", action="store_true", help="compare with one SDPA call (seq <= 32768)")
+    ap.add_argument("--backward", action="store_true", help="time forward + backward (3.5x the forward's FLOPs)")
     ap.add_argument("--json", help="rank 0 writes the result here")
     args = ap.parse_args()
 
@@ -88,8 +92,18 @@ def main():
             for it in range(args.warmup + args.iters):
                 dist.barrier()
                 start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+                if args.backward:
+                    # The sharded buffers as leaves of a fresh graph (context_parallel resizes the
+                    # buffers in place, which autograd forbids on leaves that require grad).
+                    qg, kg, vg = (x.detach().requires_grad_() for x in (q, k, v))
+                    if it == 0:
+                        dout = torch.randn_like(q)
                 start.record()
-                out = F.scaled_dot_product_attention(q, k, v, is_causal=args.causal)
+                if args.backward:
+                    out = F.scaled_dot_product_attention(qg, kg, vg, is_causal=args.causal)
+                    out.backward(dout)
+                else:
+                    out = F.scaled_dot_product_attention(q, k, v, is_causal=args.causal)
                 end.record()
                 torch.cuda.synchronize()
                 if it >= args.warmup:
@@ -103,14 +117,16 @@ def main():
             err = (gathered.float() - ref.float()).abs().max().item()
 
     ms = statistics.median(times)
-    flops = attention_flops(args.batch, args.heads, args.seq, args.dim, args.causal)
-    result = {"peer": f"torch_cp_{args.rotate}_{args.backend}", "torch": torch.__version__, "world": world,
+    flops = attention_flops(args.batch, args.heads, args.seq, args.dim, args.causal) * (3.5 if args.backward else 1.0)
+    result = {"peer": f"torch_cp_{args.rotate}_{args.backend}" + ("_fwd_bwd" if args.backward else ""),
+              "measures": "forward + backward" if args.backward else "forward", "torch": torch.__version__, "world": world,
               "seq": args.seq, "batch": args.batch, "heads": args.heads, "kv_heads": args.kv_heads, "dim": args.dim,
               "causal": args.causal, "dtype": args.dtype, "median_ms": ms, "tflops": flops / ms / 1e9,
               "tflops_per_gpu": flops / ms / 1e9 / world, "max_abs_err_vs_single_sdpa": err,
               "device": torch.cuda.get_device_name()}
     if rank == 0:
-        print(f"torch_cp world {world} seq {args.seq} {'causal' if args.causal else 'full'} {args.rotate}/"
+        print(f"torch_cp{' fwd+bwd' if args.backward else ''} world {world} seq {args.seq} "
+              f"{'causal' if args.causal else 'full'} {args.rotate}/"
               f"{args.backend}: {ms:.3f} ms, {result['tflops']:.1f} TFLOP/s ({result['tflops_per_gpu']:.1f} per GPU)"
               + (f", max abs err {err:.2e}" if err is not None else ""), flush=True)
         if args.json:
