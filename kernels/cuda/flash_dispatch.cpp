@@ -21,10 +21,19 @@ std::string grid_problem(const char* what, int64_t n) {
   return fmt::format("{} = {} exceeds the CUDA grid limit of 65535 for one launch", what, n);
 }
 
-// The tensor-core kernels' rules for their 16-bit inputs: head dim 64 or 128, and views that
-// cp.async can read.
-std::string mma_views_problem(int64_t d, DType dt, std::initializer_list<std::pair<const char*, const TensorView*>> views) {
-  if (!mma_head_dim_supported(d))
+// The head dims of the 16-bit forward (flash and decode): 64 and 128 on every tensor-core kernel,
+// 256 on the Hopper forward and the decode kernel only (choose_tensor_core refuses it elsewhere).
+bool forward_head_dim_supported(int64_t d) { return mma_head_dim_supported(d) || d == 256; }
+
+// The tensor-core kernels' rules for their 16-bit inputs: a head dim they take (`forward`: the
+// forward's, else the backward's 64 or 128), and views that cp.async can read.
+std::string mma_views_problem(int64_t d, DType dt, std::initializer_list<std::pair<const char*, const TensorView*>> views,
+                              bool forward = false) {
+  if (forward && !forward_head_dim_supported(d))
+    return fmt::format("head_dim={} is not supported by the CUDA {} kernels: allowed are 64, 128 and 256 (256: the "
+                       "Hopper flash kernel and decode)",
+                       d, dtype_name(dt));
+  if (!forward && !mma_head_dim_supported(d))
     return fmt::format("head_dim={} is not supported by the CUDA {} kernels: allowed are 64 and 128", d, dtype_name(dt));
   // cp.async moves 16 bytes at a time.
   for (const auto& [name, t] : views) {
@@ -40,7 +49,7 @@ std::string mma_views_problem(int64_t d, DType dt, std::initializer_list<std::pa
 }
 
 std::string mma_layout_problem(const FlashParams& p) {
-  return mma_views_problem(p.q.dim, p.q.dtype, {{"q", &p.q}, {"k", &p.k}, {"v", &p.v}});
+  return mma_views_problem(p.q.dim, p.q.dtype, {{"q", &p.q}, {"k", &p.k}, {"v", &p.v}}, /*forward=*/true);
 }
 
 // The portable kernel's configuration: the one built to scale scores before their max for a
@@ -73,6 +82,15 @@ void choose_tensor_core(const DeviceCaps& dev, const FlashParams& p, const Flash
     c.reason = fmt::format("RINGATTN_FLASH_KERNEL=hopper, but the Hopper kernel does not take this call on GPU {} "
                            "(dtype {}, head_dim {}, scale {}): {}",
                            dev.device, dtype_name(p.q.dtype), p.q.dim, p.scale, why);
+    return;
+  }
+  if (!mma_head_dim_supported(p.q.dim)) {
+    const std::string hopper_no = opt.kernel == FlashKernel::Portable
+                                      ? std::string("RINGATTN_FLASH_KERNEL=portable excludes it")
+                                      : fmt::format("it does not take this call on GPU {}: {}", dev.device, why);
+    c.reason = fmt::format("head_dim={} runs only on the Hopper flash kernel, and {}; the portable CUDA {} kernels "
+                           "allow head_dim 64 and 128",
+                           p.q.dim, hopper_no, dtype_name(p.q.dtype));
     return;
   }
   c.path = FlashPath::Portable;

@@ -280,7 +280,7 @@ TEST_F(CudaFlash, RejectsUnsupportedHeadDimAndLayout) {
     }
   };
   expect_invalid(DType::BF16, 96, false, "head_dim=96");
-  expect_invalid(DType::F16, 32, false, "allowed are 64 and 128");
+  expect_invalid(DType::F16, 32, false, "allowed are 64, 128 and 256");
   expect_invalid(DType::F32, 320, false, "head_dim=320");
   expect_invalid(DType::BF16, 64, true, "multiples of 8");
 }

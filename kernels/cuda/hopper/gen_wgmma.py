@@ -14,10 +14,12 @@ A new shape is one more entry in SHAPES.
 SHAPES = [
     ("ss_n176", 176, False, "S[64 x 176] (+)= A (smem, K-major) * B (smem, K-major): Q K^T, 176-key tiles."),
     ("ss_n128", 128, False, "S[64 x 128] (+)= A (smem, K-major) * B (smem, K-major): Q K^T, 128-key tiles."),
+    ("ss_n80", 80, False, "S[64 x 80] (+)= A (smem, K-major) * B (smem, K-major): Q K^T, 80-key tiles (head dim 256)."),
     ("ss_n64", 64, False, "S[64 x 64] (+)= A (smem, K-major) * B (smem, K-major): the backward's 64-row products (K Q^T, Q K^T and their dout, V relatives)."),
     ("ss_tt_n64", 64, False, "dQ[64 x 64] (+)= A (smem, M-major: imm-trans-a = 1) * B (smem, N-major: imm-trans-b = 1): the backward's dS K from the stored dS^T.", True),
     ("rs_n64", 64, True, "O[64 x 64] += A (registers) * B (smem, N-major: imm-trans-b = 1): P V, head dim 64."),
     ("rs_n128", 128, True, "O[64 x 128] += A (registers) * B (smem, N-major: imm-trans-b = 1): P V, head dim 128."),
+    ("rs_n256", 256, True, "O[64 x 256] += A (registers) * B (smem, N-major: imm-trans-b = 1): P V, head dim 256."),
 ]
 
 HEADER = """\

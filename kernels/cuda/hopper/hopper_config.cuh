@@ -35,7 +35,7 @@ inline constexpr float kLazyThreshold = 8.f;
 // with the current tile's last P V, and the epilogue overlaps the other warpgroups' wgmmas.
 template <int D, int N, int NC, int STAGES, int QSTAGES = 1>
 struct Config {
-  static_assert(D == 64 || D == 128, "head dim 64 or 128");
+  static_assert(D == 64 || D == 128 || D == 256, "head dim 64, 128 or 256");
   static_assert(N % 16 == 0 && N <= 256, "key tile: a multiple of 16, at most 256 (one TMA box)");
   static_assert(NC == 2 || NC == 3, "2 or 3 consumer warpgroups");
   static constexpr int kHeadDim = D;
@@ -65,9 +65,11 @@ struct Config {
   // +1024: the dynamic buffer is realigned to 1024 bytes, where the 128-byte swizzle repeats.
   static constexpr int kSmemBytes = kOffBar + kNumBars * 8 + kSwizzleAtomBytes;
   static_assert(kSmemBytes <= 232448, "over the 227 KB of shared memory a CTA may have");
-  // Register budget after setmaxnreg: 128 * producer + 128 * NC * consumer <= 65536.
-  static constexpr int kProducerRegs = NC == 2 ? 40 : 32;
-  static constexpr int kConsumerRegs = NC == 2 ? 232 : 160;
+  // Register budget after setmaxnreg: 128 * producer + 128 * NC * consumer <= 65536. Head dim 256
+  // holds 128 accumulators of O per consumer thread: its consumers take 240 (the producer's one
+  // issuing thread needs few).
+  static constexpr int kProducerRegs = NC == 2 ? (D == 256 ? 24 : 40) : 32;
+  static constexpr int kConsumerRegs = NC == 2 ? (D == 256 ? 240 : 232) : 160;
   static_assert(kWarpgroupThreads * (kProducerRegs + NC * kConsumerRegs) <= 65536, "register file");
 };
 

@@ -44,6 +44,8 @@ struct Issue {
   __device__ __forceinline__ static void qk_step(float (&s)[kS], uint64_t da, uint64_t db, int scale_d) {
     if constexpr (N == 128)
       W::ss_n128(s, da, db, scale_d);
+    else if constexpr (N == 80)
+      W::ss_n80(s, da, db, scale_d);
     else
       W::ss_n176(s, da, db, scale_d);
   }
@@ -71,8 +73,10 @@ struct Issue {
       const int scale_d = (kk > 0 || accumulate) ? 1 : 0;
       if constexpr (D == 64)
         W::rs_n64(o, a, db, scale_d);
-      else
+      else if constexpr (D == 128)
         W::rs_n128(o, a, db, scale_d);
+      else
+        W::rs_n256(o, a, db, scale_d);
     }
   }
 

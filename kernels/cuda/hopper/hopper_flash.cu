@@ -32,6 +32,10 @@ template <>
 struct ConfigOf<128, HopperTile::M128N176> { using type = Config<128, 176, 2, 2>; };
 template <>
 struct ConfigOf<128, HopperTile::M128N128Q2> { using type = Config<128, 128, 2, 2, 2>; };
+// Head dim 256: O takes 128 registers per consumer thread and a 128-row Q tile 64 KB, so the key
+// tile is 80 (S: 40 registers; two 40 KB stages each of K and V, 224 KB in all).
+template <>
+struct ConfigOf<256, HopperTile::M128N80> { using type = Config<256, 80, 2, 2>; };
 
 // Calls f.template operator()<C>() with the Config of (tile, d); the error default names what
 // has no instantiation.
@@ -44,7 +48,11 @@ void with_config(HopperTile tile, int d, F&& f) {
       default: fail_no_instance("hopper_flash", "tile (head_dim 64)", int(tile), "128x128 and 192x128");
     }
   }
-  if (d != 128) fail_no_instance("hopper_flash", "head_dim", d, "64 and 128");
+  if (d == 256) {
+    if (tile == HopperTile::M128N80) return f.template operator()<ConfigOf<256, HopperTile::M128N80>::type>();
+    fail_no_instance("hopper_flash", "tile (head_dim 256)", int(tile), "128x80");
+  }
+  if (d != 128) fail_no_instance("hopper_flash", "head_dim", d, "64, 128 and 256");
   switch (tile) {
     case HopperTile::M128N176: return f.template operator()<ConfigOf<128, HopperTile::M128N176>::type>();
     case HopperTile::M128N128Q2: return f.template operator()<ConfigOf<128, HopperTile::M128N128Q2>::type>();

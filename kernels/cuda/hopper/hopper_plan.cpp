@@ -90,19 +90,21 @@ bool encode_f32_view(CUtensorMap* map, const TensorView& v) {
 struct TileInfo {
   HopperTile tile;
   int block_m, block_n;
-  bool dim64, dim128;  // head dims it is instantiated for (shared memory / registers decide)
+  bool dim64, dim128, dim256;  // head dims it is instantiated for (shared memory / registers decide)
+  bool has(int64_t d) const { return d == 64 ? dim64 : d == 128 ? dim128 : d == 256 && dim256; }
 };
 constexpr TileInfo kTiles[] = {
-    {HopperTile::M128N128, 128, 128, true, true},
-    {HopperTile::M128N176, 128, 176, false, true},
-    {HopperTile::M192N128, 192, 128, true, false},
-    {HopperTile::M128N128Q2, 128, 128, false, true},
+    {HopperTile::M128N128, 128, 128, true, true, false},
+    {HopperTile::M128N176, 128, 176, false, true, false},
+    {HopperTile::M192N128, 192, 128, true, false, false},
+    {HopperTile::M128N128Q2, 128, 128, false, true, false},
+    {HopperTile::M128N80, 128, 80, false, false, true},
 };
 
 const TileInfo& tile_info(HopperTile t) {
   for (const TileInfo& ti : kTiles)
     if (ti.tile == t) return ti;
-  fail_no_instance("hopper_flash", "tile", int(t), "128x128, 128x176, 192x128 and 128x128q2");
+  fail_no_instance("hopper_flash", "tile", int(t), "128x128, 128x176, 192x128, 128x128q2 and 128x80");
 }
 
 // Shapes, dtypes and alignment: what the kernel and the bulk copy engine need of the views.
@@ -110,7 +112,7 @@ const char* layout_problem(const FlashParams& p, int block_m) {
   const TensorView &q = p.q, &k = p.k, &v = p.v;
   if (q.dtype != DType::BF16 && q.dtype != DType::F16) return "it needs bf16 or fp16";
   if (k.dtype != q.dtype || v.dtype != q.dtype) return "it needs q, k and v in one dtype";
-  if (q.dim != 64 && q.dim != 128) return "it needs head_dim 64 or 128";
+  if (q.dim != 64 && q.dim != 128 && q.dim != 256) return "it needs head_dim 64, 128 or 256";
   if (k.dim != q.dim || v.dim != q.dim) return "it needs one head_dim for q, k and v";
   if (!(p.scale > 0.f) || !std::isfinite(p.scale)) return "it needs a positive softmax scale";
   if (k.heads < 1 || q.heads % k.heads != 0) return "it needs q_heads a multiple of kv_heads";
@@ -169,8 +171,9 @@ HopperTile pick_tile(const FlashParams& p, const FlashKernelOptions& opt) {
   const int64_t row_keys = windowed ? p.mask.window + 1 : p.k.len;
   const bool long_rows = row_keys >= (p.mask.causal && !windowed ? 16384 : 8192);
   HopperTile pick = d64 ? HopperTile::M192N128 : (long_rows ? HopperTile::M128N176 : HopperTile::M128N128);
+  if (p.q.dim == 256) pick = HopperTile::M128N80;  // the one configuration whose registers and shared memory fit
   for (const TileInfo& ti : kTiles)
-    if (opt.hopper_tile == hopper_tile_name(ti.tile) && (d64 ? ti.dim64 : ti.dim128)) pick = ti.tile;
+    if (opt.hopper_tile == hopper_tile_name(ti.tile) && ti.has(p.q.dim)) pick = ti.tile;
   return pick;
 }
 
@@ -249,6 +252,7 @@ const char* hopper_tile_name(HopperTile t) {
     case HopperTile::M128N176: return "128x176";
     case HopperTile::M192N128: return "192x128";
     case HopperTile::M128N128Q2: return "128x128q2";
+    case HopperTile::M128N80: return "128x80";
   }
   return "?";
 }

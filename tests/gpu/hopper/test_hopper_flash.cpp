@@ -257,6 +257,47 @@ TEST_F(HopperFlash, WindowPersistentTilesWithEmptyOnesFold) {
   run_case(windowed({DType::BF16, 1, 32, 8, 1600, 1600, 64, true, -300, StateMode::Fold}, 250));
 }
 
+// Head dim 256 (the 128x80 configuration): lengths off the 80-key tile, GQA, causal prefill and
+// chunked prefill, rows and tiles that see no key, Fold, [B,T,H,D] views, more tiles than
+// multiprocessors, and windows (several 80-key blocks, the lower edge alone).
+TEST_F(HopperFlash, Dim256FullTailsGqa4) { run_case({DType::BF16, 1, 8, 2, 200, 333, 256}); }
+TEST_F(HopperFlash, Dim256Fp16Full) { run_case({DType::F16, 1, 2, 2, 384, 161, 256}); }
+TEST_F(HopperFlash, Dim256CausalPrefillGqa8) { run_case({DType::BF16, 1, 8, 1, 384, 384, 256, true, 0}); }
+TEST_F(HopperFlash, Dim256CausalChunkedPrefill) { run_case({DType::F16, 1, 4, 2, 130, 700, 256, true, 570}); }
+TEST_F(HopperFlash, Dim256CausalTilesWithNoKeyWrite) { run_case({DType::BF16, 1, 2, 1, 400, 100, 256, true, -250}); }
+TEST_F(HopperFlash, Dim256FoldCausalRowsWithNoKey) {
+  run_case({DType::BF16, 1, 4, 2, 260, 260, 256, true, -40, StateMode::Fold});
+}
+TEST_F(HopperFlash, Dim256BthdViewsCausal) {
+  run_case({DType::BF16, 2, 8, 2, 256, 256, 256, true, 0, StateMode::Write, true});
+}
+TEST_F(HopperFlash, Dim256PersistentManyTilesCausal) { run_case({DType::F16, 2, 8, 8, 1152, 1152, 256, true, 0}); }
+TEST_F(HopperFlash, Dim256WindowCausalSeveralBlocks) {
+  run_case(windowed({DType::BF16, 1, 4, 2, 1000, 1000, 256, true, 0}, 300));
+}
+TEST_F(HopperFlash, Dim256WindowLowerEdgeOnly) {
+  run_case(windowed({DType::F16, 1, 4, 2, 300, 500, 256, false, 150}, 79));
+}
+
+// Head dim 256 runs on the Hopper kernel only: with the portable kernel required, the call is
+// refused naming the head dim and what the portable kernels allow.
+TEST_F(HopperFlash, Dim256RefusedOnThePortableKernel) {
+  FlashParams p = make_probe();
+  p.q = bhtd_view(probe_buf_, DType::BF16, 1, 1, 1, 256);
+  p.k = p.v = p.q;
+  float* f = static_cast<float*>(probe_buf_);
+  p.state = contiguous_state(f + 256, f + 768, 1, 1, 1, 256);
+  EXPECT_TRUE(hopper_takes(p));
+  EXPECT_STREQ(hopper_choice(p).hopper_tile, "128x80");
+  cuda::FlashKernelOptions o;
+  o.kernel = cuda::FlashKernel::Portable;
+  const cuda::FlashChoice c = cuda::choose_flash_kernel(device0(), p, o);
+  EXPECT_EQ(c.path, cuda::FlashPath::None);
+  EXPECT_EQ(c.reason,
+            "head_dim=256 runs only on the Hopper flash kernel, and RINGATTN_FLASH_KERNEL=portable excludes it; the "
+            "portable CUDA bf16 kernels allow head_dim 64 and 128");
+}
+
 TEST_F(HopperFlash, UnsupportedCallsAreRefused) {
   FlashParams p = make_probe();
   EXPECT_TRUE(hopper_takes(p));
