@@ -7,6 +7,7 @@
 #include <cstdint>
 
 #include "kernels/cuda/hopper/hopper_params.hpp"
+#include "kernels/cuda/hopper/hopper_ptx.cuh"
 
 namespace ringattn::cuda::hopper {
 
@@ -60,17 +61,26 @@ struct Config {
   static constexpr int kOffK = kOffQ + kQStages * kQBytes;
   static constexpr int kOffV = kOffK + kStages * kKVBytes;
   static constexpr int kOffBar = kOffV + kStages * kKVBytes;
-  // Barriers: full_k[S], full_v[S], empty_k[S], empty_v[S], q_full[QS], q_empty[QS].
-  static constexpr int kNumBars = 4 * kStages + 2 * kQStages;
+  // Barriers: full_k[S], full_v[S], empty_k[S], empty_v[S], q_full[QS], q_empty[QS],
+  // tile_full[TS], tile_empty[TS]; then the TS tile-index slots of the dynamic schedule.
+  static constexpr int kTileSlots = 2;
+  static constexpr int kNumBars = 4 * kStages + 2 * kQStages + 2 * kTileSlots;
+  static constexpr int kOffTileSlots = kOffBar + kNumBars * 8;
   // +1024: the dynamic buffer is realigned to 1024 bytes, where the 128-byte swizzle repeats.
-  static constexpr int kSmemBytes = kOffBar + kNumBars * 8 + kSwizzleAtomBytes;
+  static constexpr int kSmemBytes = kOffTileSlots + kTileSlots * 4 + kSwizzleAtomBytes;
   static_assert(kSmemBytes <= 232448, "over the 227 KB of shared memory a CTA may have");
   // Register budget after setmaxnreg: 128 * producer + 128 * NC * consumer <= 65536. Head dim 256
   // holds 128 accumulators of O per consumer thread: its consumers take 240 (the producer's one
   // issuing thread needs few).
   static constexpr int kProducerRegs = NC == 2 ? (D == 256 ? 24 : 40) : 32;
   static constexpr int kConsumerRegs = NC == 2 ? (D == 256 ? 240 : 232) : 160;
-  static_assert(kWarpgroupThreads * (kProducerRegs + NC * kConsumerRegs) <= 65536, "register file");
+  // The dynamic tile schedule (TileFeed). Not at head dim 256: there the copy thread's 24
+  // registers spill (48 bytes) when it reads tile indices from shared memory, so CTAs take the
+  // static round robin.
+  static constexpr bool kDynamicSchedule = D != 256;
+  // setmaxnreg moves registers between the warpgroups of the CTA: the sum may not exceed what the
+  // launch gave each thread (65536 / kThreads, rounded down to 8) times the warpgroups.
+  static_assert(kProducerRegs + NC * kConsumerRegs <= (NC + 1) * (65536 / kThreads / 8 * 8), "register file");
 };
 
 // Addresses in the 1024-byte aligned dynamic shared memory of one CTA.
@@ -87,6 +97,11 @@ struct SmemPlan {
   __device__ __forceinline__ uint32_t empty_v(int s) const { return bar(3 * C::kStages + s); }
   __device__ __forceinline__ uint32_t q_full(int s) const { return bar(4 * C::kStages + s); }
   __device__ __forceinline__ uint32_t q_empty(int s) const { return bar(4 * C::kStages + C::kQStages + s); }
+  __device__ __forceinline__ uint32_t tile_full(int s) const { return bar(4 * C::kStages + 2 * C::kQStages + s); }
+  __device__ __forceinline__ uint32_t tile_empty(int s) const {
+    return bar(4 * C::kStages + 2 * C::kQStages + C::kTileSlots + s);
+  }
+  __device__ __forceinline__ uint32_t tile_slot(int s) const { return base + C::kOffTileSlots + 4 * s; }
 };
 
 // The work of one CTA iteration: a block_m-row query tile of one (batch, head). Its key blocks
@@ -137,6 +152,60 @@ __host__ __device__ inline Tile decode_tile(const HopperParams& p, int t) {
   tile.full_begin = int(visible_range(p.mask, tile.m0 + rows - 1, p.kv_len).begin);
   tile.full_end = int(visible_range(p.mask, tile.m0, p.kv_len).end);
   return tile;
+}
+
+// The dynamic tile schedule. CTA c starts with tile c; every later tile goes to the CTA whose
+// producer asks first (an atomic counter in global memory), so a CTA that drew short tiles takes
+// more of them. The static round robin (tile c, c + gridDim.x, ...) left the slowest CTA with 3%
+// more than the mean at batch 4 x 2k causal and 6% at 8k causal (hopper/PERF.md). The producer
+// schedules: one thread of its second warp asks for the CTA's next tile and publishes each tile
+// index (then one past the last tile: the end) through a ring of kTileSlots shared slots, which
+// the copy-issuing thread and every consumer warp read once each (a thread of its own, because
+// the copy thread has only 24 registers at head dim 256). Tiles keep decode_tile's order (longest
+// causal tiles first).
+// Without C::kDynamicSchedule, next() returns tiles c, c + gridDim.x, ... (the static round robin)
+// and no thread schedules.
+template <typename C>
+struct TileFeed {
+  static constexpr int kReaders = C::kConsumerWarps + 1;  // the consumer warps and the copy thread
+  int it = 0;
+  // Readers: the next tile index; >= p.num_tiles when there is none. Call again only before
+  // that. whole_warp: the calling warp's 32 lanes all call (a consumer warp); else one thread.
+  template <bool whole_warp>
+  __device__ __forceinline__ int next(const SmemPlan<C>& sm) {
+    if constexpr (!C::kDynamicSchedule) return int(blockIdx.x) + int(gridDim.x) * it++;
+    const int s = it % C::kTileSlots;
+    mbar_wait(sm.tile_full(s), (it / C::kTileSlots) & 1);
+    int ti;
+    asm volatile("ld.shared.b32 %0, [%1];\n" : "=r"(ti) : "r"(sm.tile_slot(s)) : "memory");
+    if constexpr (whole_warp) __syncwarp();  // the warp has read the slot before its lane 0 frees it
+    if (!whole_warp || threadIdx.x % 32 == 0) mbar_arrive(sm.tile_empty(s));
+    ++it;
+    return ti;
+  }
+  // The scheduling thread: publishes tile index ti once every reader has read the index
+  // kTileSlots before it.
+  __device__ __forceinline__ void publish(const SmemPlan<C>& sm, int ti) {
+    const int s = it % C::kTileSlots;
+    mbar_wait(sm.tile_empty(s), ((it / C::kTileSlots) & 1) ^ 1);
+    asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(sm.tile_slot(s)), "r"(ti) : "memory");
+    mbar_arrive(sm.tile_full(s));  // release: the consumers' wait sees the index
+    ++it;
+  }
+};
+// The scheduling thread: the index of this CTA's next tile (the first gridDim.x went one to each CTA).
+__device__ __forceinline__ int fetch_tile(const HopperParams& p) {
+  return int(gridDim.x) + atomicAdd(p.tile_counter, 1);
+}
+// The scheduling thread, after the fetch that returned the end: the last CTA to get here has seen every
+// CTA's last fetch done, and zeroes both counters for the next launch on the stream (launches on
+// one stream run one after another).
+__device__ __forceinline__ void schedule_done(const HopperParams& p) {
+  __threadfence();
+  if (atomicAdd(p.tile_counter + 1, 1) == int(gridDim.x) - 1) {
+    atomicExch(p.tile_counter, 0);
+    atomicExch(p.tile_counter + 1, 0);
+  }
 }
 
 // True when key block nb needs the element mask: it reaches past kv_len, or the mask hides some

@@ -129,7 +129,8 @@ __device__ __forceinline__ void consume_per_tile(const HopperParams& p, const Sm
   const uint32_t q_base = sm.q(0) + ln.cw * kRowsPerConsumer * kSwizzleRowBytes;  // this warpgroup's rows in each column block
   const bool lazy = p.lazy_rescale != 0;
   int it = 0, q_it = 0;
-  for (int ti = blockIdx.x; ti < p.num_tiles; ti += gridDim.x) {
+  TileFeed<C> feed;
+  for (int ti = feed.template next<true>(sm); ti < p.num_tiles; ti = feed.template next<true>(sm)) {
     const Tile t = decode_tile(p, ti);
     const int row0 = ln.row0(t.m0);
     if (t.n_blocks == 0) {
@@ -186,15 +187,17 @@ __device__ __forceinline__ void consume_per_tile(const HopperParams& p, const Sm
 }
 
 // Walks the CTA's (query tile, key tile) stream in order, writing the empty state of query
-// tiles that see no key on the way.
+// tiles that see no key on the way. Once next has returned false it must not be called again.
+template <typename C>
 struct BlockCursor {
-  int ti, i;  // tile index and key-tile step within it
+  int i;  // key-tile step within the current tile
   Tile t;
-  __device__ __forceinline__ BlockCursor() : ti(int(blockIdx.x) - int(gridDim.x)), i(0), t{} { t.n_blocks = 0; }
+  TileFeed<C> feed;
+  __device__ __forceinline__ BlockCursor() : i(0), t{}, feed{} { t.n_blocks = 0; }
   template <typename T, int D>
-  __device__ __forceinline__ bool next(const HopperParams& p, const Lane& ln) {
+  __device__ __forceinline__ bool next(const HopperParams& p, const SmemPlan<C>& sm, const Lane& ln) {
     if (++i < t.n_blocks) return true;
-    for (ti += gridDim.x; ti < p.num_tiles; ti += gridDim.x) {
+    for (int ti = feed.template next<true>(sm); ti < p.num_tiles; ti = feed.template next<true>(sm)) {
       t = decode_tile(p, ti);
       i = 0;
       if (t.n_blocks > 0) return true;
@@ -211,8 +214,8 @@ __device__ __forceinline__ void consume_streamed(const HopperParams& p, const Sm
   constexpr int D = C::kHeadDim, S = C::kStages, QS = C::kQStages;
   const Lane ln(consumer, C::kConsumers);
   const bool lazy = p.lazy_rescale != 0;
-  BlockCursor cur;
-  if (!cur.next<T, D>(p, ln)) return;
+  BlockCursor<C> cur;
+  if (!cur.template next<T, D>(p, sm, ln)) return;
   float o[D / 2];
   float s[I::kS];
   uint32_t pf[I::kP];
@@ -236,7 +239,7 @@ __device__ __forceinline__ void consume_streamed(const HopperParams& p, const Sm
   bool prev_first = true;  // the pending P V is its tile's first (starts O over)
   int s_prev = 0, it_prev = 0;
   ++it;
-  while (cur.next<T, D>(p, ln)) {
+  while (cur.template next<T, D>(p, sm, ln)) {
     const int s_cur = it % S;
     const bool first = cur.i == 0;
     if (first) {  // a new query tile: its Q is in the next buffer

@@ -4,6 +4,9 @@
 #include <cuda_runtime.h>
 
 #include <atomic>
+#include <map>
+#include <mutex>
+#include <utility>
 
 #include "kernels/cuda/cuda_check.hpp"
 #include "kernels/cuda/hopper/hopper_flash_kernel.cuh"
@@ -61,12 +64,33 @@ void with_config(HopperTile tile, int d, F&& f) {
   }
 }
 
+// The dynamic schedule's two counters for launches on `stream` of the current device: zeroed
+// once here, and by the last CTA of every launch after that (schedule_done), so launches on one
+// stream, which run one after another, share them; each stream has its own pair. Kept for the
+// life of the process (8 bytes per stream used).
+int* tile_counters(cudaStream_t stream) {
+  static std::mutex mu;
+  static std::map<std::pair<int, cudaStream_t>, int*> counters;
+  int device = 0;
+  RA_CHECK_CUDA(cudaGetDevice(&device));
+  const std::lock_guard<std::mutex> lock(mu);
+  int*& c = counters[{device, stream}];
+  if (c == nullptr) {
+    int* fresh = nullptr;
+    RA_CHECK_CUDA(cudaMalloc(&fresh, 2 * sizeof(int)));
+    RA_CHECK_CUDA(cudaMemsetAsync(fresh, 0, 2 * sizeof(int), stream));  // ordered before the stream's launches
+    c = fresh;
+  }
+  return c;
+}
+
 template <typename T, typename C>
-void launch_config(const HopperParams& hp, int sms, cudaStream_t stream) {
+void launch_config(HopperParams hp, int sms, cudaStream_t stream) {
   auto kernel = hopper::hopper_flash_kernel<T, C>;
   static std::atomic<uint64_t> configured{0};
   set_dynamic_smem_once(kernel, C::kSmemBytes, configured);
   const int grid = hp.num_tiles < sms ? hp.num_tiles : sms;
+  hp.tile_counter = tile_counters(stream);
   kernel<<<grid, C::kThreads, C::kSmemBytes, stream>>>(hp);
   RA_CHECK_CUDA_LAUNCH("hopper_flash_kernel");
 }

@@ -1,10 +1,10 @@
 // The sm_90a flash forward kernel: a persistent, warp-specialized CTA of 1 + NC warpgroups
 // (Config in hopper_config.cuh: NC = 2 or 3 consumers, key tile N, ring depth STAGES).
 //
-//   warpgroup 0 (producer, setmaxnreg down): one thread walks the same tile schedule as the
-//     consumers and issues bulk tensor copies: Q once per tile, then K and V tile by tile into a
-//     STAGES-deep ring. full_* barriers count the bytes in; empty_* barriers count the consumer
-//     warps out.
+//   warpgroup 0 (producer, setmaxnreg down): one thread takes the CTA's tiles from the dynamic
+//     schedule (TileFeed, hopper_config.cuh), hands their indices to the consumers, and issues
+//     bulk tensor copies: Q once per tile, then K and V tile by tile into a STAGES-deep ring.
+//     full_* barriers count the bytes in; empty_* barriers count the consumer warps out.
 //   warpgroups 1..NC (consumers, setmaxnreg up): 64 query rows each. Per key tile j:
 //       issue S_j = Q K_j^T (wgmma, both from shared memory)
 //       issue O += P_{j-1} V_{j-1} (wgmma, P from registers)
@@ -27,6 +27,34 @@
 
 namespace ringattn::cuda::hopper {
 
+// The producer's copies for tile t: Q once (into Q buffer q_it % QSTAGES), then K and V key block
+// by key block into the ring (step it onward). Advances q_it and it.
+template <typename C>
+__device__ __forceinline__ void produce_tile(const HopperParams& p, const SmemPlan<C>& sm, const Tile& t, int& q_it,
+                                             int& it) {
+  const int kvh = t.h / p.group;
+  const int qs = q_it % C::kQStages;
+  mbar_wait(sm.q_empty(qs), ((q_it / C::kQStages) & 1) ^ 1);
+  mbar_arrive_expect_tx(sm.q_full(qs), C::kQBytes);
+  for (int cb = 0; cb < C::kColBlocks; ++cb)
+    tma_load_4d(sm.q(qs) + cb * C::kQColBlockBytes, &p.tm_q, sm.q_full(qs), cb * kSwizzleRowValues, t.m0, t.h, t.b);
+  ++q_it;
+  for (int i = 0; i < t.n_blocks; ++i, ++it) {
+    const int nb = t.block(i), s = it % C::kStages;
+    const uint32_t ph = (it / C::kStages) & 1;
+    mbar_wait(sm.empty_k(s), ph ^ 1);
+    mbar_arrive_expect_tx(sm.full_k(s), C::kKVBytes);
+    for (int cb = 0; cb < C::kColBlocks; ++cb)
+      tma_load_4d(sm.k(s) + cb * C::kKVColBlockBytes, &p.tm_k, sm.full_k(s), cb * kSwizzleRowValues, nb * C::kBlockN,
+                  kvh, t.b);
+    mbar_wait(sm.empty_v(s), ph ^ 1);
+    mbar_arrive_expect_tx(sm.full_v(s), C::kKVBytes);
+    for (int cb = 0; cb < C::kColBlocks; ++cb)
+      tma_load_4d(sm.v(s) + cb * C::kKVColBlockBytes, &p.tm_v, sm.full_v(s), cb * kSwizzleRowValues, nb * C::kBlockN,
+                  kvh, t.b);
+  }
+}
+
 template <typename T, typename C>
 __global__ void __launch_bounds__(C::kThreads, 1) hopper_flash_kernel(const __grid_constant__ HopperParams p) {
 #if RA_HOPPER_WGMMA
@@ -45,6 +73,10 @@ __global__ void __launch_bounds__(C::kThreads, 1) hopper_flash_kernel(const __gr
       mbar_init(sm.q_full(s), 1);
       mbar_init(sm.q_empty(s), C::kConsumerWarps);
     }
+    for (int s = 0; s < C::kTileSlots; ++s) {
+      mbar_init(sm.tile_full(s), 1);
+      mbar_init(sm.tile_empty(s), TileFeed<C>::kReaders);
+    }
     mbar_fence_init();
   }
   __syncthreads();
@@ -52,36 +84,24 @@ __global__ void __launch_bounds__(C::kThreads, 1) hopper_flash_kernel(const __gr
   if (wg == 0) {
     // ---------------- producer ----------------
     regs_decrease<C::kProducerRegs>();
+    if (C::kDynamicSchedule && warp == 1 && lane == 0) {  // the scheduling thread
+      TileFeed<C> feed;
+      for (int ti = blockIdx.x;; ti = fetch_tile(p)) {
+        feed.publish(sm, ti);
+        if (ti >= p.num_tiles) break;
+      }
+      schedule_done(p);
+      return;
+    }
     if (warp != 0 || lane != 0) return;
     tma_prefetch_desc(&p.tm_q);
     tma_prefetch_desc(&p.tm_k);
     tma_prefetch_desc(&p.tm_v);
     int it = 0, q_it = 0;
-    for (int ti = blockIdx.x; ti < p.num_tiles; ti += gridDim.x) {
+    TileFeed<C> feed;
+    for (int ti = feed.template next<false>(sm); ti < p.num_tiles; ti = feed.template next<false>(sm)) {
       const Tile t = decode_tile(p, ti);
-      if (t.n_blocks == 0) continue;
-      const int kvh = t.h / p.group;
-      const int qs = q_it % C::kQStages;
-      mbar_wait(sm.q_empty(qs), ((q_it / C::kQStages) & 1) ^ 1);
-      mbar_arrive_expect_tx(sm.q_full(qs), C::kQBytes);
-      for (int cb = 0; cb < C::kColBlocks; ++cb)
-        tma_load_4d(sm.q(qs) + cb * C::kQColBlockBytes, &p.tm_q, sm.q_full(qs), cb * kSwizzleRowValues, t.m0, t.h,
-                    t.b);
-      ++q_it;
-      for (int i = 0; i < t.n_blocks; ++i, ++it) {
-        const int nb = t.block(i), s = it % C::kStages;
-        const uint32_t ph = (it / C::kStages) & 1;
-        mbar_wait(sm.empty_k(s), ph ^ 1);
-        mbar_arrive_expect_tx(sm.full_k(s), C::kKVBytes);
-        for (int cb = 0; cb < C::kColBlocks; ++cb)
-          tma_load_4d(sm.k(s) + cb * C::kKVColBlockBytes, &p.tm_k, sm.full_k(s), cb * kSwizzleRowValues,
-                      nb * C::kBlockN, kvh, t.b);
-        mbar_wait(sm.empty_v(s), ph ^ 1);
-        mbar_arrive_expect_tx(sm.full_v(s), C::kKVBytes);
-        for (int cb = 0; cb < C::kColBlocks; ++cb)
-          tma_load_4d(sm.v(s) + cb * C::kKVColBlockBytes, &p.tm_v, sm.full_v(s), cb * kSwizzleRowValues,
-                      nb * C::kBlockN, kvh, t.b);
-      }
+      if (t.n_blocks > 0) produce_tile<C>(p, sm, t, q_it, it);
     }
     return;
   }

@@ -279,6 +279,62 @@ TEST_F(HopperFlash, Dim256WindowLowerEdgeOnly) {
   run_case(windowed({DType::F16, 1, 4, 2, 300, 500, 256, false, 150}, 79));
 }
 
+// The dynamic tile schedule keeps a pair of counters per stream, reset by each launch's last CTA:
+// four launches of one causal problem (512 tiles of uneven length) alternate between two
+// non-blocking streams, so launches on both streams overlap, then one more on the first stream.
+// Every output must equal the oracle's: a counter shared between the streams, or one left
+// unreset, would hand out tiles twice or never (the outputs are NaN-poisoned).
+TEST_F(HopperFlash, DynamicScheduleOnConcurrentStreams) {
+  const uint64_t seed = fresh_seed();
+  SCOPED_TRACE("seed " + std::to_string(seed));
+  std::mt19937_64 rng(seed);
+  const int64_t b = 4, hq = 16, hkv = 4, t = 2048, d = 128;
+  HostTensor q(DType::BF16, b, hq, t, d, rng), k(DType::BF16, b, hkv, t, d, rng), v(DType::BF16, b, hkv, t, d, rng);
+  HostState poison(b, hq, t, d);
+  FlashParams hp;
+  hp.q = q.view;
+  hp.k = k.view;
+  hp.v = v.view;
+  hp.state = poison.view;
+  hp.scale = 1.f / std::sqrt(float(d));
+  hp.mask = MaskSpec{true, 0, -1};
+  const cpu::Reference ref = cpu::naive_attention(hp);
+  FlashParams dp = hp;
+  dp.q.data = to_device(q.bytes.data(), q.bytes.size());
+  dp.k.data = to_device(k.bytes.data(), k.bytes.size());
+  dp.v.data = to_device(v.bytes.data(), v.bytes.size());
+  ASSERT_TRUE(dp.q.data && dp.k.data && dp.v.data);
+  cudaStream_t streams[2];
+  for (auto& s : streams) CK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+  constexpr int kLaunches = 5;
+  std::vector<float*> o(kLaunches), lse(kLaunches);
+  for (int i = 0; i < kLaunches; ++i) {
+    o[i] = static_cast<float*>(to_device(poison.o.data(), poison.o.size() * 4));
+    lse[i] = static_cast<float*>(to_device(poison.lse.data(), poison.lse.size() * 4));
+    ASSERT_TRUE(o[i] && lse[i]);
+  }
+  for (int i = 0; i < kLaunches; ++i) {
+    FlashParams li = dp;
+    li.state = contiguous_state(o[i], lse[i], b, hq, t, d);
+    ASSERT_TRUE(hopper_takes(li));
+    validate_flash(li, /*complete=*/false);
+    cuda::launch_flash(hopper_choice(li), li, device0(), streams[i < 4 ? i % 2 : 0]);
+  }
+  CK(cudaGetLastError());
+  CK(cudaDeviceSynchronize());
+  for (int i = 0; i < kLaunches; ++i) {
+    std::vector<float> got_o(poison.o.size(), kNaN), got_lse(poison.lse.size(), kNaN);
+    CK(cudaMemcpy(got_o.data(), o[i], got_o.size() * 4, cudaMemcpyDeviceToHost));
+    CK(cudaMemcpy(got_lse.data(), lse[i], got_lse.size() * 4, cudaMemcpyDeviceToHost));
+    EXPECT_LT(rel_error(got_o, ref.o), 1e-2) << "launch " << i;
+    EXPECT_LT(max_abs_error(got_lse, ref.lse), 2e-2) << "launch " << i;
+    cudaFree(o[i]);
+    cudaFree(lse[i]);
+  }
+  for (auto& s : streams) CK(cudaStreamDestroy(s));
+  for (void* ptr : {dp.q.data, dp.k.data, dp.v.data}) cudaFree(ptr);
+}
+
 // Head dim 256 runs on the Hopper kernel only: with the portable kernel required, the call is
 // refused naming the head dim and what the portable kernels allow.
 TEST_F(HopperFlash, Dim256RefusedOnThePortableKernel) {
