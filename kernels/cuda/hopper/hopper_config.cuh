@@ -160,26 +160,27 @@ __host__ __device__ inline Tile decode_tile(const HopperParams& p, int t) {
 // more than the mean at batch 4 x 2k causal and 6% at 8k causal (hopper/PERF.md). The producer
 // schedules: one thread of its second warp asks for the CTA's next tile and publishes each tile
 // index (then one past the last tile: the end) through a ring of kTileSlots shared slots, which
-// the copy-issuing thread and every consumer warp read once each (a thread of its own, because
+// the copy-issuing thread and every consumer thread read once each (a thread of its own, because
 // the copy thread has only 24 registers at head dim 256). Tiles keep decode_tile's order (longest
 // causal tiles first).
 // Without C::kDynamicSchedule, next() returns tiles c, c + gridDim.x, ... (the static round robin)
 // and no thread schedules.
 template <typename C>
 struct TileFeed {
-  static constexpr int kReaders = C::kConsumerWarps + 1;  // the consumer warps and the copy thread
+  // Every consumer thread and the copy thread read each index and arrive on the slot's empty
+  // barrier (one arrival per warp after __syncwarp is enough in the memory model, but racecheck
+  // only sees the order through a thread's own arrival, as in the backward's stage barriers).
+  static constexpr int kReaders = 32 * C::kConsumerWarps + 1;
   int it = 0;
   // Readers: the next tile index; >= p.num_tiles when there is none. Call again only before
-  // that. whole_warp: the calling warp's 32 lanes all call (a consumer warp); else one thread.
-  template <bool whole_warp>
+  // that.
   __device__ __forceinline__ int next(const SmemPlan<C>& sm) {
     if constexpr (!C::kDynamicSchedule) return int(blockIdx.x) + int(gridDim.x) * it++;
     const int s = it % C::kTileSlots;
     mbar_wait(sm.tile_full(s), (it / C::kTileSlots) & 1);
     int ti;
     asm volatile("ld.shared.b32 %0, [%1];\n" : "=r"(ti) : "r"(sm.tile_slot(s)) : "memory");
-    if constexpr (whole_warp) __syncwarp();  // the warp has read the slot before its lane 0 frees it
-    if (!whole_warp || threadIdx.x % 32 == 0) mbar_arrive(sm.tile_empty(s));
+    mbar_arrive(sm.tile_empty(s));
     ++it;
     return ti;
   }

@@ -130,7 +130,7 @@ __device__ __forceinline__ void consume_per_tile(const HopperParams& p, const Sm
   const bool lazy = p.lazy_rescale != 0;
   int it = 0, q_it = 0;
   TileFeed<C> feed;
-  for (int ti = feed.template next<true>(sm); ti < p.num_tiles; ti = feed.template next<true>(sm)) {
+  for (int ti = feed.next(sm); ti < p.num_tiles; ti = feed.next(sm)) {
     const Tile t = decode_tile(p, ti);
     const int row0 = ln.row0(t.m0);
     if (t.n_blocks == 0) {
@@ -197,7 +197,7 @@ struct BlockCursor {
   template <typename T, int D>
   __device__ __forceinline__ bool next(const HopperParams& p, const SmemPlan<C>& sm, const Lane& ln) {
     if (++i < t.n_blocks) return true;
-    for (int ti = feed.template next<true>(sm); ti < p.num_tiles; ti = feed.template next<true>(sm)) {
+    for (int ti = feed.next(sm); ti < p.num_tiles; ti = feed.next(sm)) {
       t = decode_tile(p, ti);
       i = 0;
       if (t.n_blocks > 0) return true;

@@ -99,7 +99,7 @@ __global__ void __launch_bounds__(C::kThreads, 1) hopper_flash_kernel(const __gr
     tma_prefetch_desc(&p.tm_v);
     int it = 0, q_it = 0;
     TileFeed<C> feed;
-    for (int ti = feed.template next<false>(sm); ti < p.num_tiles; ti = feed.template next<false>(sm)) {
+    for (int ti = feed.next(sm); ti < p.num_tiles; ti = feed.next(sm)) {
       const Tile t = decode_tile(p, ti);
       if (t.n_blocks > 0) produce_tile<C>(p, sm, t, q_it, it);
     }
