@@ -8,7 +8,8 @@
 //   through a cp.async ring of 64-key tiles (2 stages, 3 at head dim 256).
 // - Each of the 4 warps takes its own 16 keys of every tile and keeps its own (m, l, acc); the
 //   warps combine through shared memory at the end, and the partials of all chunks are
-//   combined by the merge-splits kernel (merge.cu).
+//   combined by the merge-splits kernel (merge.cu), launched programmatically after this one
+//   (Hopper: its launch overlaps this kernel's tail).
 #include <type_traits>
 
 #include "kernels/cuda/cuda_check.hpp"
@@ -245,6 +246,10 @@ __global__ void __launch_bounds__(kThreads) decode_mma_kernel(const DecodeKernel
       H::mma(acc[2 * dn + 1], pa, bv[2], bv[3]);
     }
   }
+  // Past its key loop the CTA only combines and stores: merge_splits, launched programmatically
+  // after this kernel, may be scheduled once every CTA is here (it waits for this grid's
+  // completion before it reads a partial), so its launch overlaps the last CTAs' tails.
+  pdl_allow_dependent_launch();
   cp_async_wait<0>();
   __syncthreads();  // every warp is done with the K/V tiles: their memory becomes the scratch
 

@@ -25,6 +25,25 @@ __device__ __forceinline__ int64_t view_offset(const TensorView& v, int64_t b, i
   return b * v.stride_b + h * v.stride_h + t * v.stride_t;
 }
 
+// ---- Programmatic dependent launch (compute capability 9.0+) ----
+// A kernel launched with cudaLaunchAttributeProgrammaticStreamSerialization may be scheduled
+// before the kernel ahead of it in the stream has finished. It must call pdl_wait_for_prior_grid
+// before touching memory that kernel writes: the wait returns once that kernel has completed and
+// its writes are visible (at once when the launch was an ordinary one). The PTX exists only from
+// sm_90; on older GPUs the launch attribute is not set (merge.cu) and these compile to nothing.
+__device__ __forceinline__ void pdl_wait_for_prior_grid() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  cudaGridDependencySynchronize();
+#endif
+}
+// Lets the dependent kernel be scheduled once every CTA of this grid has called it or exited: a
+// hint for early scheduling only, it orders no memory (the dependent's wait does).
+__device__ __forceinline__ void pdl_allow_dependent_launch() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  cudaTriggerProgrammaticLaunchCompletion();
+#endif
+}
+
 // ---- 16-bit element types on tensor cores ----
 
 template <typename T>
