@@ -9,4 +9,10 @@ void fail_no_instance(const char* launcher, const char* what, long long value, c
   fail_arg("{}: {}={} has no kernel instantiation: allowed are {}", launcher, what, value, allowed);
 }
 
+void fail_smem_too_large(int bytes, int device, int optin) {
+  fail_arg("the kernel needs {} bytes of shared memory per block; GPU {} allows at most {} (this head dim or "
+           "configuration needs a GPU with more shared memory)",
+           bytes, device, optin);
+}
+
 }  // namespace ringattn::cuda

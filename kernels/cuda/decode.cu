@@ -1,14 +1,15 @@
-// Split-KV decode (flash-decoding) on tensor cores, bf16/fp16.
+// Split-KV decode (flash-decoding) on tensor cores, bf16/fp16, head dims 64, 128 and 256.
 //
 // Decode is bound by reading K and V once, so the kernel is shaped for bandwidth:
 // - GQA packing: the G = q_heads / kv_heads query heads of one KV head and the q_len rows are
 //   packed as the 16 rows of one m16 tile, so every K/V byte loaded serves all of them.
 // - Split KV: the grid is (key chunk, batch x KV head, row block), sized so that every
 //   multiprocessor holds CTAs even at batch 1 with 8 KV heads; each CTA streams its chunk
-//   through a double-buffered cp.async ring of 64-key tiles.
+//   through a cp.async ring of 64-key tiles (2 stages, 3 at head dim 256).
 // - Each of the 4 warps takes its own 16 keys of every tile and keeps its own (m, l, acc); the
 //   warps combine through shared memory at the end, and the partials of all chunks are
-//   combined by the merge-splits kernel (merge.cu).
+//   combined by the merge-splits kernel (merge.cu), launched programmatically after this one
+//   (Hopper: its launch overlaps this kernel's tail).
 #include <type_traits>
 
 #include "kernels/cuda/cuda_check.hpp"
@@ -21,15 +22,21 @@ namespace {
 
 constexpr int kWarps = 4, kThreads = 32 * kWarps;
 constexpr int kTileKeys = 16 * kWarps;  // 16 keys per warp per tile
-// Two stages (double buffering): 68 KB of shared memory at head dim 128, so 3 CTAs fit per SM
-// (3 were 102 KB: 2 per SM); measured +1% at 8 x 32k, +5% with 16 query tokens, even elsewhere
-// (kernels/cuda/PERF.md).
-constexpr int kStages = 2;
+// Stages of the K/V ring. Two (double buffering) at head dims 64 and 128: 68 KB of shared memory
+// at 128, so 3 CTAs fit per SM (3 stages were 102 KB: 2 per SM); measured +1% at 8 x 32k, +5%
+// with 16 query tokens, even elsewhere (kernels/cuda/PERF.md). At 256 a single CTA fits per SM
+// with either (2 stages 136 KB, 3 stages 200 KB; 227 KB per block), so three: two 64 KB tiles in
+// flight per SM instead of one.
+template <int D>
+constexpr int decode_stages() {
+  return D == 256 ? 3 : 2;
+}
 
 template <int D>
 constexpr size_t decode_smem_bytes() {
-  return size_t(16 * D + 2 * kStages * kTileKeys * D) * 2;
+  return size_t(16 * D + 2 * decode_stages<D>() * kTileKeys * D) * 2;
 }
+static_assert(decode_smem_bytes<256>() <= 227 * 1024, "the largest instantiation fits a block on sm_90");
 
 struct DecodeKernelParams {
   FlashParams f;
@@ -66,7 +73,7 @@ __device__ __forceinline__ void combine_warps(const DecodeKernelParams& a, float
   const FlashParams& f = a.f;
   constexpr int kLd = D + 4;  // padded rows: the quads' stores spread over the banks
   // The K stages and the V stages after them (decode_mma_kernel's sK, sV) are one region.
-  static_assert(sizeof(float) * (kWarps * 16 * (kLd + 2)) <= sizeof(T) * 2 * kStages * kTileKeys * D,
+  static_assert(sizeof(float) * (kWarps * 16 * (kLd + 2)) <= sizeof(T) * 2 * decode_stages<D>() * kTileKeys * D,
                 "the combine scratch fits in the K and V stages");
   float* red_acc = scratch;                          // [kWarps][16][kLd], unnormalized
   float* red_m = red_acc + kWarps * 16 * kLd;       // [kWarps][16], log2 units
@@ -118,6 +125,7 @@ __global__ void __launch_bounds__(kThreads) decode_mma_kernel(const DecodeKernel
   using H = Half16<T>;
   using Tile = SwizzledTile<D>;
   constexpr int kDT = D / 8;
+  constexpr int kStages = decode_stages<D>();
   const FlashParams& f = a.f;
   extern __shared__ __align__(128) unsigned char smem_raw[];
   T* sQ = reinterpret_cast<T*>(smem_raw);      // [16][D]
@@ -159,6 +167,10 @@ __global__ void __launch_bounds__(kThreads) decode_mma_kernel(const DecodeKernel
   }
 
   const float scale_log2 = f.scale * kLog2e;
+  // Q's fragments stay in registers up to head dim 128. At 256 they would be 64 registers beside
+  // the 128 of acc, and ptxas spilled (255 registers); there each warp reloads them from sQ per
+  // key tile instead (one more ldmatrix per k-step, from shared memory that is never overwritten).
+  constexpr bool kQInRegisters = D <= 128;
   uint32_t qf[D / 16][4];
   float acc[kDT][4];
 #pragma unroll
@@ -180,7 +192,7 @@ __global__ void __launch_bounds__(kThreads) decode_mma_kernel(const DecodeKernel
   for (int j = 0; j < n_tiles; ++j) {
     cp_async_wait<kStages - 2>();  // tile j (and Q) have landed
     __syncthreads();
-    if (j == 0) {
+    if (kQInRegisters && j == 0) {
 #pragma unroll
       for (int kk = 0; kk < D / 16; ++kk) ldmatrix_x4(qf[kk], sQa + Tile::fragment_offset(q_off, 0, kk));
     }
@@ -198,10 +210,12 @@ __global__ void __launch_bounds__(kThreads) decode_mma_kernel(const DecodeKernel
     float s[2][4] = {{0.f, 0.f, 0.f, 0.f}, {0.f, 0.f, 0.f, 0.f}};
 #pragma unroll
     for (int kk = 0; kk < D / 16; ++kk) {
-      uint32_t bk[4];
+      uint32_t bk[4], q_reloaded[4];
       ldmatrix_x4(bk, kt + Tile::fragment_offset(k_off, warp * 16, kk));
-      H::mma(s[0], qf[kk], bk[0], bk[1]);
-      H::mma(s[1], qf[kk], bk[2], bk[3]);
+      if constexpr (!kQInRegisters) ldmatrix_x4(q_reloaded, sQa + Tile::fragment_offset(q_off, 0, kk));
+      const uint32_t(&qa)[4] = kQInRegisters ? qf[kk] : q_reloaded;
+      H::mma(s[0], qa, bk[0], bk[1]);
+      H::mma(s[1], qa, bk[2], bk[3]);
     }
 #pragma unroll
     for (int half = 0; half < 2; ++half) {
@@ -232,6 +246,10 @@ __global__ void __launch_bounds__(kThreads) decode_mma_kernel(const DecodeKernel
       H::mma(acc[2 * dn + 1], pa, bv[2], bv[3]);
     }
   }
+  // Past its key loop the CTA only combines and stores: merge_splits, launched programmatically
+  // after this kernel, may be scheduled once every CTA is here (it waits for this grid's
+  // completion before it reads a partial), so its launch overlaps the last CTAs' tails.
+  pdl_allow_dependent_launch();
   cp_async_wait<0>();
   __syncthreads();  // every warp is done with the K/V tiles: their memory becomes the scratch
 
@@ -269,12 +287,14 @@ template <typename Fn>
 auto dispatch_decode(const FlashParams& f, Fn fn) {
   using D64 = std::integral_constant<int, 64>;
   using D128 = std::integral_constant<int, 128>;
+  using D256 = std::integral_constant<int, 256>;
   const bool bf16 = f.q.dtype == DType::BF16;
   if (!bf16 && f.q.dtype != DType::F16) fail_no_instance("decode_mma", "dtype", int(f.q.dtype), "bf16 and fp16");
   switch (f.q.dim) {
     case 64: return bf16 ? fn(__nv_bfloat16{}, D64{}) : fn(__half{}, D64{});
     case 128: return bf16 ? fn(__nv_bfloat16{}, D128{}) : fn(__half{}, D128{});
-    default: fail_no_instance("decode_mma", "head_dim", f.q.dim, "64 and 128");
+    case 256: return bf16 ? fn(__nv_bfloat16{}, D256{}) : fn(__half{}, D256{});
+    default: fail_no_instance("decode_mma", "head_dim", f.q.dim, "64, 128 and 256");
   }
 }
 

@@ -25,6 +25,25 @@ __device__ __forceinline__ int64_t view_offset(const TensorView& v, int64_t b, i
   return b * v.stride_b + h * v.stride_h + t * v.stride_t;
 }
 
+// ---- Programmatic dependent launch (compute capability 9.0+) ----
+// A kernel launched with cudaLaunchAttributeProgrammaticStreamSerialization may be scheduled
+// before the kernel ahead of it in the stream has finished. It must call pdl_wait_for_prior_grid
+// before touching memory that kernel writes: the wait returns once that kernel has completed and
+// its writes are visible (at once when the launch was an ordinary one). The PTX exists only from
+// sm_90; on older GPUs the launch attribute is not set (merge.cu) and these compile to nothing.
+__device__ __forceinline__ void pdl_wait_for_prior_grid() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  cudaGridDependencySynchronize();
+#endif
+}
+// Lets the dependent kernel be scheduled once every CTA of this grid has called it or exited: a
+// hint for early scheduling only, it orders no memory (the dependent's wait does).
+__device__ __forceinline__ void pdl_allow_dependent_launch() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  cudaTriggerProgrammaticLaunchCompletion();
+#endif
+}
+
 // ---- 16-bit element types on tensor cores ----
 
 template <typename T>
@@ -137,7 +156,7 @@ struct FastExp2 {
 // A tile of `rows` x D 16-bit values in shared memory, rows of D * 2 bytes cut into 16-byte
 // chunks. Chunk c of row r is stored at chunk c ^ (r & 7): the 8 row addresses that one
 // ldmatrix phase reads (8 rows, same logical chunk) then fall in 8 different bank groups
-// instead of one, for both D = 64 (128-byte rows) and D = 128 (256-byte rows).
+// instead of one, for D = 64, 128 and 256 (128-, 256- and 512-byte rows).
 template <int D>
 struct SwizzledTile {
   static constexpr int kChunks = D / 8;
@@ -163,22 +182,27 @@ struct SwizzledTile {
 // the CTA; rows at or past `len` are zero-filled. A thread always copies the same chunk column
 // (THREADS is a multiple of the chunks per row) of rows kRowStep apart; with kRowStep a multiple
 // of 8 its swizzled destination moves by a constant, so one source pointer and one predicate per
-// copy are all it keeps live.
+// copy are all it keeps live. With kRowStep = 4 (D = 256 on 128 threads: 32 chunks a row, r0 < 4)
+// the rows' swizzle (row & 7) alternates between r0 and r0 + 4: two destination bases.
 template <int D, int ROWS, int THREADS, typename T>
 __device__ __forceinline__ void load_tile_async(T* tile, const T* base, int64_t stride_t, int64_t row0, int64_t len,
                                                 int tid) {
   constexpr int kChunks = D / 8;
   constexpr int kRowStep = THREADS / kChunks;
   static_assert(THREADS % kChunks == 0 && ROWS % kRowStep == 0, "every thread copies the same number of chunks");
-  static_assert(kRowStep % 8 == 0, "the swizzle pattern must repeat between a thread's rows");
+  static_assert(kRowStep % 8 == 0 || kRowStep == 4, "the swizzle pattern must repeat every one or two of a thread's rows");
+  constexpr bool kAlternates = kRowStep % 8 != 0;
   const int r0 = tid / kChunks, c = tid % kChunks;
   T* dst = tile + SwizzledTile<D>::offset(r0, c);
+  // The base of the odd iterations, shifted back by one step (only used when kAlternates).
+  T* dst_odd = tile + SwizzledTile<D>::offset(r0 + kRowStep, c) - kRowStep * D;
   const T* src = base + (row0 + r0) * stride_t + c * 8;
   const int64_t rows_left = len - row0 - r0;  // this thread's rows it with it * kRowStep < rows_left exist
 #pragma unroll
   for (int it = 0; it < ROWS / kRowStep; ++it) {
     const bool valid = it * kRowStep < rows_left;
-    cp_async_16(dst + it * kRowStep * D, valid ? src + it * kRowStep * stride_t : base, valid);
+    T* d = (kAlternates && (it & 1)) ? dst_odd : dst;
+    cp_async_16(d + it * kRowStep * D, valid ? src + it * kRowStep * stride_t : base, valid);
   }
 }
 

@@ -72,6 +72,9 @@ template <typename T>
 __global__ void __launch_bounds__(kSplitThreads) merge_splits_kernel(const MergeSplitsParams p) {
   __shared__ float partial_sums[kSplitWarps][kMaxDim];
   __shared__ float scratch[kSplitWarps];
+  // Launched programmatically after the kernel that writes the partials (launch_merge_splits):
+  // nothing is read or written before that kernel has completed.
+  pdl_wait_for_prior_grid();
   const SplitPartials& in = p.parts;
   const int64_t row = blockIdx.x, dim = in.dim;
   const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
@@ -187,6 +190,28 @@ unsigned grid_stride_row_blocks(int64_t rows) {
   return unsigned(b < (1 << 16) ? (b > 0 ? b : 1) : (1 << 16));
 }
 
+// merge_splits_kernel<T> with programmatic stream serialization on GPUs that have it (compute
+// capability 9.0+): its CTAs may be scheduled while the kernel that writes the partials (decode,
+// which allows it once its CTAs are past their key loops) is still running, so the launch gap
+// between the two is hidden; the kernel's pdl_wait_for_prior_grid keeps it correct. Elsewhere an
+// ordinary launch.
+template <typename T>
+void launch_merge_splits_instance(const MergeSplitsParams& p, cudaStream_t stream) {
+  int device = 0, cc_major = 0;
+  RA_CHECK_CUDA(cudaGetDevice(&device));
+  RA_CHECK_CUDA(cudaDeviceGetAttribute(&cc_major, cudaDevAttrComputeCapabilityMajor, device));
+  cudaLaunchAttribute pdl;
+  pdl.id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  pdl.val.programmaticStreamSerializationAllowed = 1;
+  cudaLaunchConfig_t config = {};
+  config.gridDim = dim3(unsigned(p.parts.rows));
+  config.blockDim = dim3(kSplitThreads);
+  config.stream = stream;
+  config.attrs = &pdl;
+  config.numAttrs = cc_major >= 9 ? 1 : 0;
+  RA_CHECK_CUDA(cudaLaunchKernelEx(&config, merge_splits_kernel<T>, p));
+}
+
 }  // namespace
 
 void launch_merge(const MergeParams& p, cudaStream_t stream) {
@@ -198,11 +223,10 @@ void launch_merge(const MergeParams& p, cudaStream_t stream) {
 
 void launch_merge_splits(const MergeSplitsParams& p, cudaStream_t stream) {
   if (p.parts.rows == 0) return;
-  const unsigned rows = unsigned(p.parts.rows);
   switch (p.out.data == nullptr ? DType::F32 : p.out.dtype) {
-    case DType::F32: merge_splits_kernel<float><<<rows, kSplitThreads, 0, stream>>>(p); break;
-    case DType::F16: merge_splits_kernel<__half><<<rows, kSplitThreads, 0, stream>>>(p); break;
-    case DType::BF16: merge_splits_kernel<__nv_bfloat16><<<rows, kSplitThreads, 0, stream>>>(p); break;
+    case DType::F32: launch_merge_splits_instance<float>(p, stream); break;
+    case DType::F16: launch_merge_splits_instance<__half>(p, stream); break;
+    case DType::BF16: launch_merge_splits_instance<__nv_bfloat16>(p, stream); break;
     default: fail_no_instance("merge_splits_kernel", "out dtype", int(p.out.dtype), "fp32, fp16 and bf16");
   }
   RA_CHECK_CUDA_LAUNCH("merge_splits_kernel");

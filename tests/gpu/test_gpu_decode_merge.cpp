@@ -79,9 +79,11 @@ void expect_fused_out_equals_cast(Backend& be, DecodeParams dp, const HostState*
 }
 
 // Decode of case c split 1, 3, default and 50 ways against the unsplit flash and the fp64 oracle,
-// on fresh random inputs and NaN-poisoned states.
+// on fresh random inputs and NaN-poisoned states. At head dim 256 in bf16/fp16 against the oracle
+// only: the 16-bit forward there is the Hopper kernel's alone, and this test is about decode.
 void check_decode_case(Backend& be, const DecodeCase& c, DType dtype, int dim, std::mt19937_64& rng,
                        uint64_t seed) {
+  const bool vs_flash = dtype == DType::F32 || dim <= 128;
   const int64_t hq = c.kv_heads * c.group;
   HostTensor q(dtype, c.batch, hq, c.q_len, dim, rng), k(dtype, c.batch, c.kv_heads, c.kv_len, dim, rng),
       v(dtype, c.batch, c.kv_heads, c.kv_len, dim, rng);
@@ -93,10 +95,12 @@ void check_decode_case(Backend& be, const DecodeCase& c, DType dtype, int dim, s
   p.scale = 1.f / std::sqrt(float(dim));
   p.mask = MaskSpec{c.causal, c.q_offset, c.window};
   DeviceState whole(be, c.batch, hq, c.q_len, dim);
-  p.state = whole.view;
-  be.flash(p);
   std::vector<float> wo, wl;
-  whole.read(be, wo, wl);
+  if (vs_flash) {
+    p.state = whole.view;
+    be.flash(p);
+    whole.read(be, wo, wl);
+  }
   FlashParams hp = p;
   hp.q = q.view;
   hp.k = k.view;
@@ -118,8 +122,10 @@ void check_decode_case(Backend& be, const DecodeCase& c, DType dtype, int dim, s
       EXPECT_LT(test::rel_error(so, ref.o), 1e-5);
     } else {
       // Each split rounds its probabilities to bf16/fp16 against its own maximum.
-      EXPECT_LT(test::rel_error(so, wod), 1e-2);
-      EXPECT_LT(test::max_abs_error(sl, wld), 1e-3);
+      if (vs_flash) {
+        EXPECT_LT(test::rel_error(so, wod), 1e-2);
+        EXPECT_LT(test::max_abs_error(sl, wld), 1e-3);
+      }
       EXPECT_LT(test::rel_error(so, ref.o), 1e-2);
       const double naive = test::rel_error(test::naive_same_dtype(hp), ref.o);
       EXPECT_LE(test::rel_error(so, ref.o), test::same_dtype_bound(naive)) << "naive same-dtype error " << naive;
@@ -145,7 +151,7 @@ TEST_P(DecodeSplits, SlidingWindowSplitEqualsUnsplitAndOracle) {
 
 INSTANTIATE_TEST_SUITE_P(DtypesAndDims, DecodeSplits,
                          ::testing::Combine(::testing::Values(DType::BF16, DType::F16, DType::F32),
-                                            ::testing::Values(64, 128)),
+                                            ::testing::Values(64, 128, 256)),
                          [](const auto& info) {
                            return std::string(dtype_name(std::get<0>(info.param))) + "_d" +
                                   std::to_string(std::get<1>(info.param));
