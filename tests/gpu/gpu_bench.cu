@@ -425,8 +425,8 @@ int main(int argc, char** argv) {
         }
       }
       // The dispatch default above picks the Hopper kernel where it applies; the portable
-      // mma.sync kernel beside it, same inputs and timing.
-      if (sh.t > 16) {
+      // mma.sync kernel beside it, same inputs and timing (at the head dims it takes).
+      if (sh.t > 16 && cuda::mma_head_dim_supported(sh.d)) {
         cuda::FlashKernelOptions o = env_options;
         o.kernel = cuda::FlashKernel::Portable;
         const Result r = bench_shape(*make_cuda_backend(0, o), sh, dt, layout == "bshd", reps, ok, rng);
