@@ -151,6 +151,9 @@ bool check_rows(Backend& be, const Shape& sh, const FlashParams& p, const Tensor
   return true;
 }
 
+// --splits N: the decode rows' split count (DecodeParams::splits; 0, the default, lets the plan pick).
+int g_decode_splits = 0;
+
 Result bench_shape(Backend& be, const Shape& sh, DType dt, bool bshd, int reps, bool& ok, std::mt19937_64& rng) {
   const int64_t q_elems = sh.b * sh.hq * sh.t * sh.d, kv_elems = sh.b * sh.hkv * sh.s * sh.d;
   const size_t in_bytes = size_t(q_elems + 2 * kv_elems) * 2;
@@ -190,7 +193,7 @@ Result bench_shape(Backend& be, const Shape& sh, DType dt, bool bshd, int reps, 
   auto run = [&](bool complete) {
     FlashParams f = p;
     if (complete) f.out = out_view;
-    if (decode) be.decode(DecodeParams{f, 0});
+    if (decode) be.decode(DecodeParams{f, g_decode_splits});
     else be.flash(f);
   };
   cudaStream_t stream = static_cast<cudaStream_t>(be.stream());
@@ -340,11 +343,12 @@ int main(int argc, char** argv) {
     else if (a == "--variants") variants_flag = 1;
     else if (a == "--backward") backward = 1;
     else if (a == "--deterministic") deterministic = 1;
+    else if (a == "--splits" && i + 1 < argc) g_decode_splits = std::max(0, std::atoi(argv[++i]));
     else if (a == "--layout" && i + 1 < argc && (layout = argv[++i], layout == "bhsd" || layout == "bshd" || layout == "both")) {}
     else {
       std::fprintf(stderr,
                    "usage: %s [--shape b,hq,hkv,t,s,d,causal|full]... [--dtype bf16|fp16] [--reps N] [--json FILE] "
-                   "[--variants] [--layout bhsd|bshd|both] [--backward [--deterministic]]\n",
+                   "[--variants] [--layout bhsd|bshd|both] [--backward [--deterministic]] [--splits N]\n",
                    argv[0]);
       return 2;
     }
