@@ -12,7 +12,8 @@
 // (flash or split-KV decode into the fp32 state, then the cast to the input dtype);
 // "ours_state" is the kernel alone, ending at the fp32 (o, lse) state the ring runner carries.
 // Inputs are fresh random normals (a new seed every run), rotated over several copies when they
-// would fit in L2. --layout bshd holds q, k, v and the final output as [batch, seq, heads, dim]
+// would fit in L2 (--timer per-call, the default); --timer batch times back-to-back calls on one
+// input set, as peers.py times the peers (time_calls below). --layout bshd holds q, k, v and the final output as [batch, seq, heads, dim]
 // (strided views of the same kernels; the fp32 state stays [batch, heads, seq, dim]). A few output rows are checked against the fp64 oracle on every run; a wrong
 // result exits non-zero.
 #include <cuda_bf16.h>
@@ -106,6 +107,42 @@ double median(std::vector<double> x) {
   return x[x.size() / 2];
 }
 
+// --timer: how a row's milliseconds per call are measured.
+//   per-call (default): each call between two CUDA events, synchronized after each: the host's
+//     launch work sits inside every timed interval (the GPU idles while the host launches), and
+//     the input sets rotate, so no call finds its inputs in L2 from the previous one.
+//   batch: the way shared/bench/peers.py times the peers: 10 untimed calls, then 7 batches of 20
+//     back-to-back calls between two events on one input set, the median of the batches over 20;
+//     the host enqueues ahead of the GPU, so only launch gaps the GPU sees are counted.
+enum class Timer { PerCall, Batch };
+Timer g_timer = Timer::PerCall;
+
+// Milliseconds per call of run() on stream, by g_timer; set_inputs(i) picks input set i first
+// (a host-side change of pointers only).
+template <typename SetInputs, typename Run>
+double time_calls(cudaStream_t stream, int reps, int sets, SetInputs set_inputs, Run run) {
+  cudaEvent_t e0, e1;
+  RA_CHECK_CUDA(cudaEventCreate(&e0));
+  RA_CHECK_CUDA(cudaEventCreate(&e1));
+  std::vector<double> times;
+  const bool batch = g_timer == Timer::Batch;
+  const int warmup = batch ? 10 : 5, rounds = batch ? 7 : reps, calls = batch ? 20 : 1;
+  for (int i = 0; i < warmup; ++i) set_inputs(batch ? 0 : i % sets), run();
+  for (int r = 0; r < rounds; ++r) {
+    if (!batch) set_inputs(r % sets);
+    RA_CHECK_CUDA(cudaEventRecord(e0, stream));
+    for (int c = 0; c < calls; ++c) run();
+    RA_CHECK_CUDA(cudaEventRecord(e1, stream));
+    RA_CHECK_CUDA(cudaEventSynchronize(e1));
+    float ms = 0;
+    RA_CHECK_CUDA(cudaEventElapsedTime(&ms, e0, e1));
+    times.push_back(double(ms) / calls);
+  }
+  RA_CHECK_CUDA(cudaEventDestroy(e0));
+  RA_CHECK_CUDA(cudaEventDestroy(e1));
+  return median(times);
+}
+
 // Checks 3 random rows of the finalized output against the fp64 oracle.
 // Rows [t0, t0 + n) of head h of batch b of a 16-bit device view, contiguous [n, dim] on the host.
 void copy_rows(uint16_t* dst, const TensorView& v, int64_t b, int64_t h, int64_t t0, int64_t n) {
@@ -197,32 +234,14 @@ Result bench_shape(Backend& be, const Shape& sh, DType dt, bool bshd, int reps, 
     else be.flash(f);
   };
   cudaStream_t stream = static_cast<cudaStream_t>(be.stream());
-  cudaEvent_t e0, e1;
-  RA_CHECK_CUDA(cudaEventCreate(&e0));
-  RA_CHECK_CUDA(cudaEventCreate(&e1));
   Result res{};
-  for (int with_finalize = 1; with_finalize >= 0; --with_finalize) {
-    for (int i = 0; i < 5; ++i) set_inputs(i % sets), run(with_finalize);  // warm-up
-    std::vector<double> times;
-    for (int i = 0; i < reps; ++i) {
-      set_inputs(i % sets);
-      RA_CHECK_CUDA(cudaEventRecord(e0, stream));
-      run(with_finalize);
-      RA_CHECK_CUDA(cudaEventRecord(e1, stream));
-      RA_CHECK_CUDA(cudaEventSynchronize(e1));
-      float ms = 0;
-      RA_CHECK_CUDA(cudaEventElapsedTime(&ms, e0, e1));
-      times.push_back(ms);
-    }
-    (with_finalize ? res.ms_full : res.ms_state) = median(times);
-  }
+  for (const bool complete : {true, false})
+    (complete ? res.ms_full : res.ms_state) = time_calls(stream, reps, sets, set_inputs, [&] { run(complete); });
   // The check: one more complete run on set 0.
   set_inputs(0);
   run(true);
   be.synchronize();
   ok = check_rows(be, sh, p, out_view, rng) && ok;
-  cudaEventDestroy(e0);
-  cudaEventDestroy(e1);
   return res;
 }
 
@@ -301,30 +320,15 @@ double bench_backward(Backend& be, const Shape& sh, DType dt, bool deterministic
   p.scale = f.scale;
   p.mask = f.mask;
   p.deterministic = deterministic;
-  cudaStream_t stream = static_cast<cudaStream_t>(be.stream());
-  cudaEvent_t e0, e1;
-  RA_CHECK_CUDA(cudaEventCreate(&e0));
-  RA_CHECK_CUDA(cudaEventCreate(&e1));
-  for (int i = 0; i < 3; ++i) be.flash_backward(p);  // warm-up
-  std::vector<double> times;
-  for (int i = 0; i < reps; ++i) {
-    RA_CHECK_CUDA(cudaEventRecord(e0, stream));
-    be.flash_backward(p);
-    RA_CHECK_CUDA(cudaEventRecord(e1, stream));
-    RA_CHECK_CUDA(cudaEventSynchronize(e1));
-    float ms = 0;
-    RA_CHECK_CUDA(cudaEventElapsedTime(&ms, e0, e1));
-    times.push_back(ms);
-  }
+  const double ms = time_calls(static_cast<cudaStream_t>(be.stream()), reps, 1, [](int) {},
+                               [&] { be.flash_backward(p); });
   be.synchronize();
   for (int n = 0; n < 3; ++n) {
     const int64_t b = int64_t(rng() % uint64_t(sh.b)), h = int64_t(rng() % uint64_t(sh.hq)),
                   i = int64_t(rng() % uint64_t(sh.t));
     ok = check_dq_row(sh, p, b, h, i, impl) && ok;
   }
-  cudaEventDestroy(e0);
-  cudaEventDestroy(e1);
-  return median(times);
+  return ms;
 }
 
 }  // namespace
@@ -333,7 +337,7 @@ int main(int argc, char** argv) {
   std::vector<std::string> shapes;
   DType dt = DType::BF16;
   int reps = 30, variants_flag = 0, backward = 0, deterministic = 0;
-  std::string json, layout = "bhsd";
+  std::string json, layout = "bhsd", timer;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     if (a == "--shape" && i + 1 < argc) shapes.push_back(argv[++i]);
@@ -344,11 +348,14 @@ int main(int argc, char** argv) {
     else if (a == "--backward") backward = 1;
     else if (a == "--deterministic") deterministic = 1;
     else if (a == "--splits" && i + 1 < argc) g_decode_splits = std::max(0, std::atoi(argv[++i]));
+    else if (a == "--timer" && i + 1 < argc && (timer = argv[++i], timer == "per-call" || timer == "batch"))
+      g_timer = timer == "batch" ? Timer::Batch : Timer::PerCall;
     else if (a == "--layout" && i + 1 < argc && (layout = argv[++i], layout == "bhsd" || layout == "bshd" || layout == "both")) {}
     else {
       std::fprintf(stderr,
                    "usage: %s [--shape b,hq,hkv,t,s,d,causal|full]... [--dtype bf16|fp16] [--reps N] [--json FILE] "
-                   "[--variants] [--layout bhsd|bshd|both] [--backward [--deterministic]] [--splits N]\n",
+                   "[--variants] [--layout bhsd|bshd|both] [--backward [--deterministic]] [--splits N] "
+                   "[--timer per-call|batch]\n",
                    argv[0]);
       return 2;
     }
