@@ -39,6 +39,10 @@ struct Issue {
   static constexpr int D = C::kHeadDim, N = C::kBlockN;
   static constexpr int kS = N / 2;  // score accumulators per thread (64 rows x N over 128 threads)
   static constexpr int kP = N / 4;  // packed P registers
+  // A key block of which a consumer sees only the first 64 keys (the causal diagonal's upper rows)
+  // takes 64-key products: half the work (consume_per_tile). Not with three consumers: at their
+  // 160 registers the extra issue paths leave the wgmma pipeline short (C7511: serialized).
+  static constexpr bool kHalfBlocks = N >= 128 && C::kConsumers == 2;
   using W = Wgmma<T>;
 
   __device__ __forceinline__ static void qk_step(float (&s)[kS], uint64_t da, uint64_t db, int scale_d) {
@@ -52,22 +56,33 @@ struct Issue {
   // S = Q_wg K^T over D/16 k-steps. Within a 128-byte swizzle row a k-step of 16 values is 32
   // bytes further; every 4 k-steps move to the next column block. (K-major: the leading offset
   // is unused.)
+  // K64: only the block's first 64 keys, into S's first 32 accumulators (the m64n64 layout is the
+  // first 64 columns of the wider one); the other 32 are left as they are, and the caller masks
+  // them to -inf. A compile-time choice: a run-time branch inside the issue stage makes ptxas
+  // serialize every wgmma of the kernel (C7515).
+  template <bool K64 = false>
   __device__ __forceinline__ static void qk(float (&s)[kS], uint32_t q_base, uint32_t k_base) {
 #pragma unroll
     for (int kk = 0; kk < D / 16; ++kk) {
       const uint32_t cb = kk / kKStepsPerSwizzleRow, within = (kk % kKStepsPerSwizzleRow) * kKStepBytes;
       const uint64_t da = smem_desc_sw128(q_base + cb * C::kQColBlockBytes + within, 16, kSwizzleAtomBytes);
       const uint64_t db = smem_desc_sw128(k_base + cb * C::kKVColBlockBytes + within, 16, kSwizzleAtomBytes);
-      qk_step(s, da, db, kk > 0 ? 1 : 0);
+      if constexpr (K64 && kHalfBlocks)
+        W::ss_n64(*reinterpret_cast<float(*)[32]>(&s[0]), da, db, kk > 0 ? 1 : 0);
+      else
+        qk_step(s, da, db, kk > 0 ? 1 : 0);
     }
   }
   // O += P V over N keys: each k-step is 16 keys = two 8-row groups = 2048 bytes down V; the
   // leading offset steps between the 64-wide column blocks of the head dim.
   // accumulate = false starts O over (the first key tile of a query tile in the streamed loop).
+  // K64: only the first 64 keys (the others' P is 0: they were masked).
+  template <bool K64 = false>
   __device__ __forceinline__ static void pv(float (&o)[D / 2], const uint32_t (&p)[kP], uint32_t v_base,
                                             bool accumulate = true) {
+    constexpr int kSteps = (K64 && kHalfBlocks) ? 4 : N / 16;
 #pragma unroll
-    for (int kk = 0; kk < N / 16; ++kk) {
+    for (int kk = 0; kk < kSteps; ++kk) {
       const uint64_t db = smem_desc_sw128(v_base + kk * 2 * kSwizzleAtomBytes, C::kKVColBlockBytes, kSwizzleAtomBytes);
       const uint32_t a[4] = {p[4 * kk], p[4 * kk + 1], p[4 * kk + 2], p[4 * kk + 3]};
       const int scale_d = (kk > 0 || accumulate) ? 1 : 0;
@@ -83,18 +98,20 @@ struct Issue {
   // The issue turns. Each waits for this consumer's turn, issues its wgmmas, passes the turn on
   // and waits for what the caller reads next.
   // S = Q K^T alone (the first key tile of a pipeline): returns with S landed.
+  template <bool K64 = false>
   __device__ __forceinline__ static void turn_qk(const Lane& ln, const SmemPlan<C>& sm, float (&s)[kS], uint32_t q_base,
                                                  int k_stage) {
     named_sync(ln.my_bar, kIssueTurnThreads);
     wgmma_fence();
-    qk(s, q_base, sm.k(k_stage));
+    qk<K64>(s, q_base, sm.k(k_stage));
     wgmma_commit();
     named_arrive(ln.next_bar, kIssueTurnThreads);
     wgmma_wait<0>();
     fence_regs(s);
   }
   // S_j = Q K_j^T, then O += P_{j-1} V_{j-1}: returns with S landed while P V still runs (the
-  // caller waits for it with wgmma_wait<0> after the softmax).
+  // caller waits for it with wgmma_wait<0> after the softmax). PV64: the P V is of 64 keys.
+  template <bool PV64 = false>
   __device__ __forceinline__ static void turn_qk_pv(const Lane& ln, const SmemPlan<C>& sm, float (&s)[kS],
                                                     uint32_t q_base, int k_stage, float (&o)[D / 2],
                                                     const uint32_t (&p)[kP], int v_stage, bool accumulate) {
@@ -102,18 +119,19 @@ struct Issue {
     wgmma_fence();
     qk(s, q_base, sm.k(k_stage));
     wgmma_commit();
-    pv(o, p, sm.v(v_stage), accumulate);
+    pv<PV64>(o, p, sm.v(v_stage), accumulate);
     wgmma_commit();
     named_arrive(ln.next_bar, kIssueTurnThreads);
     wgmma_wait<1>();
     fence_regs(s);
   }
   // O += P V alone (the end of a pipeline): returns with O landed.
+  template <bool K64 = false>
   __device__ __forceinline__ static void turn_pv(const Lane& ln, const SmemPlan<C>& sm, float (&o)[D / 2],
                                                  const uint32_t (&p)[kP], int v_stage, bool accumulate) {
     named_sync(ln.my_bar, kIssueTurnThreads);
     wgmma_fence();
-    pv(o, p, sm.v(v_stage), accumulate);
+    pv<K64>(o, p, sm.v(v_stage), accumulate);
     wgmma_commit();
     named_arrive(ln.next_bar, kIssueTurnThreads);
     wgmma_wait<0>();
@@ -144,12 +162,26 @@ __device__ __forceinline__ void consume_per_tile(const HopperParams& p, const Sm
     float s[I::kS];
     uint32_t pf[I::kP];
     float corr[2];
+    // The key blocks run from the last one down (Tile::block), so only block 0 can end inside
+    // its first 64 keys for this consumer's rows (the causal diagonal's upper rows, or the kv_len
+    // tail): then its Q K^T and P V are 64-key products, half the work. The ends grow with the
+    // row, so the consumer's last row decides. Broadcast from lane 0 so that ptxas sees a uniform
+    // branch around the issue stages (a divergent one serializes the wgmmas, C7520).
+    const int last_row = min(t.m0 + (ln.cw + 1) * kRowsPerConsumer - 1, p.q_len - 1);
+    const bool half = I::kHalfBlocks &&
+                      __shfl_sync(0xffffffffu, int(visible_range(p.mask, last_row, p.kv_len).end <=
+                                                   (long long)t.block(0) * C::kBlockN + 64), 0) != 0;
     mbar_wait(sm.q_full(0), q_it & 1);
     ++q_it;
     // First key tile: S alone.
     int s_cur = it % S;
     mbar_wait(sm.full_k(s_cur), (it / S) & 1);
-    I::turn_qk(ln, sm, s, q_base, s_cur);
+    if (half) {
+      I::template turn_qk<true>(ln, sm, s, q_base, s_cur);
+#pragma unroll
+      for (int i = 32; i < I::kS; ++i) s[i] = neg_inf();  // keys 64 on: not computed, not visible
+    } else
+      I::turn_qk(ln, sm, s, q_base, s_cur);
     if (ln.lane == 0) mbar_arrive(sm.empty_k(s_cur));
     {
       const int nb = t.block(0);
@@ -164,7 +196,10 @@ __device__ __forceinline__ void consume_per_tile(const HopperParams& p, const Sm
       s_cur = it % S;
       mbar_wait(sm.full_k(s_cur), (it / S) & 1);
       mbar_wait(sm.full_v(s_prev), (it_prev / S) & 1);
-      I::turn_qk_pv(ln, sm, s, q_base, s_cur, o, pf, s_prev, true);
+      if (i == 1 && half)
+        I::template turn_qk_pv<true>(ln, sm, s, q_base, s_cur, o, pf, s_prev, true);
+      else
+        I::turn_qk_pv(ln, sm, s, q_base, s_cur, o, pf, s_prev, true);
       if (ln.lane == 0) mbar_arrive(sm.empty_k(s_cur));
       if (block_needs_mask<C>(p, t, nb)) mask_scores(s, row0, nb * C::kBlockN + 2 * ln.tq, p.kv_len, p.mask);
       const bool moved = softmax_step(s, st, corr, p.scale_log2, lazy);
@@ -180,7 +215,10 @@ __device__ __forceinline__ void consume_per_tile(const HopperParams& p, const Sm
     // Every S of this tile is done: the producer may load the next tile's Q.
     if (ln.lane == 0) mbar_arrive(sm.q_empty(0));
     mbar_wait(sm.full_v(s_prev), (it_prev / S) & 1);
-    I::turn_pv(ln, sm, o, pf, s_prev, true);
+    if (half && t.n_blocks == 1)
+      I::template turn_pv<true>(ln, sm, o, pf, s_prev, true);
+    else
+      I::turn_pv(ln, sm, o, pf, s_prev, true);
     if (ln.lane == 0) mbar_arrive(sm.empty_v(s_prev));
     store_state<T, D>(p, o, st, t.b, t.h, row0, ln.tq);
   }
