@@ -46,14 +46,16 @@ struct DecodePlan {
   int64_t splits = 1, chunk = 0, row_blocks = 1;
   int64_t key0 = 0;
   int64_t parts = 1;  // partial states per row (one per split)
+  bool wide = false;  // row blocks of 64 packed rows (a warp each) instead of 16
 };
 
 // Plans a decode of f with the packed tensor-core kernel: enough CTAs to fill `sms`
 // multiprocessors once. `splits_hint` > 0 asks for that many chunks (rounded to whole tiles).
 DecodePlan plan_decode_mma(const FlashParams& f, int splits_hint, int sms);
 
-// Split-KV decode (bf16/fp16, head dim 64 or 128): every CTA takes one (batch, KV head, key
-// chunk, block of 16 packed query rows) and writes one partial state per row into `out`.
+// Split-KV decode (bf16/fp16, head dims 64, 128 and 256): every CTA takes one (batch, KV head, key
+// chunk, block of 16 packed query rows, or 64 when plan.wide) and writes one partial state per row
+// into `out`.
 void launch_decode_mma(const FlashParams& f, const DecodePlan& plan, const SplitPartials& out, cudaStream_t stream);
 
 // Merges all partials of each row and writes (StateMode::Write) or folds (Fold) into `state`;

@@ -10,6 +10,10 @@
 //   warps combine through shared memory at the end, and the partials of all chunks are
 //   combined by the merge-splits kernel (merge.cu), launched programmatically after this one
 //   (Hopper: its launch overlaps this kernel's tail).
+// - Wide row blocks (kWide, 64 packed rows or more: speculative decoding, several query tokens
+//   per head group): a CTA takes 64 packed rows, each warp its own 16 over all 64 keys of every
+//   tile, so the K/V a CTA loads serves 4x the rows (four 16-row CTAs would each load it); each
+//   warp writes its rows' partial itself, with no combine.
 #include <type_traits>
 
 #include "kernels/cuda/cuda_check.hpp"
@@ -32,11 +36,21 @@ constexpr int decode_stages() {
   return D == 256 ? 3 : 2;
 }
 
-template <int D>
+// Packed query rows per CTA: 16, or 64 in the wide variant (a 16-row block per warp).
+template <bool kWide>
+constexpr int decode_rows() {
+  return kWide ? 16 * kWarps : 16;
+}
+// Wide row blocks at head dims 64 and 128 (at 256 the narrow kernel's one CTA per SM already
+// leaves no room for 64 rows of Q beside three stages).
+constexpr bool decode_wide_supported(int dim) { return dim <= 128; }
+
+template <int D, bool kWide = false>
 constexpr size_t decode_smem_bytes() {
-  return size_t(16 * D + 2 * decode_stages<D>() * kTileKeys * D) * 2;
+  return size_t(decode_rows<kWide>() * D + 2 * decode_stages<D>() * kTileKeys * D) * 2;
 }
 static_assert(decode_smem_bytes<256>() <= 227 * 1024, "the largest instantiation fits a block on sm_90");
+static_assert(decode_smem_bytes<128, true>() <= 99 * 1024, "the wide instantiations fit a block on sm_86/89 too");
 
 struct DecodeKernelParams {
   FlashParams f;
@@ -45,13 +59,13 @@ struct DecodeKernelParams {
   int64_t chunk;  // keys per split, a multiple of kTileKeys
 };
 
-// Queues the copy of the CTA's 16 packed query rows into sQ (zeros past the last one). Packed
+// Queues the copy of the CTA's ROWS packed query rows into sQ (zeros past the last one). Packed
 // row R is query head hk * group + R % group at position R / group.
-template <typename T, int D>
+template <typename T, int D, int ROWS>
 __device__ __forceinline__ void load_packed_q(T* sQ, const FlashParams& f, int64_t b, int64_t hk, int64_t group,
                                               int64_t packed_rows, int64_t row0, int tid) {
   using Tile = SwizzledTile<D>;
-  for (int i = tid; i < 16 * (D / 8); i += kThreads) {
+  for (int i = tid; i < ROWS * (D / 8); i += kThreads) {
     const int r = i / (D / 8), c = i % (D / 8);
     const int64_t R = row0 + r;
     const bool valid = R < packed_rows;
@@ -120,32 +134,62 @@ __device__ __forceinline__ void combine_warps(const DecodeKernelParams& a, float
   }
 }
 
-template <typename T, int D>
+// The wide variant's end: each warp owns its 16 rows over all of the split's keys, so it writes
+// their partial itself (o normalized, lse; rows past the last packed row are not written).
+template <int D>
+__device__ __forceinline__ void store_warp_rows(const DecodeKernelParams& a, int lane, int64_t group, int64_t len_q,
+                                                int64_t packed_rows, int64_t wrow0, int64_t split, int64_t b,
+                                                int64_t hk, const float (&m)[2], const float (&l)[2],
+                                                const float (&acc)[D / 8][4]) {
+  const SplitPartials& out = a.out;
+#pragma unroll
+  for (int half = 0; half < 2; ++half) {
+    const float sum = quad_sum(l[half]);
+    const int64_t R = wrow0 + (lane >> 2) + half * 8;
+    if (R >= packed_rows) continue;
+    const int64_t row = (b * a.f.q.heads + hk * group + R % group) * len_q + R / group;
+    const float inv = sum > 0.f ? 1.f / sum : 0.f;
+    float* dst = out.o + (split * out.rows + row) * out.dim + (lane & 3) * 2;
+#pragma unroll
+    for (int n = 0; n < D / 8; ++n)
+      *reinterpret_cast<float2*>(dst + n * 8) = make_float2(acc[n][half * 2] * inv, acc[n][half * 2 + 1] * inv);
+    if ((lane & 3) == 0) out.lse[split * out.rows + row] = lse_from_stats_log2(m[half], sum);
+  }
+}
+
+template <typename T, int D, bool kWide>
 __global__ void __launch_bounds__(kThreads) decode_mma_kernel(const DecodeKernelParams a) {
   using H = Half16<T>;
   using Tile = SwizzledTile<D>;
   constexpr int kDT = D / 8;
   constexpr int kStages = decode_stages<D>();
+  constexpr int kRows = decode_rows<kWide>();
+  // Keys of a tile per warp: 16 (the warps split the keys) or all 64 (wide: the warps split the rows).
+  constexpr int kWarpKeys = kWide ? kTileKeys : 16, kNT = kWarpKeys / 8;
   const FlashParams& f = a.f;
   extern __shared__ __align__(128) unsigned char smem_raw[];
-  T* sQ = reinterpret_cast<T*>(smem_raw);      // [16][D]
-  T* sK = sQ + 16 * D;                          // [kStages][kTileKeys][D]
+  T* sQ = reinterpret_cast<T*>(smem_raw);      // [kRows][D]
+  T* sK = sQ + kRows * D;                       // [kStages][kTileKeys][D]
   T* sV = sK + kStages * kTileKeys * D;         // [kStages][kTileKeys][D]
 
   const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
   const int64_t group = f.q.heads / f.k.heads, len_q = f.q.len, len_k = f.k.len;
   const int64_t packed_rows = group * len_q;
   const int64_t split = blockIdx.x, b = blockIdx.y / f.k.heads, hk = blockIdx.y % f.k.heads;
-  const int64_t row0 = int64_t(blockIdx.z) * 16;  // first packed row (t * group + g)
+  const int64_t row0 = int64_t(blockIdx.z) * kRows;  // first packed row (t * group + g)
+  // This warp's rows and keys within the CTA's: all 16 rows and keys from warp * 16 of each tile,
+  // or (wide) rows from warp * 16 and every key.
+  const int wq = kWide ? warp * 16 : 0, wk = kWide ? 0 : warp * 16;
+  const int64_t wrow0 = row0 + wq;
 
-  load_packed_q<T, D>(sQ, f, b, hk, group, packed_rows, row0, tid);
+  load_packed_q<T, D, kRows>(sQ, f, b, hk, group, packed_rows, row0, tid);
 
   // This CTA's keys: [c0, c1), cut further by the mask at the block's positions (both edges: a
   // split wholly outside the block's keys loads nothing and writes the empty state).
   int64_t c0 = a.key0 + split * a.chunk;
   int64_t c1 = c0 + a.chunk < len_k ? c0 + a.chunk : len_k;
-  const int64_t t_first = row0 / group;
-  const int64_t t_last = ((row0 + 15 < packed_rows ? row0 + 15 : packed_rows - 1)) / group;
+  const int64_t last = packed_rows - 1;
+  const int64_t t_first = row0 / group, t_last = (row0 + kRows - 1 < last ? row0 + kRows - 1 : last) / group;
   const KeyRange block_keys = visible_range_of_rows(f.mask, t_first, t_last - t_first + 1, len_k);
   if (block_keys.begin > c0) c0 = block_keys.begin;
   if (block_keys.end < c1) c1 = block_keys.end;
@@ -176,11 +220,14 @@ __global__ void __launch_bounds__(kThreads) decode_mma_kernel(const DecodeKernel
 #pragma unroll
   for (int n = 0; n < kDT; ++n) acc[n][0] = acc[n][1] = acc[n][2] = acc[n][3] = 0.f;
   float m[2] = {neg_inf(), neg_inf()}, l[2] = {0.f, 0.f};
-  // Keys [full_lo, full_hi) (offsets from c0) are visible to every row of the block: both edges of
+  // Keys [full_lo, full_hi) (offsets from c0) are visible to every row of the warp: both edges of
   // the visible range grow with the row, so that is the last row's begin to the first row's end
-  // (classify_block's Full test, found once). A warp's 16 keys outside it need the element mask.
-  const int full_lo = tile_key_bound(visible_range(f.mask, t_last, len_k).begin, c0, int(c1 - c0));
-  const int full_hi = tile_key_bound(visible_range(f.mask, t_first, len_k).end, c0, int(c1 - c0));
+  // (classify_block's Full test, found once). A warp's keys outside it need the element mask. A
+  // wide warp with no row (past the last packed one) computes nothing.
+  const bool warp_rows = wrow0 <= last;
+  const int64_t w_first = (warp_rows ? wrow0 : last) / group, w_last = (wrow0 + 15 < last ? wrow0 + 15 : last) / group;
+  const int full_lo = tile_key_bound(visible_range(f.mask, w_last, len_k).begin, c0, int(c1 - c0));
+  const int full_hi = tile_key_bound(visible_range(f.mask, w_first, len_k).end, c0, int(c1 - c0));
 
   const int mi = lane >> 3;
   uint32_t q_off[4], k_off[4], v_off[4];
@@ -194,7 +241,7 @@ __global__ void __launch_bounds__(kThreads) decode_mma_kernel(const DecodeKernel
     __syncthreads();
     if (kQInRegisters && j == 0) {
 #pragma unroll
-      for (int kk = 0; kk < D / 16; ++kk) ldmatrix_x4(qf[kk], sQa + Tile::fragment_offset(q_off, 0, kk));
+      for (int kk = 0; kk < D / 16; ++kk) ldmatrix_x4(qf[kk], sQa + Tile::fragment_offset(q_off, wq, kk));
     }
     // The buffer refilled here was read in iteration j - 1, which every warp has finished.
     if (j + kStages - 1 < n_tiles) load_stage(j + kStages - 1);
@@ -203,47 +250,56 @@ __global__ void __launch_bounds__(kThreads) decode_mma_kernel(const DecodeKernel
     const int buf = j % kStages;
     const uint32_t kt = sKa + buf * kTileKeys * D * 2;
     const uint32_t vt = sVa + buf * kTileKeys * D * 2;
-    const int kw = j * kTileKeys + warp * 16;  // this warp's first key, from c0
-    if (kw >= c1 - c0) continue;               // warp-uniform
-    const bool need_mask = kw < full_lo || kw + 16 > full_hi;
+    const int kw = j * kTileKeys + wk;  // this warp's first key, from c0
+    if (kw >= c1 - c0 || !warp_rows) continue;  // warp-uniform
+    const bool need_mask = kw < full_lo || kw + kWarpKeys > full_hi;
 
-    float s[2][4] = {{0.f, 0.f, 0.f, 0.f}, {0.f, 0.f, 0.f, 0.f}};
+    float s[kNT][4];
+#pragma unroll
+    for (int n = 0; n < kNT; ++n) s[n][0] = s[n][1] = s[n][2] = s[n][3] = 0.f;
 #pragma unroll
     for (int kk = 0; kk < D / 16; ++kk) {
-      uint32_t bk[4], q_reloaded[4];
-      ldmatrix_x4(bk, kt + Tile::fragment_offset(k_off, warp * 16, kk));
-      if constexpr (!kQInRegisters) ldmatrix_x4(q_reloaded, sQa + Tile::fragment_offset(q_off, 0, kk));
+      uint32_t q_reloaded[4];
+      if constexpr (!kQInRegisters) ldmatrix_x4(q_reloaded, sQa + Tile::fragment_offset(q_off, wq, kk));
       const uint32_t(&qa)[4] = kQInRegisters ? qf[kk] : q_reloaded;
-      H::mma(s[0], qa, bk[0], bk[1]);
-      H::mma(s[1], qa, bk[2], bk[3]);
+#pragma unroll
+      for (int g = 0; g < kWarpKeys / 16; ++g) {
+        uint32_t bk[4];
+        ldmatrix_x4(bk, kt + Tile::fragment_offset(k_off, wk + g * 16, kk));
+        H::mma(s[2 * g], qa, bk[0], bk[1]);
+        H::mma(s[2 * g + 1], qa, bk[2], bk[3]);
+      }
     }
 #pragma unroll
     for (int half = 0; half < 2; ++half) {
-      // The row's visible keys within the warp's 16, found only where the mask is needed (rows
+      // The row's visible keys within the warp's, found only where the mask is needed (rows
       // past the end take the last position; they are never written).
-      int key_begin = 0, key_end = 16;
+      int key_begin = 0, key_end = kWarpKeys;
       if (need_mask) {
-        const int64_t R = row0 + (lane >> 2) + half * 8;
-        const KeyRange r = visible_range(f.mask, (R < packed_rows ? R : packed_rows - 1) / group, c1);
-        key_begin = tile_key_bound(r.begin, c0 + kw, 16);
-        key_end = tile_key_bound(r.end, c0 + kw, 16);
+        const int64_t R = wrow0 + (lane >> 2) + half * 8;
+        const KeyRange r = visible_range(f.mask, (R < packed_rows ? R : last) / group, c1);
+        key_begin = tile_key_bound(r.begin, c0 + kw, kWarpKeys);
+        key_end = tile_key_bound(r.end, c0 + kw, kWarpKeys);
       }
-      const float alpha = online_softmax_row<2, false, true>(s, half, lane, need_mask, key_begin, key_end,
-                                                             scale_log2, m[half], l[half]);
+      const float alpha = online_softmax_row<kNT, false, true>(s, half, lane, need_mask, key_begin, key_end,
+                                                               scale_log2, m[half], l[half]);
 #pragma unroll
       for (int n = 0; n < kDT; ++n) {
         acc[n][half * 2] *= alpha;
         acc[n][half * 2 + 1] *= alpha;
       }
     }
-    const uint32_t pa[4] = {H::pack(s[0][0], s[0][1]), H::pack(s[0][2], s[0][3]), H::pack(s[1][0], s[1][1]),
-                            H::pack(s[1][2], s[1][3])};
 #pragma unroll
-    for (int dn = 0; dn < D / 16; ++dn) {
-      uint32_t bv[4];
-      ldmatrix_x4_trans(bv, vt + Tile::fragment_offset(v_off, warp * 16, dn));
-      H::mma(acc[2 * dn], pa, bv[0], bv[1]);
-      H::mma(acc[2 * dn + 1], pa, bv[2], bv[3]);
+    for (int g = 0; g < kWarpKeys / 16; ++g) {
+      const uint32_t pa[4] = {H::pack(s[2 * g][0], s[2 * g][1]), H::pack(s[2 * g][2], s[2 * g][3]),
+                              H::pack(s[2 * g + 1][0], s[2 * g + 1][1]), H::pack(s[2 * g + 1][2], s[2 * g + 1][3])};
+#pragma unroll
+      for (int dn = 0; dn < D / 16; ++dn) {
+        uint32_t bv[4];
+        ldmatrix_x4_trans(bv, vt + Tile::fragment_offset(v_off, wk + g * 16, dn));
+        H::mma(acc[2 * dn], pa, bv[0], bv[1]);
+        H::mma(acc[2 * dn + 1], pa, bv[2], bv[3]);
+      }
     }
   }
   // Past its key loop the CTA only combines and stores: merge_splits, launched programmatically
@@ -251,49 +307,60 @@ __global__ void __launch_bounds__(kThreads) decode_mma_kernel(const DecodeKernel
   // completion before it reads a partial), so its launch overlaps the last CTAs' tails.
   pdl_allow_dependent_launch();
   cp_async_wait<0>();
-  __syncthreads();  // every warp is done with the K/V tiles: their memory becomes the scratch
-
-  combine_warps<T, D>(a, reinterpret_cast<float*>(sK), tid, warp, lane, group, len_q, packed_rows, row0, split, b, hk, m,
-                      l, acc);
+  if constexpr (kWide) {
+    store_warp_rows<D>(a, lane, group, len_q, packed_rows, wrow0, split, b, hk, m, l, acc);
+  } else {
+    __syncthreads();  // every warp is done with the K/V tiles: their memory becomes the scratch
+    combine_warps<T, D>(a, reinterpret_cast<float*>(sK), tid, warp, lane, group, len_q, packed_rows, row0, split, b,
+                        hk, m, l, acc);
+  }
 }
 
-template <typename T, int D>
+template <typename T, int D, bool kWide>
 auto decode_kernel_prepared() {
-  auto kernel = decode_mma_kernel<T, D>;
+  auto kernel = decode_mma_kernel<T, D, kWide>;
   static std::atomic<uint64_t> configured{0};
-  set_dynamic_smem_once(kernel, int(decode_smem_bytes<D>()), configured);
+  set_dynamic_smem_once(kernel, int(decode_smem_bytes<D, kWide>()), configured);
   return kernel;
 }
 
-template <typename T, int D>
+template <typename T, int D, bool kWide>
 int decode_ctas_per_sm() {
   int n = 0;
-  RA_CHECK_CUDA(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, decode_kernel_prepared<T, D>(), kThreads,
-                                                              decode_smem_bytes<D>()));
+  RA_CHECK_CUDA(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, decode_kernel_prepared<T, D, kWide>(), kThreads,
+                                                              decode_smem_bytes<D, kWide>()));
   return n > 0 ? n : 1;
 }
 
-template <typename T, int D>
+template <typename T, int D, bool kWide>
 void launch_instance(const FlashParams& f, const DecodePlan& plan, const SplitPartials& out, cudaStream_t stream) {
   const dim3 grid(unsigned(plan.splits), unsigned(f.q.batch * f.k.heads), unsigned(plan.row_blocks));
-  auto kernel = decode_kernel_prepared<T, D>();
-  kernel<<<grid, kThreads, decode_smem_bytes<D>(), stream>>>(DecodeKernelParams{f, out, plan.key0, plan.chunk});
+  auto kernel = decode_kernel_prepared<T, D, kWide>();
+  kernel<<<grid, kThreads, decode_smem_bytes<D, kWide>(), stream>>>(DecodeKernelParams{f, out, plan.key0, plan.chunk});
   RA_CHECK_CUDA_LAUNCH("decode_mma_kernel");
 }
 
-// Calls fn(T{}, std::integral_constant<int, D>{}) for f's dtype and head dim: the one switch over
-// the decode kernel's instantiations.
+// Calls fn(T{}, std::integral_constant<int, D>{}, std::bool_constant<kWide>{}) for f's dtype and
+// head dim and the plan's row blocks: the one switch over the decode kernel's instantiations (wide
+// ones only where decode_wide_supported).
 template <typename Fn>
-auto dispatch_decode(const FlashParams& f, Fn fn) {
+auto dispatch_decode(const FlashParams& f, bool wide, Fn fn) {
   using D64 = std::integral_constant<int, 64>;
   using D128 = std::integral_constant<int, 128>;
   using D256 = std::integral_constant<int, 256>;
+  using Wide = std::true_type;
+  using Narrow = std::false_type;
   const bool bf16 = f.q.dtype == DType::BF16;
   if (!bf16 && f.q.dtype != DType::F16) fail_no_instance("decode_mma", "dtype", int(f.q.dtype), "bf16 and fp16");
+  if (wide && !decode_wide_supported(f.q.dim)) fail_no_instance("decode_mma wide rows", "head_dim", f.q.dim, "64 and 128");
   switch (f.q.dim) {
-    case 64: return bf16 ? fn(__nv_bfloat16{}, D64{}) : fn(__half{}, D64{});
-    case 128: return bf16 ? fn(__nv_bfloat16{}, D128{}) : fn(__half{}, D128{});
-    case 256: return bf16 ? fn(__nv_bfloat16{}, D256{}) : fn(__half{}, D256{});
+    case 64:
+      return bf16 ? (wide ? fn(__nv_bfloat16{}, D64{}, Wide{}) : fn(__nv_bfloat16{}, D64{}, Narrow{}))
+                  : (wide ? fn(__half{}, D64{}, Wide{}) : fn(__half{}, D64{}, Narrow{}));
+    case 128:
+      return bf16 ? (wide ? fn(__nv_bfloat16{}, D128{}, Wide{}) : fn(__nv_bfloat16{}, D128{}, Narrow{}))
+                  : (wide ? fn(__half{}, D128{}, Wide{}) : fn(__half{}, D128{}, Narrow{}));
+    case 256: return bf16 ? fn(__nv_bfloat16{}, D256{}, Narrow{}) : fn(__half{}, D256{}, Narrow{});
     default: fail_no_instance("decode_mma", "head_dim", f.q.dim, "64, 128 and 256");
   }
 }
@@ -303,11 +370,16 @@ auto dispatch_decode(const FlashParams& f, Fn fn) {
 DecodePlan plan_decode_mma(const FlashParams& f, int splits_hint, int sms) {
   DecodePlan plan;
   const int64_t group = f.q.heads / f.k.heads;
-  plan.row_blocks = (group * f.q.len + 15) / 16;
+  // 64 packed rows or more: wide row blocks (each CTA's K/V serves 64 rows, not 16).
+  plan.wide = decode_wide_supported(f.q.dim) && group * f.q.len >= decode_rows<true>();
+  const int rows = plan.wide ? decode_rows<true>() : decode_rows<false>();
+  plan.row_blocks = (group * f.q.len + rows - 1) / rows;
   const int64_t units = f.q.batch * f.k.heads * plan.row_blocks;
   int64_t splits = splits_hint;
   if (splits <= 0) {
-    const int per_sm = dispatch_decode(f, [](auto t, auto d) { return decode_ctas_per_sm<decltype(t), decltype(d)::value>(); });
+    const int per_sm = dispatch_decode(f, plan.wide, [](auto t, auto d, auto w) {
+      return decode_ctas_per_sm<decltype(t), decltype(d)::value, decltype(w)::value>();
+    });
     // One full wave: every CTA slot of the GPU busy, no second partial wave.
     const int64_t slots = int64_t(sms) * per_sm;
     splits = slots / units > 1 ? slots / units : 1;
@@ -325,7 +397,9 @@ DecodePlan plan_decode_mma(const FlashParams& f, int splits_hint, int sms) {
 }
 
 void launch_decode_mma(const FlashParams& f, const DecodePlan& plan, const SplitPartials& out, cudaStream_t stream) {
-  dispatch_decode(f, [&](auto t, auto d) { launch_instance<decltype(t), decltype(d)::value>(f, plan, out, stream); });
+  dispatch_decode(f, plan.wide, [&](auto t, auto d, auto w) {
+    launch_instance<decltype(t), decltype(d)::value, decltype(w)::value>(f, plan, out, stream);
+  });
 }
 
 }  // namespace ringattn::cuda

@@ -8,6 +8,7 @@
 
 #include "gpu/gpu_test_util.hpp"
 #include "kernels/cpu/cpu_kernels.hpp"
+#include "kernels/cuda/cuda_kernels.hpp"
 #include "core/error.hpp"
 
 namespace ringattn {
@@ -32,6 +33,10 @@ const DecodeCase kDecodeCases[] = {
     {"gqa8_q3_causal", 1, 1, 8, 3, 2500, true, 2000},  // keys past 2002 are invisible to all rows
     {"gqa8_q5_three_row_blocks", 1, 2, 8, 5, 700, true, 695},
     {"mha_q2", 1, 4, 1, 2, 129, false, 0},
+    // 64 packed rows and more: wide row blocks (a warp per 16 rows over all keys of a tile).
+    {"gqa4_q16_wide", 2, 2, 4, 16, 3001, true, 2985},
+    {"gqa8_q9_wide_two_blocks", 1, 2, 8, 9, 1000, true, 991},  // 72 rows: the second block's 8 rows, 3 warps idle
+    {"mha_q70_wide_full", 1, 1, 1, 70, 500, false, 0},
 };
 // Sliding windows: the splits cover only the band, keys below it are never loaded.
 const DecodeCase kWindowDecodeCases[] = {
@@ -41,6 +46,8 @@ const DecodeCase kWindowDecodeCases[] = {
     {"gqa8_q3_window1_keys_past_end", 1, 1, 8, 3, 2500, true, 2000, 1},
     {"mha_q3_lower_edge_only", 1, 4, 1, 3, 1500, false, 1000, 200},  // rows see keys i + 800 ..
     {"gqa4_q4_lower_edge_rows_without_keys", 1, 1, 4, 4, 300, false, 299, 0},  // rows 1..3 see none
+    {"gqa4_q20_window50_wide", 1, 2, 4, 20, 2000, true, 1980, 50},
+    {"gqa4_q16_lower_edge_only_wide", 1, 1, 4, 16, 900, false, 800, 100},
 };
 
 class DecodeSplits : public test::GpuTestP<std::tuple<DType, int>> {};
@@ -156,6 +163,27 @@ INSTANTIATE_TEST_SUITE_P(DtypesAndDims, DecodeSplits,
                            return std::string(dtype_name(std::get<0>(info.param))) + "_d" +
                                   std::to_string(std::get<1>(info.param));
                          });
+
+// The plan takes wide row blocks (64 packed rows a CTA) from 64 packed rows on, at head dims 64 and
+// 128 only, and counts its row blocks in those units.
+TEST_F(CudaStateOps, DecodePlanWideRowBlocks) {
+  auto plan = [](int64_t heads, int64_t kv_heads, int64_t q_len, int64_t dim) {
+    FlashParams f;
+    f.q = bhtd_view(nullptr, DType::BF16, 1, heads, q_len, dim);
+    f.k = f.v = bhtd_view(nullptr, DType::BF16, 1, kv_heads, 4096, dim);
+    return cuda::plan_decode_mma(f, 2, 132);
+  };
+  const cuda::DecodePlan narrow = plan(32, 8, 15, 128), wide = plan(32, 8, 16, 128), wide2 = plan(32, 8, 17, 64),
+                         d256 = plan(32, 8, 16, 256);
+  EXPECT_FALSE(narrow.wide);
+  EXPECT_EQ(narrow.row_blocks, 4);  // 60 rows in 16s
+  EXPECT_TRUE(wide.wide);
+  EXPECT_EQ(wide.row_blocks, 1);
+  EXPECT_TRUE(wide2.wide);
+  EXPECT_EQ(wide2.row_blocks, 2);  // 68 rows in 64s
+  EXPECT_FALSE(d256.wide);
+  EXPECT_EQ(d256.row_blocks, 4);
+}
 
 // Decode in Fold mode equals flash in Fold mode on the same incoming state.
 TEST_F(CudaStateOps, DecodeFoldEqualsFlashFold) {

@@ -189,6 +189,13 @@ TEST_F(HopperFlash, CausalChunkedPrefillFp16Dim64) { run_case({DType::F16, 1, 8,
 TEST_F(HopperFlash, CausalRowsWithNoKeyWrite) { run_case({DType::BF16, 1, 2, 2, 300, 250, 128, true, -100}); }
 // Whole tiles with no visible key are skipped and still written.
 TEST_F(HopperFlash, CausalTilesWithNoKeyWrite) { run_case({DType::BF16, 1, 2, 1, 400, 100, 64, true, -250}); }
+// A consumer's rows whose keys end inside the first 64 of their last block take 64-key products
+// there (consume_per_tile): keys ending exactly at 64 of the block (full, kv_len 320), one past it
+// (321: the full products), and a causal diagonal that puts the ends of some consumers' rows
+// inside the first half (q_offset 65) and others' past it.
+TEST_F(HopperFlash, HalfBlockKvTailAtSixtyFour) { run_case({DType::BF16, 1, 4, 2, 200, 320, 128}); }
+TEST_F(HopperFlash, HalfBlockKvTailPastSixtyFour) { run_case({DType::F16, 1, 4, 2, 200, 321, 128}); }
+TEST_F(HopperFlash, HalfBlockCausalOffsetDiagonal) { run_case({DType::BF16, 2, 4, 2, 256, 321, 128, true, 65}); }
 TEST_F(HopperFlash, FoldFull) { run_case({DType::BF16, 1, 4, 4, 200, 300, 128, false, 0, StateMode::Fold}); }
 // Fold with rows that see no key: the state stays as it was.
 TEST_F(HopperFlash, FoldCausalRowsWithNoKey) {
