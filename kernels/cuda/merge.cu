@@ -46,32 +46,25 @@ __device__ __forceinline__ __nv_bfloat16 cast_from_float<__nv_bfloat16>(float x)
 
 // Combines all partials of one row (their lse-weighted average), then writes or folds. One CTA
 // per row: the warps take interleaved partials and the lanes the head dims, so a row with a
-// hundred partials still has many independent loads in flight; the warps' sums meet in shared
-// memory.
+// hundred partials still has many independent loads in flight. One pass over the partials: each
+// warp keeps an online (max, sum, weighted o) of its own partials (the lse and o loads of several
+// partials in flight together), and the warps' states meet once in shared memory. (The two-pass
+// form, max then weights, put two block-wide reductions and their load latencies on the critical
+// path of every decode: at batch 1 this kernel is a few dozen rows, latency-bound.)
 constexpr int kSplitWarps = 8, kSplitThreads = 32 * kSplitWarps;
 constexpr int kMaxDim = 256, kMaxPerLane = kMaxDim / 32;
 static_assert(kMaxDim >= kSimtMaxHeadDim && kMaxDim >= 128, "every head dim a backend path accepts");
 
-__device__ __forceinline__ float block_reduce(float x, bool is_max, float* scratch) {
-#pragma unroll
-  for (int off = 16; off > 0; off >>= 1) {
-    const float y = __shfl_xor_sync(0xffffffffu, x, off);
-    x = is_max ? fmaxf(x, y) : x + y;
-  }
-  if (threadIdx.x % 32 == 0) scratch[threadIdx.x / 32] = x;
-  __syncthreads();
-  x = scratch[0];
-#pragma unroll
-  for (int w = 1; w < kSplitWarps; ++w) x = is_max ? fmaxf(x, scratch[w]) : x + scratch[w];
-  __syncthreads();  // scratch is reused by the next reduction
-  return x;
-}
+// Natural exp as a function object, for the state helpers (core/state.hpp) in natural units.
+struct NaturalExp {
+  __device__ __forceinline__ float operator()(float x) const { return expf(x); }
+};
 
 // T: the dtype of p.out (float when there is none: then nothing is cast).
 template <typename T>
 __global__ void __launch_bounds__(kSplitThreads) merge_splits_kernel(const MergeSplitsParams p) {
   __shared__ float partial_sums[kSplitWarps][kMaxDim];
-  __shared__ float scratch[kSplitWarps];
+  __shared__ float warp_m[kSplitWarps], warp_l[kSplitWarps];
   // Launched programmatically after the kernel that writes the partials (launch_merge_splits):
   // nothing is read or written before that kernel has completed.
   pdl_wait_for_prior_grid();
@@ -81,12 +74,39 @@ __global__ void __launch_bounds__(kSplitThreads) merge_splits_kernel(const Merge
   const RowIndex a = row_index(p.state, row);
   float* o = state_o_row(p.state, a.b, a.h, a.t);
   float* lse = state_lse_at(p.state, a.b, a.h, a.t);
-  // Read before any thread can write it (the barriers in block_reduce separate the two).
+  // Read before any thread can write it (the barrier below separates the two).
   const float lse_old = p.mode == StateMode::Fold ? *lse : 0.f;
 
+  // This warp's partials k = warp, warp + kSplitWarps, ...: (m, l, x) with l = sum exp(lse_k - m)
+  // and x = sum exp(lse_k - m) o_k, m their running max (natural units; an empty partial, lse =
+  // -inf, adds nothing).
+  float m = neg_inf(), l = 0.f, x[kMaxPerLane];
+#pragma unroll
+  for (int i = 0; i < kMaxPerLane; ++i) x[i] = 0.f;
+#pragma unroll 4
+  for (int64_t k = warp; k < in.parts; k += kSplitWarps) {
+    const float lk = in.lse[k * in.rows + row];
+    const float* ok = in.o + (k * in.rows + row) * dim;
+    float v[kMaxPerLane];
+#pragma unroll
+    for (int i = 0; i < kMaxPerLane; ++i) v[i] = lane + 32 * i < dim ? ok[lane + 32 * i] : 0.f;
+    if (lk == neg_inf()) continue;  // an empty partial (its o is 0)
+    const OnlineStep st = online_step(m, lk, NaturalExp{});
+    const float w = expf(lk - st.base);
+    l = l * st.alpha + w;
+#pragma unroll
+    for (int i = 0; i < kMaxPerLane; ++i) x[i] = x[i] * st.alpha + w * v[i];
+  }
+#pragma unroll
+  for (int i = 0; i < kMaxPerLane; ++i)
+    if (lane + 32 * i < dim) partial_sums[warp][lane + 32 * i] = x[i];
+  if (lane == 0) warp_m[warp] = m, warp_l[warp] = l;
+  __syncthreads();
+
+  // The warps' states against the row's max mx.
   float mx = neg_inf();
-  for (int64_t k = tid; k < in.parts; k += kSplitThreads) mx = fmaxf(mx, in.lse[k * in.rows + row]);
-  mx = block_reduce(mx, true, scratch);
+#pragma unroll
+  for (int w = 0; w < kSplitWarps; ++w) mx = fmaxf(mx, warp_m[w]);
   T* out = p.out.data == nullptr ? nullptr : static_cast<T*>(p.out.data) + view_offset(p.out, a.b, a.h, a.t);
   if (mx == neg_inf()) {  // no partial saw a key: the state is empty (Write) or unchanged (Fold)
     if (p.mode == StateMode::Write) {
@@ -97,27 +117,12 @@ __global__ void __launch_bounds__(kSplitThreads) merge_splits_kernel(const Merge
       for (int64_t d = tid; d < dim; d += kSplitThreads) out[d] = cast_from_float<T>(p.mode == StateMode::Write ? 0.f : o[d]);
     return;
   }
-  float sum = 0.f;
-  for (int64_t k = tid; k < in.parts; k += kSplitThreads) sum += expf(in.lse[k * in.rows + row] - mx);
-  sum = block_reduce(sum, false, scratch);
-
-  float x[kMaxPerLane];
+  float c[kSplitWarps], sum = 0.f;
 #pragma unroll
-  for (int i = 0; i < kMaxPerLane; ++i) x[i] = 0.f;
-#pragma unroll 4
-  for (int64_t k = warp; k < in.parts; k += kSplitWarps) {
-    const float lk = in.lse[k * in.rows + row];
-    if (lk == neg_inf()) continue;  // an empty partial (its o is 0)
-    const float w = expf(lk - mx);
-    const float* ok = in.o + (k * in.rows + row) * dim;
-#pragma unroll
-    for (int i = 0; i < kMaxPerLane; ++i)
-      if (lane + 32 * i < dim) x[i] += w * ok[lane + 32 * i];
+  for (int w = 0; w < kSplitWarps; ++w) {
+    c[w] = rescale_factor(warp_m[w], mx, NaturalExp{});
+    sum += c[w] * warp_l[w];
   }
-#pragma unroll
-  for (int i = 0; i < kMaxPerLane; ++i)
-    if (lane + 32 * i < dim) partial_sums[warp][lane + 32 * i] = x[i];
-  __syncthreads();
 
   const float lse_b = lse_from_stats(mx, sum);  // sum >= 1: some partial has lse == mx
   float wa = 0.f, wb = 1.f, merged = lse_b;
@@ -127,7 +132,7 @@ __global__ void __launch_bounds__(kSplitThreads) merge_splits_kernel(const Merge
   for (int64_t d = tid; d < dim; d += kSplitThreads) {
     float t = 0.f;
 #pragma unroll
-    for (int w = 0; w < kSplitWarps; ++w) t += partial_sums[w][d];
+    for (int w = 0; w < kSplitWarps; ++w) t += c[w] * partial_sums[w][d];
     t *= scale;
     const float od = a_empty ? t : o[d] * wa + t;
     o[d] = od;
