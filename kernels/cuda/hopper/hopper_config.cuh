@@ -31,12 +31,10 @@ inline constexpr float kLazyThreshold = 8.f;
 
 // One CTA: warpgroup 0 produces (one thread issues the bulk copies), warpgroups 1..NC consume,
 // each owning 64 of the tile's 64 * NC query rows. Keys stream in tiles of N through a ring of
-// STAGES stages (K and V each); Q through a ring of QSTAGES tiles. STREAMED (QSTAGES = 2 only)
-// runs the streamed consumer loop (hopper_consumer.cuh): the next tile's first Q K^T is issued
-// with the current tile's last P V, and the epilogue overlaps the other warpgroups' wgmmas;
-// otherwise each tile is a pipeline of its own, and a second Q buffer only lets the producer load
-// the next tile's Q a whole tile ahead.
-template <int D, int N, int NC, int STAGES, int QSTAGES = 1, bool STREAMED = (QSTAGES == 2)>
+// STAGES stages (K and V each); Q through a ring of QSTAGES tiles. With QSTAGES = 2 the
+// consumers run the streamed loop (hopper_consumer.cuh): the next tile's first Q K^T is issued
+// with the current tile's last P V, and the epilogue overlaps the other warpgroups' wgmmas.
+template <int D, int N, int NC, int STAGES, int QSTAGES = 1>
 struct Config {
   static_assert(D == 64 || D == 128 || D == 256, "head dim 64, 128 or 256");
   static_assert(N % 16 == 0 && N <= 256, "key tile: a multiple of 16, at most 256 (one TMA box)");
@@ -47,8 +45,6 @@ struct Config {
   static constexpr int kStages = STAGES;
   static constexpr int kQStages = QSTAGES;
   static_assert(QSTAGES == 1 || QSTAGES == 2, "1 or 2 Q buffers");
-  static_assert(!STREAMED || QSTAGES == 2, "the streamed loop needs 2 Q buffers");
-  static constexpr bool kStreamed = STREAMED;
   static constexpr int kConsumers = NC;
   static constexpr int kThreads = kWarpgroupThreads * (NC + 1);
   static constexpr int kConsumerWarps = 4 * NC;

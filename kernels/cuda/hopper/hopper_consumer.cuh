@@ -1,7 +1,7 @@
 // The consumer warpgroups of the Hopper flash kernel: wgmma issue for Q K^T and P V, and the two
 // loops over the CTA's tiles.
 //
-//   consume_per_tile (one or two Q buffers): each tile is a pipeline of its own: S_0 alone, then
+//   consume_per_tile (one Q buffer): each tile is a pipeline of its own: S_0 alone, then
 //     {S_j, P V_{j-1}} pairs, then the last P V alone, then the epilogue.
 //   consume_streamed (two Q buffers): the key tiles of all the CTA's query tiles form one stream;
 //     the first S of the next tile is issued together with the last P V of the current one, and
@@ -143,9 +143,8 @@ template <typename T, typename C>
 __device__ __forceinline__ void consume_per_tile(const HopperParams& p, const SmemPlan<C>& sm, int consumer) {
   using I = Issue<T, C>;
   constexpr int D = C::kHeadDim, S = C::kStages;
-  constexpr int QS = C::kQStages;
   const Lane ln(consumer, C::kConsumers);
-  const uint32_t q_rows = ln.cw * kRowsPerConsumer * kSwizzleRowBytes;  // this warpgroup's rows in each column block
+  const uint32_t q_base = sm.q(0) + ln.cw * kRowsPerConsumer * kSwizzleRowBytes;  // this warpgroup's rows in each column block
   const bool lazy = p.lazy_rescale != 0;
   int it = 0, q_it = 0;
   TileFeed<C> feed;
@@ -172,10 +171,7 @@ __device__ __forceinline__ void consume_per_tile(const HopperParams& p, const Sm
     const bool half = I::kHalfBlocks &&
                       __shfl_sync(0xffffffffu, int(visible_range(p.mask, last_row, p.kv_len).end <=
                                                    (long long)t.block(0) * C::kBlockN + 64), 0) != 0;
-    // The tile's Q buffer (with two, the producer loaded it while the previous tile ran).
-    const int qs = q_it % QS;
-    const uint32_t q_base = sm.q(qs) + q_rows;
-    mbar_wait(sm.q_full(qs), (q_it / QS) & 1);
+    mbar_wait(sm.q_full(0), q_it & 1);
     ++q_it;
     // First key tile: S alone.
     int s_cur = it % S;
@@ -217,7 +213,7 @@ __device__ __forceinline__ void consume_per_tile(const HopperParams& p, const Sm
       it_prev = it;
     }
     // Every S of this tile is done: the producer may load the next tile's Q.
-    if (ln.lane == 0) mbar_arrive(sm.q_empty(qs));
+    if (ln.lane == 0) mbar_arrive(sm.q_empty(0));
     mbar_wait(sm.full_v(s_prev), (it_prev / S) & 1);
     if (half && t.n_blocks == 1)
       I::template turn_pv<true>(ln, sm, o, pf, s_prev, true);

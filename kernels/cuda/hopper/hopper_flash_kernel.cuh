@@ -112,7 +112,7 @@ __global__ void __launch_bounds__(C::kThreads, 1) hopper_flash_kernel(const __gr
   // Round robin of the issue phases: consumer c waits on barrier 1 + c, then passes the turn to
   // consumer c + 1. Consumer 0 goes first: the last consumer pre-arrives on its barrier.
   if (cw == C::kConsumers - 1) named_arrive(1, kIssueTurnThreads);
-  if constexpr (C::kStreamed)
+  if constexpr (C::kQStages == 2)
     consume_streamed<T, C>(p, sm, cw);
   else
     consume_per_tile<T, C>(p, sm, cw);

@@ -99,13 +99,12 @@ constexpr TileInfo kTiles[] = {
     {HopperTile::M192N128, 192, 128, true, false, false},
     {HopperTile::M128N128Q2, 128, 128, false, true, false},
     {HopperTile::M128N80, 128, 80, false, false, true},
-    {HopperTile::M128N128P2, 128, 128, false, true, false},
 };
 
 const TileInfo& tile_info(HopperTile t) {
   for (const TileInfo& ti : kTiles)
     if (ti.tile == t) return ti;
-  fail_no_instance("hopper_flash", "tile", int(t), "128x128, 128x176, 192x128, 128x128q2, 128x80 and 128x128p2");
+  fail_no_instance("hopper_flash", "tile", int(t), "128x128, 128x176, 192x128, 128x128q2 and 128x80");
 }
 
 // Shapes, dtypes and alignment: what the kernel and the bulk copy engine need of the views.
@@ -254,7 +253,6 @@ const char* hopper_tile_name(HopperTile t) {
     case HopperTile::M192N128: return "192x128";
     case HopperTile::M128N128Q2: return "128x128q2";
     case HopperTile::M128N80: return "128x80";
-    case HopperTile::M128N128P2: return "128x128p2";
   }
   return "?";
 }
