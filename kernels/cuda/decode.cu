@@ -157,9 +157,55 @@ __device__ __forceinline__ void store_warp_rows(const DecodeKernelParams& a, int
   }
 }
 
+// The warp's scores of one tile: s = Q K^T for its 16 rows (Q fragments in registers, or
+// reloaded from sQ at row wq when they do not fit) and its NT * 8 keys from key wk of the stage.
+template <typename T, int D, int NT, bool kQInRegisters>
+__device__ __forceinline__ void warp_scores(float (&s)[NT][4], const uint32_t (&qf)[D / 16][4], uint32_t sQa,
+                                            const uint32_t (&q_off)[4], int wq, uint32_t kt,
+                                            const uint32_t (&k_off)[4], int wk) {
+  using H = Half16<T>;
+  using Tile = SwizzledTile<D>;
+#pragma unroll
+  for (int n = 0; n < NT; ++n) s[n][0] = s[n][1] = s[n][2] = s[n][3] = 0.f;
+#pragma unroll
+  for (int kk = 0; kk < D / 16; ++kk) {
+    uint32_t q_reloaded[4];
+    if constexpr (!kQInRegisters) ldmatrix_x4(q_reloaded, sQa + Tile::fragment_offset(q_off, wq, kk));
+    const uint32_t(&reloaded)[4] = q_reloaded;
+    const uint32_t(&qa)[4] = kQInRegisters ? qf[kk] : reloaded;
+#pragma unroll
+    for (int g = 0; g < NT / 2; ++g) {
+      uint32_t bk[4];
+      ldmatrix_x4(bk, kt + Tile::fragment_offset(k_off, wk + g * 16, kk));
+      H::mma(s[2 * g], qa, bk[0], bk[1]);
+      H::mma(s[2 * g + 1], qa, bk[2], bk[3]);
+    }
+  }
+}
+
+// acc += P V over the warp's NT * 8 keys from key wk of the stage (p = the softmax's s, packed to
+// 16 bits 16 keys at a time: the A fragments of m16n8k16).
+template <typename T, int D, int NT>
+__device__ __forceinline__ void warp_pv(float (&acc)[D / 8][4], const float (&s)[NT][4], uint32_t vt,
+                                        const uint32_t (&v_off)[4], int wk) {
+  using H = Half16<T>;
+  using Tile = SwizzledTile<D>;
+#pragma unroll
+  for (int g = 0; g < NT / 2; ++g) {
+    const uint32_t pa[4] = {H::pack(s[2 * g][0], s[2 * g][1]), H::pack(s[2 * g][2], s[2 * g][3]),
+                            H::pack(s[2 * g + 1][0], s[2 * g + 1][1]), H::pack(s[2 * g + 1][2], s[2 * g + 1][3])};
+#pragma unroll
+    for (int dn = 0; dn < D / 16; ++dn) {
+      uint32_t bv[4];
+      ldmatrix_x4_trans(bv, vt + Tile::fragment_offset(v_off, wk + g * 16, dn));
+      H::mma(acc[2 * dn], pa, bv[0], bv[1]);
+      H::mma(acc[2 * dn + 1], pa, bv[2], bv[3]);
+    }
+  }
+}
+
 template <typename T, int D, bool kWide>
 __global__ void __launch_bounds__(kThreads) decode_mma_kernel(const DecodeKernelParams a) {
-  using H = Half16<T>;
   using Tile = SwizzledTile<D>;
   constexpr int kDT = D / 8;
   constexpr int kStages = decode_stages<D>();
@@ -255,21 +301,7 @@ __global__ void __launch_bounds__(kThreads) decode_mma_kernel(const DecodeKernel
     const bool need_mask = kw < full_lo || kw + kWarpKeys > full_hi;
 
     float s[kNT][4];
-#pragma unroll
-    for (int n = 0; n < kNT; ++n) s[n][0] = s[n][1] = s[n][2] = s[n][3] = 0.f;
-#pragma unroll
-    for (int kk = 0; kk < D / 16; ++kk) {
-      uint32_t q_reloaded[4];
-      if constexpr (!kQInRegisters) ldmatrix_x4(q_reloaded, sQa + Tile::fragment_offset(q_off, wq, kk));
-      const uint32_t(&qa)[4] = kQInRegisters ? qf[kk] : q_reloaded;
-#pragma unroll
-      for (int g = 0; g < kWarpKeys / 16; ++g) {
-        uint32_t bk[4];
-        ldmatrix_x4(bk, kt + Tile::fragment_offset(k_off, wk + g * 16, kk));
-        H::mma(s[2 * g], qa, bk[0], bk[1]);
-        H::mma(s[2 * g + 1], qa, bk[2], bk[3]);
-      }
-    }
+    warp_scores<T, D, kNT, kQInRegisters>(s, qf, sQa, q_off, wq, kt, k_off, wk);
 #pragma unroll
     for (int half = 0; half < 2; ++half) {
       // The row's visible keys within the warp's, found only where the mask is needed (rows
@@ -289,18 +321,7 @@ __global__ void __launch_bounds__(kThreads) decode_mma_kernel(const DecodeKernel
         acc[n][half * 2 + 1] *= alpha;
       }
     }
-#pragma unroll
-    for (int g = 0; g < kWarpKeys / 16; ++g) {
-      const uint32_t pa[4] = {H::pack(s[2 * g][0], s[2 * g][1]), H::pack(s[2 * g][2], s[2 * g][3]),
-                              H::pack(s[2 * g + 1][0], s[2 * g + 1][1]), H::pack(s[2 * g + 1][2], s[2 * g + 1][3])};
-#pragma unroll
-      for (int dn = 0; dn < D / 16; ++dn) {
-        uint32_t bv[4];
-        ldmatrix_x4_trans(bv, vt + Tile::fragment_offset(v_off, wk + g * 16, dn));
-        H::mma(acc[2 * dn], pa, bv[0], bv[1]);
-        H::mma(acc[2 * dn + 1], pa, bv[2], bv[3]);
-      }
-    }
+    warp_pv<T, D, kNT>(acc, s, vt, v_off, wk);
   }
   // Past its key loop the CTA only combines and stores: merge_splits, launched programmatically
   // after this kernel, may be scheduled once every CTA is here (it waits for this grid's
