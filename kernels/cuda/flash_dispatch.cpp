@@ -120,7 +120,8 @@ const char* backward_kernel_name(BackwardKernel k) {
 
 // Which of `allowed` the environment variable `name` holds: the index, 0 (the default) when it is
 // unset or empty; InvalidArgument naming the variable, its value and the allowed ones otherwise.
-static size_t env_choice(const char* name, std::initializer_list<const char*> allowed) {
+template <size_t N>
+static size_t env_choice(const char* name, const char* const (&allowed)[N]) {
   const char* raw = std::getenv(name);
   const std::string v = raw ? raw : "";
   if (v.empty()) return 0;
@@ -142,10 +143,13 @@ FlashKernelOptions flash_options_from_env() {
   o.backward_kernel = kBackward[env_choice("RINGATTN_BACKWARD_KERNEL", {"auto", "hopper", "mma", "simt"})];
   constexpr BackwardDq kDq[] = {BackwardDq::Auto, BackwardDq::Separate, BackwardDq::Atomic};
   o.backward_dq = kDq[env_choice("RINGATTN_BACKWARD_DQ", {"auto", "separate", "atomic"})];
-  if (const char* tile = std::getenv("RINGATTN_HOPPER_TILE")) o.hopper_tile = tile;
-  // Lazy rescaling is on by default (1-3% on the H200, hopper/PERF.md); 0/1 overrides it.
-  const char* lazy = std::getenv("RINGATTN_HOPPER_LAZY");
-  if (lazy != nullptr && (lazy[0] == '0' || lazy[0] == '1')) o.hopper_lazy = lazy[0] == '1';
+  // The tile names are hopper_tile_name's (a test holds the two lists together); "auto" (or unset)
+  // leaves the pick to the measured default.
+  static constexpr const char* kTiles[] = {"auto", "128x128", "128x176", "192x128", "128x128q2", "128x80"};
+  const size_t tile = env_choice("RINGATTN_HOPPER_TILE", kTiles);
+  o.hopper_tile = tile == 0 ? "" : kTiles[tile];
+  // Lazy rescaling is on by default (1-3% on the H200, hopper/PERF.md); 0 turns it off.
+  o.hopper_lazy = env_choice("RINGATTN_HOPPER_LAZY", {"1", "0"}) == 0;
   return o;
 }
 

@@ -55,9 +55,9 @@ struct FlashKernelOptions {
   bool hopper_lazy = true;  // RINGATTN_HOPPER_LAZY=0|1: lazy rescaling of the running max
 };
 
-// The options from RINGATTN_FLASH_KERNEL, RINGATTN_BACKWARD_KERNEL, RINGATTN_HOPPER_TILE and
-// RINGATTN_HOPPER_LAZY. Throws InvalidArgument for a RINGATTN_FLASH_KERNEL or
-// RINGATTN_BACKWARD_KERNEL value it does not know.
+// The options from RINGATTN_FLASH_KERNEL, RINGATTN_BACKWARD_KERNEL, RINGATTN_BACKWARD_DQ,
+// RINGATTN_HOPPER_TILE (auto or a tile name) and RINGATTN_HOPPER_LAZY (1 or 0). Throws
+// InvalidArgument naming the variable, its value and the allowed ones for a value it does not know.
 FlashKernelOptions flash_options_from_env();
 
 // What the dispatch needs to know about a device, read once.

@@ -500,6 +500,32 @@ TEST(BackwardDispatch, ReadsTheDqScheduleFromTheEnvironment) {
   env.expect_refused("atomics", "RINGATTN_BACKWARD_DQ='atomics' is not understood: allowed are auto, separate, atomic");
 }
 
+// The Hopper tile and lazy-rescaling variables too: a typo is refused, not silently the default.
+// Every tile the plan knows (hopper_tile_name) is accepted under its name.
+TEST(BackwardDispatch, TheHopperTileAndLazyVariablesAreChecked) {
+  const ScopedEnv tile("RINGATTN_HOPPER_TILE"), lazy("RINGATTN_HOPPER_LAZY");
+  tile.unset();
+  EXPECT_EQ(cuda::flash_options_from_env().hopper_tile, "");
+  tile.set("auto");
+  EXPECT_EQ(cuda::flash_options_from_env().hopper_tile, "");
+  for (const cuda::HopperTile t : {cuda::HopperTile::M128N128, cuda::HopperTile::M128N176, cuda::HopperTile::M192N128,
+                                   cuda::HopperTile::M128N128Q2, cuda::HopperTile::M128N80}) {
+    tile.set(cuda::hopper_tile_name(t));
+    EXPECT_EQ(cuda::flash_options_from_env().hopper_tile, cuda::hopper_tile_name(t));
+  }
+  tile.expect_refused("128x256",
+                      "RINGATTN_HOPPER_TILE='128x256' is not understood: allowed are auto, 128x128, 128x176, 192x128, "
+                      "128x128q2, 128x80");
+  tile.unset();
+  lazy.unset();
+  EXPECT_TRUE(cuda::flash_options_from_env().hopper_lazy);
+  lazy.set("0");
+  EXPECT_FALSE(cuda::flash_options_from_env().hopper_lazy);
+  lazy.set("1");
+  EXPECT_TRUE(cuda::flash_options_from_env().hopper_lazy);
+  lazy.expect_refused("yes", "RINGATTN_HOPPER_LAZY='yes' is not understood: allowed are 1, 0");
+}
+
 // The forward's kernel variable goes through the same check (one env_choice for all three).
 TEST(BackwardDispatch, TheForwardKernelVariableIsCheckedTheSameWay) {
   const ScopedEnv env("RINGATTN_FLASH_KERNEL");
