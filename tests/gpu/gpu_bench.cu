@@ -13,8 +13,8 @@
 // "ours_state" is the kernel alone, ending at the fp32 (o, lse) state the ring runner carries.
 // Inputs are fresh random normals (a new seed every run), rotated over several copies when they
 // would fit in L2 (--timer per-call, the default); --timer batch times back-to-back calls on one
-// input set, as peers.py times the peers (time_calls below). --layout bshd holds q, k, v and the final output as [batch, seq, heads, dim]
-// (strided views of the same kernels; the fp32 state stays [batch, heads, seq, dim]). A few output rows are checked against the fp64 oracle on every run; a wrong
+// input set, as peers.py times the peers (time_calls below). --layout bshd holds q, k, v and the
+// final output as [batch, seq, heads, dim] (strided views of the same kernels; the fp32 state stays [batch, heads, seq, dim]). A few output rows are checked against the fp64 oracle on every run; a wrong
 // result exits non-zero.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
