@@ -72,7 +72,7 @@ void choose_tensor_core(const DeviceCaps& dev, const FlashParams& p, const Flash
   const char* why = "it needs an sm_90 GPU and a build with sm_90a code";
   const bool hopper_device = dev.cc_major == 9 && dev.cc_minor == 0 && dev.hopper_image;
   if (opt.kernel != FlashKernel::Portable && hopper_device) {
-    why = hopper_detail::plan(p, opt, dev.smem_optin, &c.hopper);
+    why = hopper_detail::plan(p, opt, dev.smem_optin, dev.l2_bytes, &c.hopper);
     if (why == nullptr) {
       c.path = FlashPath::Hopper;
       return;
@@ -161,6 +161,9 @@ DeviceCaps query_device(int device) {
   RA_CHECK_CUDA(cudaDeviceGetAttribute(&d.cc_minor, cudaDevAttrComputeCapabilityMinor, device));
   RA_CHECK_CUDA(cudaDeviceGetAttribute(&d.sms, cudaDevAttrMultiProcessorCount, device));
   RA_CHECK_CUDA(cudaDeviceGetAttribute(&d.smem_optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
+  int l2 = 0;
+  RA_CHECK_CUDA(cudaDeviceGetAttribute(&l2, cudaDevAttrL2CacheSize, device));
+  d.l2_bytes = l2;
   d.hopper_image = d.cc_major == 9 && d.cc_minor == 0 && hopper_detail::image_loaded(device);
   return d;
 }

@@ -66,6 +66,7 @@ struct DeviceCaps {
   int cc_major = 0, cc_minor = 0;
   int sms = 0;
   int smem_optin = 0;         // dynamic shared memory a block may opt in to, in bytes
+  int64_t l2_bytes = 0;       // the L2 cache (the Hopper tile order sizes its sections by it)
   bool hopper_image = false;  // this build's sm_90a code is what runs on the device
 };
 // Makes `device` current and reads its properties (a synchronous copy from the device: call it

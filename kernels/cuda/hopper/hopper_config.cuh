@@ -8,6 +8,7 @@
 
 #include "kernels/cuda/hopper/hopper_params.hpp"
 #include "kernels/cuda/hopper/hopper_ptx.cuh"
+#include "kernels/cuda/hopper/hopper_tiles.hpp"
 
 namespace ringattn::cuda::hopper {
 
@@ -103,56 +104,6 @@ struct SmemPlan {
   }
   __device__ __forceinline__ uint32_t tile_slot(int s) const { return base + C::kOffTileSlots + 4 * s; }
 };
-
-// The work of one CTA iteration: a block_m-row query tile of one (batch, head). Its key blocks
-// are n_begin .. n_begin + n_blocks - 1, the blocks that hold a key some row of the tile sees;
-// step i (0 .. n_blocks - 1) of the producer's and the consumers' loops takes block(i), from the
-// last block down to the first. Both sides walk exactly n_blocks steps per tile.
-struct Tile {
-  int b, h, m0;
-  int n_begin;     // the first key block (0 without a window)
-  int n_blocks;    // how many key blocks, from n_begin up; 0: the tile sees no key
-  int full_begin;  // keys [full_begin, full_end) are visible to every row of the tile (and inside
-  int full_end;    // kv_len); full_begin is 0 without a window
-  __host__ __device__ int block(int i) const { return n_begin + n_blocks - 1 - i; }
-};
-
-// Causal tiles are ordered longest first (the last query block of every head, then the one
-// before...), so that the static round-robin over CTAs hands out the heavy tiles first and the
-// short ones fill the tail (with a window as well, where the tiles are about equal and the order
-// no longer matters). A window without the causal edge: the first query block of every head,
-// then the second... Full tiles go head by head, so concurrent CTAs share K/V in L2.
-__host__ __device__ inline Tile decode_tile(const HopperParams& p, int t) {
-  Tile tile;
-  const int bh_count = p.batch * p.q_heads;
-  int bh, mb;
-  if (p.mask.causal) {
-    mb = p.m_blocks - 1 - t / bh_count;
-    bh = t % bh_count;
-  } else if (p.mask.windowed()) {  // only a lower edge: the first query blocks are the longest
-    mb = t / bh_count;
-    bh = t % bh_count;
-  } else {
-    bh = t / p.m_blocks;
-    mb = t % p.m_blocks;
-  }
-  tile.b = bh / p.q_heads;
-  tile.h = bh % p.q_heads;
-  tile.m0 = mb * p.block_m;
-  const int rows = tile.m0 + p.block_m < p.q_len ? p.block_m : p.q_len - tile.m0;
-  const KeyRange keys = visible_range_of_rows(p.mask, tile.m0, rows, p.kv_len);  // within [0, kv_len]
-  if (keys.empty()) {
-    tile.n_begin = tile.n_blocks = 0;
-  } else {
-    tile.n_begin = int(keys.begin / p.block_n);
-    tile.n_blocks = int((keys.end + p.block_n - 1) / p.block_n) - tile.n_begin;
-  }
-  // Both ends of the visible ranges grow with the row, so every row of the tile sees the keys
-  // from the last row's begin to the first row's end.
-  tile.full_begin = int(visible_range(p.mask, tile.m0 + rows - 1, p.kv_len).begin);
-  tile.full_end = int(visible_range(p.mask, tile.m0, p.kv_len).end);
-  return tile;
-}
 
 // The dynamic tile schedule. CTA c starts with tile c; every later tile goes to the CTA whose
 // producer asks first (an atomic counter in global memory), so a CTA that drew short tiles takes

@@ -20,8 +20,10 @@ void launch(const HopperLaunch& l, int sms, cudaStream_t stream);
 // length, or opt.hopper_tile where that configuration exists for the head dim.
 HopperTile pick_tile(const FlashParams& p, const FlashKernelOptions& opt);
 // Fills *out for p (tensor maps encoded) and returns nullptr, or returns why the kernel cannot
-// take p (a phrase: "it needs ..."). Device independent except for smem_optin.
-const char* plan(const FlashParams& p, const FlashKernelOptions& opt, int smem_optin, HopperLaunch* out);
+// take p (a phrase: "it needs ..."). Device independent except for smem_optin and l2_bytes (the
+// sections of the tile order, hopper_tiles.hpp).
+const char* plan(const FlashParams& p, const FlashKernelOptions& opt, int smem_optin, int64_t l2_bytes,
+                 HopperLaunch* out);
 
 // The backward (hopper_bwd.cu): the larger dynamic shared memory of its two kernels at head dim d
 // (0 when not instantiated); plan_backward fills *out for p (tensor maps encoded) and returns

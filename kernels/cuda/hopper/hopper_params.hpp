@@ -32,6 +32,7 @@ struct HopperParams {
   int lazy_rescale;  // softmax_step(lazy): move the running max only when it grew past kLazyThreshold (hopper_config.cuh)
   int block_m, block_n;  // the Config's tile shape
   int m_blocks, num_tiles;
+  int section_heads;  // (batch, head) slots per section of the causal and windowed tile orders (hopper_tiles.hpp)
   // The dynamic tile schedule (hopper_config.cuh, TileFeed): [0] counts the tiles handed out after
   // the first gridDim.x, [1] the CTAs whose producer has finished; both 0 at launch (the last CTA
   // resets them), one pair per stream (hopper_flash.cu).

@@ -10,6 +10,7 @@
 
 #include "kernels/cuda/cuda_check.hpp"
 #include "kernels/cuda/hopper/hopper_launch.hpp"
+#include "kernels/cuda/hopper/hopper_tiles.hpp"
 #include "core/error.hpp"
 
 namespace ringattn::cuda::hopper_detail {
@@ -132,7 +133,7 @@ const char* layout_problem(const FlashParams& p, int block_m) {
   return nullptr;
 }
 
-HopperParams kernel_params(const FlashParams& p, const TileInfo& ti, bool lazy) {
+HopperParams kernel_params(const FlashParams& p, const TileInfo& ti, bool lazy, int64_t l2_bytes) {
   const TensorView &q = p.q, &o = p.out;
   HopperParams hp{};
   hp.state = p.state;
@@ -155,6 +156,10 @@ HopperParams kernel_params(const FlashParams& p, const TileInfo& ti, bool lazy) 
   hp.block_n = ti.block_n;
   hp.m_blocks = int((q.len + ti.block_m - 1) / ti.block_m);
   hp.num_tiles = hp.m_blocks * hp.batch * hp.q_heads;
+  // A window's tiles read a band of about window + block_m keys each; other causal tiles up to kv_len.
+  const int64_t band = p.mask.windowed() ? p.mask.window + 1 + ti.block_m : p.k.len;
+  hp.section_heads = hopper::section_heads(hp.batch * hp.q_heads, hp.group, band < p.k.len ? band : p.k.len,
+                                           int(q.dim), int(dtype_size(q.dtype)), l2_bytes);
   return hp;
 }
 
@@ -177,7 +182,8 @@ HopperTile pick_tile(const FlashParams& p, const FlashKernelOptions& opt) {
   return pick;
 }
 
-const char* plan(const FlashParams& p, const FlashKernelOptions& opt, int smem_optin, HopperLaunch* out) {
+const char* plan(const FlashParams& p, const FlashKernelOptions& opt, int smem_optin, int64_t l2_bytes,
+                 HopperLaunch* out) {
   const TileInfo& ti = tile_info(pick_tile(p, opt));
   if (const char* why = layout_problem(p, ti.block_m)) return why;
   if (smem_bytes(ti.tile, int(p.q.dim)) > smem_optin) return "it needs more shared memory per block than the device offers";
@@ -185,7 +191,7 @@ const char* plan(const FlashParams& p, const FlashKernelOptions& opt, int smem_o
   l.tile = ti.tile;
   l.head_dim = int(p.q.dim);
   l.dtype = p.q.dtype;
-  l.params = kernel_params(p, ti, opt.hopper_lazy);
+  l.params = kernel_params(p, ti, opt.hopper_lazy, l2_bytes);
   if (!encode_view(&l.params.tm_q, p.q, ti.block_m) || !encode_view(&l.params.tm_k, p.k, ti.block_n) ||
       !encode_view(&l.params.tm_v, p.v, ti.block_n))
     return "it needs q, k and v strides that are multiples of 8 elements (16 bytes) that the bulk copy engine can "

@@ -18,6 +18,7 @@
 #include "common/test_util.hpp"
 #include "kernels/cpu/cpu_kernels.hpp"
 #include "kernels/cuda/flash_dispatch.hpp"
+#include "kernels/cuda/hopper/hopper_tiles.hpp"
 #include "core/error.hpp"
 
 namespace ringattn::test {
@@ -35,16 +36,25 @@ const cuda::DeviceCaps& device0() {
 }
 // The dispatch with the Hopper kernel required; tile and lazy rescaling from the environment
 // (gpu_host.sh runs the binary once per configuration).
-cuda::FlashChoice hopper_choice(const FlashParams& p) {
+// l2_bytes > 0 plans for an L2 of that size instead of the device's (the sections of the tile
+// order, hopper_tiles.hpp: a small one makes small shapes take several).
+cuda::FlashChoice hopper_choice(const FlashParams& p, int64_t l2_bytes = 0) {
   cuda::FlashKernelOptions o = cuda::flash_options_from_env();
   o.kernel = cuda::FlashKernel::Hopper;
-  return cuda::choose_flash_kernel(device0(), p, o);
+  cuda::DeviceCaps caps = device0();
+  if (l2_bytes > 0) caps.l2_bytes = l2_bytes;
+  return cuda::choose_flash_kernel(caps, p, o);
 }
 bool hopper_takes(const FlashParams& p) { return hopper_choice(p).path == cuda::FlashPath::Hopper; }
 // Queues the Hopper kernel on the default stream; throws InvalidArgument when it does not take p.
-void hopper_run(const FlashParams& p) {
+void hopper_run(const FlashParams& p, int64_t l2_bytes = 0) {
   validate_flash(p, /*complete=*/false);
-  cuda::launch_flash(hopper_choice(p), p, device0(), nullptr);
+  const cuda::FlashChoice c = hopper_choice(p, l2_bytes);
+  if (l2_bytes > 0 && c.path == cuda::FlashPath::Hopper) {  // the override took: more than one section
+    const auto& hp = c.hopper.params;
+    EXPECT_LT(hp.section_heads, hp.batch * hp.q_heads) << "the small L2 left one section";
+  }
+  cuda::launch_flash(c, p, device0(), nullptr);
 }
 
 struct Case {
@@ -55,15 +65,22 @@ struct Case {
   StateMode mode = StateMode::Write;
   bool bthd = false;
   int64_t window = -1;  // >= 0: the mask's lower edge (MaskSpec::window)
+  int64_t l2_bytes = 0;  // > 0: plan the tile order for an L2 of this size (hopper_run)
   std::string name() const {
-    char buf[240];
-    std::snprintf(buf, sizeof buf, "%s b=%lld hq=%lld hkv=%lld t=%lld s=%lld d=%lld %s q_offset=%lld window=%lld %s %s",
+    char buf[260];
+    std::snprintf(buf, sizeof buf,
+                  "%s b=%lld hq=%lld hkv=%lld t=%lld s=%lld d=%lld %s q_offset=%lld window=%lld %s %s l2=%lld",
                   dtype_name(dtype), (long long)b, (long long)hq, (long long)hkv, (long long)t, (long long)s,
                   (long long)d, causal ? "causal" : "full", (long long)q_offset, (long long)window,
-                  mode == StateMode::Fold ? "fold" : "write", bthd ? "bthd" : "bhtd");
+                  mode == StateMode::Fold ? "fold" : "write", bthd ? "bthd" : "bhtd", (long long)l2_bytes);
     return buf;
   }
 };
+// c planned for an L2 of l2 bytes (sections of the tile order).
+Case small_l2(Case c, int64_t l2) {
+  c.l2_bytes = l2;
+  return c;
+}
 // c with a sliding window of w keys (the lower edge) on its mask.
 Case windowed(Case c, int64_t w) {
   c.window = w;
@@ -161,7 +178,7 @@ void run_case(const Case& c) {
   ASSERT_TRUE(dp.q.data && dp.k.data && dp.v.data && d_o && d_lse);
   dp.state = contiguous_state(d_o, d_lse, c.b, c.hq, c.t, c.d);
   ASSERT_TRUE(hopper_takes(dp));
-  hopper_run(dp);
+  hopper_run(dp, c.l2_bytes);
   CK(cudaGetLastError());
   CK(cudaDeviceSynchronize());
   std::vector<float> got_o(init.o.size(), kNaN), got_lse(init.lse.size(), kNaN);
@@ -342,6 +359,29 @@ TEST_F(HopperFlash, DynamicScheduleOnConcurrentStreams) {
   for (void* ptr : {dp.q.data, dp.k.data, dp.v.data}) cudaFree(ptr);
 }
 
+// The causal and windowed tile orders in several sections (an L2 planned small: each section's
+// K and V take at most half of it): sections of whole KV heads (GQA), sections that do not divide
+// the heads (MHA, 6 heads in 2 x 3), more tiles than CTAs across sections, head dim 64's
+// 192-row tiles, a window with and without the causal edge, and Fold.
+TEST_F(HopperFlash, SectionsCausalGqa) {  // K + V of a KV head 154 KB: one KV head (4 q heads) per section
+  run_case(small_l2({DType::BF16, 2, 8, 2, 300, 300, 128, true, 0}, 400000));
+}
+TEST_F(HopperFlash, SectionsCausalUnevenMha) {  // 4 KV heads fit, 6 heads: 2 sections of 3
+  run_case(small_l2({DType::F16, 1, 6, 6, 520, 520, 64, true, 0}, 2 * 4 * 520 * 64 * 4 + 1000));
+}
+TEST_F(HopperFlash, SectionsCausalManyTiles) {
+  run_case(small_l2({DType::BF16, 2, 8, 8, 1152, 1152, 128, true, 0}, 3 * 1152 * 128 * 4 * 2));
+}
+TEST_F(HopperFlash, SectionsWindowCausal) {
+  run_case(small_l2(windowed({DType::BF16, 1, 8, 2, 700, 700, 128, true, 0}, 37), 200000));
+}
+TEST_F(HopperFlash, SectionsWindowLowerEdgeOnly) {
+  run_case(small_l2(windowed({DType::F16, 2, 4, 2, 300, 500, 64, false, 150}, 200), 150000));
+}
+TEST_F(HopperFlash, SectionsFoldCausal) {
+  run_case(small_l2({DType::BF16, 1, 8, 4, 260, 390, 128, true, 130, StateMode::Fold}, 300000));
+}
+
 // Head dim 256 runs on the Hopper kernel only: with the portable kernel required, the call is
 // refused naming the head dim and what the portable kernels allow.
 TEST_F(HopperFlash, Dim256RefusedOnThePortableKernel) {
@@ -396,6 +436,110 @@ TEST_F(HopperFlash, UnsupportedCallsAreRefused) {
               std::string::npos) << e.what();
     EXPECT_NE(std::string(e.what()).find("it needs a positive softmax scale"), std::string::npos) << e.what();
   }
+}
+
+// The tile order on the host (no GPU): over every launch shape below, each (batch, head, query
+// block) comes exactly once; a section holds whole KV heads; the causal order is longest first
+// within each section, and a window without the causal edge goes first query block first.
+cuda::hopper::HopperParams order_params(int batch, int q_heads, int group, int q_len, int kv_len, int block_m, int block_n,
+                                  MaskSpec mask, int section) {
+  cuda::hopper::HopperParams p{};
+  p.batch = batch;
+  p.q_heads = q_heads;
+  p.kv_heads = q_heads / group;
+  p.group = group;
+  p.q_len = q_len;
+  p.kv_len = kv_len;
+  p.mask = clamp_offset(mask, q_len, kv_len);
+  p.block_m = block_m;
+  p.block_n = block_n;
+  p.m_blocks = (q_len + block_m - 1) / block_m;
+  p.num_tiles = p.m_blocks * batch * q_heads;
+  p.section_heads = section;
+  return p;
+}
+
+TEST(HopperTileOrder, EveryTileOnceSectionByLongestFirst) {
+  struct Shape {
+    int batch, q_heads, group, q_len, kv_len, block_m, block_n;
+    MaskSpec mask;
+  };
+  const Shape shapes[] = {
+      {4, 32, 4, 2048, 2048, 128, 128, {true, 0, -1}},   {4, 32, 1, 4096, 4096, 192, 128, {true, 0, -1}},
+      {1, 32, 4, 8192, 8192, 128, 176, {true, 0, -1}},   {2, 6, 1, 520, 520, 192, 128, {true, 0, -1}},
+      {1, 8, 2, 700, 700, 128, 128, {true, 0, 37}},      {2, 4, 2, 300, 500, 192, 128, {false, 150, 200}},
+      {1, 4, 2, 130, 700, 128, 128, {true, 570, -1}},    {3, 8, 8, 300, 250, 128, 128, {true, -100, -1}},
+      {2, 8, 2, 1000, 1000, 128, 128, {false, 0, -1}},  {1, 5, 1, 300, 300, 128, 128, {true, 0, -1}},
+  };
+  for (const Shape& sh : shapes) {
+    const int bh = sh.batch * sh.q_heads;
+    for (int section : {sh.group, 2 * sh.group, 3 * sh.group, bh}) {
+      if (section > bh) continue;
+      const cuda::hopper::HopperParams p =
+          order_params(sh.batch, sh.q_heads, sh.group, sh.q_len, sh.kv_len, sh.block_m, sh.block_n, sh.mask, section);
+      SCOPED_TRACE("batch " + std::to_string(sh.batch) + " heads " + std::to_string(sh.q_heads) + " q_len " +
+                   std::to_string(sh.q_len) + " section " + std::to_string(section));
+      std::vector<int> seen(size_t(p.num_tiles), 0);
+      int prev_section = -1, prev_mb = -1, prev_blocks = 0;
+      for (int t = 0; t < p.num_tiles; ++t) {
+        const cuda::hopper::Tile tile = cuda::hopper::decode_tile(p, t);
+        ASSERT_GE(tile.b, 0);
+        ASSERT_LT(tile.b, sh.batch);
+        ASSERT_GE(tile.h, 0);
+        ASSERT_LT(tile.h, sh.q_heads);
+        ASSERT_EQ(tile.m0 % sh.block_m, 0);
+        const int mb = tile.m0 / sh.block_m, slot = tile.b * sh.q_heads + tile.h;
+        ASSERT_LT(mb, p.m_blocks);
+        ++seen[size_t(slot * p.m_blocks + mb)];
+        if (!sh.mask.causal && !sh.mask.windowed()) continue;  // head by head: no sections
+        const int sec = slot / section;
+        if (sec != prev_section) {
+          EXPECT_EQ(sec, prev_section + 1) << "tile " << t << ": sections in order";
+          prev_section = sec, prev_mb = -1, prev_blocks = 0;
+        } else if (sh.mask.causal) {
+          EXPECT_LE(mb, prev_mb) << "tile " << t << ": the last query blocks first";
+          EXPECT_LE(tile.n_blocks, prev_blocks) << "tile " << t << ": longest first within a section";
+        } else {
+          EXPECT_GE(mb, prev_mb) << "tile " << t << ": the first query blocks first";
+        }
+        prev_mb = mb;
+        prev_blocks = tile.n_blocks;
+      }
+      for (size_t i = 0; i < seen.size(); ++i) EXPECT_EQ(seen[i], 1) << "tile slot " << i;
+    }
+  }
+}
+
+// Sections of whole KV heads, as even as they go, K and V of one section within half the L2 (one
+// KV head when even that is too much; every head in one section when all fit).
+TEST(HopperTileOrder, SectionHeads) {
+  const int64_t l2 = 60ll << 20;  // the H200's
+  // batch 4 x 4k, head dim 64, 32/32 heads: 30 KV heads of 1 MB fit; 128 slots in 5 sections of 26.
+  EXPECT_EQ(cuda::hopper::section_heads(128, 1, 4096, 64, 2, l2), 26);
+  // batch 4 x 2k, head dim 128, 32/8 heads: 30 KV heads (120 slots) fit; 128 in 2 of 64.
+  EXPECT_EQ(cuda::hopper::section_heads(128, 4, 2048, 128, 2, l2), 64);
+  // 8k, 32/8 heads: 7 KV heads of 4 MB (28 slots) fit; 32 in 2 of 16.
+  EXPECT_EQ(cuda::hopper::section_heads(32, 4, 8192, 128, 2, l2), 16);
+  // 32k: one 16 MB KV head (4 slots) per section.
+  EXPECT_EQ(cuda::hopper::section_heads(32, 4, 32768, 128, 2, l2), 4);
+  // 128k: a KV head (64 MB) is over the budget; still one per section.
+  EXPECT_EQ(cuda::hopper::section_heads(32, 4, 131072, 128, 2, l2), 4);
+  // Head dim 256, batch 4 x 2k, 16/8 heads: 15 KV heads of 2 MB (30 slots); 64 in 3 of 22.
+  EXPECT_EQ(cuda::hopper::section_heads(64, 2, 2048, 256, 2, l2), 22);
+  // 5 KV heads of 4 q heads, 2 KV heads (15 MB each) fit: 3 sections, 7 slots rounded up to 8.
+  EXPECT_EQ(cuda::hopper::section_heads(20, 4, 30720, 128, 2, l2), 8);
+  // Everything fits: one section.
+  EXPECT_EQ(cuda::hopper::section_heads(32, 4, 1024, 128, 2, l2), 32);
+  // An L2 size of 0 (unknown): one KV head per section.
+  EXPECT_EQ(cuda::hopper::section_heads(16, 2, 1024, 128, 2, 0), 2);
+  for (int bh : {1, 7, 64, 130})
+    for (int group : {1, 2, 8})
+      for (int64_t keys : {1, 300, 100000}) {
+        const int s = cuda::hopper::section_heads(bh * group, group, keys, 128, 2, l2);
+        EXPECT_GE(s, group);
+        EXPECT_LE(s, bh * group);
+        EXPECT_EQ(s % group, 0);
+      }
 }
 
 }  // namespace

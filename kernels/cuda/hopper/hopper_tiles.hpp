@@ -1,0 +1,88 @@
+// The Hopper flash forward's tile order, for host and device code alike: which (batch, head,
+// query block) the t-th tile of a launch is, which key blocks it visits, and the size of the
+// sections that the causal and windowed orders go through. The kernel (hopper_config.cuh and
+// below), the plan (hopper_plan.cpp) and the tests (tests/gpu/hopper) read the same functions.
+#pragma once
+
+#include <cstdint>
+
+#include "core/hd.hpp"
+#include "core/mask.hpp"
+#include "kernels/cuda/hopper/hopper_params.hpp"
+
+namespace ringattn::cuda::hopper {
+
+// The work of one CTA iteration: a block_m-row query tile of one (batch, head). Its key blocks
+// are n_begin .. n_begin + n_blocks - 1, the blocks that hold a key some row of the tile sees;
+// step i (0 .. n_blocks - 1) of the producer's and the consumers' loops takes block(i), from the
+// last block down to the first. Both sides walk exactly n_blocks steps per tile.
+struct Tile {
+  int b, h, m0;
+  int n_begin;     // the first key block (0 without a window)
+  int n_blocks;    // how many key blocks, from n_begin up; 0: the tile sees no key
+  int full_begin;  // keys [full_begin, full_end) are visible to every row of the tile (and inside
+  int full_end;    // kv_len); full_begin is 0 without a window
+  RA_HD int block(int i) const { return n_begin + n_blocks - 1 - i; }
+};
+
+// The (batch, head) slots of one section of the causal and windowed orders (decode_tile): whole
+// KV heads whose K and V together take at most half the L2, so that the CTAs working on one
+// section at a time, which read the same heads' key blocks, find them in L2. Sections are made
+// equal (a few heads more each rather than a small last one). `keys`: the keys a head's tiles
+// read (kv_len; with a window, the band of one query block). Every slot in one section when all
+// fit. With one section for the whole launch, batch 4 x 4k causal at head dim 64 (128 KV heads of
+// 1 MB) read 1.5 GB from DRAM for 270 MB of inputs (L2 hit rate 33%, hopper/PERF.md).
+inline int section_heads(int batch_heads, int group, int64_t keys, int head_dim, int elem_bytes, int64_t l2_bytes) {
+  const int64_t kv_head_bytes = keys * head_dim * 2 * elem_bytes;  // K and V of one KV head
+  const int64_t budget = l2_bytes / 2;
+  const int64_t kv_fit = kv_head_bytes > 0 && budget / kv_head_bytes > 1 ? budget / kv_head_bytes : 1;
+  const int64_t most = kv_fit * group;
+  if (most >= batch_heads) return batch_heads;
+  const int64_t sections = (batch_heads + most - 1) / most;
+  const int64_t even = (batch_heads + sections - 1) / sections;
+  const int64_t heads = (even + group - 1) / group * group;  // whole KV heads (q_heads is a multiple of group)
+  return int(heads < batch_heads ? heads : batch_heads);
+}
+
+// Causal tiles are ordered longest first (the last query block of every head of a section, then
+// the one before...), so that the CTAs take the heavy tiles first and the short ones fill the
+// tail (with a window as well, where the tiles are about equal and the order no longer matters).
+// A window without the causal edge: the first query block of every head of a section, then the
+// second... Those two orders go section by section (p.section_heads slots each, section_heads
+// above): the CTAs running at one time share the K and V of a section's heads in L2. Full tiles
+// go head by head, so concurrent CTAs share K/V in L2 without sections.
+RA_HD Tile decode_tile(const HopperParams& p, int t) {
+  Tile tile;
+  const int bh_count = p.batch * p.q_heads;
+  int bh, mb;
+  if (p.mask.causal || p.mask.windowed()) {
+    const int per_section = p.section_heads * p.m_blocks;
+    const int section = t / per_section, first = section * p.section_heads;
+    const int heads = p.section_heads < bh_count - first ? p.section_heads : bh_count - first;
+    const int u = t - section * per_section;
+    bh = first + u % heads;
+    // causal: the last query blocks are the longest; only a lower edge: the first ones
+    mb = p.mask.causal ? p.m_blocks - 1 - u / heads : u / heads;
+  } else {
+    bh = t / p.m_blocks;
+    mb = t % p.m_blocks;
+  }
+  tile.b = bh / p.q_heads;
+  tile.h = bh % p.q_heads;
+  tile.m0 = mb * p.block_m;
+  const int rows = tile.m0 + p.block_m < p.q_len ? p.block_m : p.q_len - tile.m0;
+  const KeyRange keys = visible_range_of_rows(p.mask, tile.m0, rows, p.kv_len);  // within [0, kv_len]
+  if (keys.empty()) {
+    tile.n_begin = tile.n_blocks = 0;
+  } else {
+    tile.n_begin = int(keys.begin / p.block_n);
+    tile.n_blocks = int((keys.end + p.block_n - 1) / p.block_n) - tile.n_begin;
+  }
+  // Both ends of the visible ranges grow with the row, so every row of the tile sees the keys
+  // from the last row's begin to the first row's end.
+  tile.full_begin = int(visible_range(p.mask, tile.m0 + rows - 1, p.kv_len).begin);
+  tile.full_end = int(visible_range(p.mask, tile.m0, p.kv_len).end);
+  return tile;
+}
+
+}  // namespace ringattn::cuda::hopper
