@@ -28,7 +28,38 @@ namespace ringattn::cuda {
 template <typename Kernel>
 void set_dynamic_smem_once(Kernel kernel, int bytes, std::atomic<uint64_t>& done);
 
+// Queues kernel<<<grid, block, smem, stream>>>(args...) with programmatic stream serialization
+// on compute capability 9.0+ (an ordinary launch elsewhere): the kernel may be scheduled before
+// the kernel ahead of it in the stream has finished, so its launch and prologue overlap that
+// kernel's tail. The kernel must call pdl_wait_for_prior_grid (device_common.cuh) before it
+// reads or writes global memory; then the launch orders memory exactly as an ordinary one.
+// Returns the launch's error: callers check it with RA_CHECK_CUDA, which names their call.
+template <typename... Params, typename... Args>
+cudaError_t launch_programmatic(void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem, cudaStream_t stream,
+                         Args&&... args);
+
 }  // namespace ringattn::cuda
+
+template <typename... Params, typename... Args>
+cudaError_t ringattn::cuda::launch_programmatic(void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem,
+                                                cudaStream_t stream, Args&&... args) {
+  int device = 0, cc_major = 0;
+  if (const cudaError_t e = cudaGetDevice(&device); e != cudaSuccess) return e;
+  if (const cudaError_t e = cudaDeviceGetAttribute(&cc_major, cudaDevAttrComputeCapabilityMajor, device);
+      e != cudaSuccess)
+    return e;
+  cudaLaunchAttribute pdl;
+  pdl.id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  pdl.val.programmaticStreamSerializationAllowed = 1;
+  cudaLaunchConfig_t config = {};
+  config.gridDim = grid;
+  config.blockDim = block;
+  config.dynamicSmemBytes = smem;
+  config.stream = stream;
+  config.attrs = &pdl;
+  config.numAttrs = cc_major >= 9 ? 1 : 0;
+  return cudaLaunchKernelEx(&config, kernel, static_cast<Args&&>(args)...);
+}
 
 template <typename Kernel>
 void ringattn::cuda::set_dynamic_smem_once(Kernel kernel, int bytes, std::atomic<uint64_t>& done) {

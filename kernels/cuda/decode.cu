@@ -14,6 +14,7 @@
 //   per head group): a CTA takes 64 packed rows, each warp its own 16 over all 64 keys of every
 //   tile, so the K/V a CTA loads serves 4x the rows (four 16-row CTAs would each load it); each
 //   warp writes its rows' partial itself, with no combine.
+#include <atomic>
 #include <type_traits>
 
 #include "kernels/cuda/cuda_check.hpp"
@@ -228,6 +229,9 @@ __global__ void __launch_bounds__(kThreads) decode_mma_kernel(const DecodeKernel
   const int wq = kWide ? warp * 16 : 0, wk = kWide ? 0 : warp * 16;
   const int64_t wrow0 = row0 + wq;
 
+  // Launched programmatically (launch_instance): nothing global is touched before the kernel
+  // ahead in the stream (the previous call's merge, say) has completed.
+  pdl_wait_for_prior_grid();
   load_packed_q<T, D, kRows>(sQ, f, b, hk, group, packed_rows, row0, tid);
 
   // This CTA's keys: [c0, c1), cut further by the mask at the block's positions (both edges: a
@@ -345,20 +349,32 @@ auto decode_kernel_prepared() {
   return kernel;
 }
 
+// Read once per device (the plan runs on every decode call; the occupancy query costs host time
+// that a batch-1 decode of a few microseconds cannot spare).
 template <typename T, int D, bool kWide>
 int decode_ctas_per_sm() {
+  static std::atomic<int> per_device[64] = {};
+  int device = 0;
+  RA_CHECK_CUDA(cudaGetDevice(&device));
+  std::atomic<int>& cached = per_device[device & 63];
+  if (const int known = cached.load(); known > 0 && device < 64) return known;
   int n = 0;
   RA_CHECK_CUDA(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, decode_kernel_prepared<T, D, kWide>(), kThreads,
                                                               decode_smem_bytes<D, kWide>()));
-  return n > 0 ? n : 1;
+  n = n > 0 ? n : 1;
+  cached.store(n);
+  return n;
 }
 
 template <typename T, int D, bool kWide>
 void launch_instance(const FlashParams& f, const DecodePlan& plan, const SplitPartials& out, cudaStream_t stream) {
   const dim3 grid(unsigned(plan.splits), unsigned(f.q.batch * f.k.heads), unsigned(plan.row_blocks));
   auto kernel = decode_kernel_prepared<T, D, kWide>();
-  kernel<<<grid, kThreads, decode_smem_bytes<D, kWide>(), stream>>>(DecodeKernelParams{f, out, plan.key0, plan.chunk});
-  RA_CHECK_CUDA_LAUNCH("decode_mma_kernel");
+  // Programmatic: the launch and the CTAs' start overlap the tail of the kernel ahead (the
+  // previous decode's merge); the kernel waits for it before it reads anything.
+  RA_CHECK_CUDA(launch_programmatic(kernel, grid, dim3(kThreads),
+                                    decode_smem_bytes<D, kWide>(), stream,
+                                    DecodeKernelParams{f, out, plan.key0, plan.chunk}));
 }
 
 // Calls fn(T{}, std::integral_constant<int, D>{}, std::bool_constant<kWide>{}) for f's dtype and

@@ -67,8 +67,11 @@ __global__ void __launch_bounds__(kSplitThreads) merge_splits_kernel(const Merge
   __shared__ float partial_sums[kSplitWarps][kMaxDim];
   __shared__ float warp_m[kSplitWarps], warp_l[kSplitWarps];
   // Launched programmatically after the kernel that writes the partials (launch_merge_splits):
-  // nothing is read or written before that kernel has completed.
+  // nothing is read or written before that kernel has completed. The kernel after this one (the
+  // next decode, launched programmatically too) may be scheduled at once: it waits for this
+  // grid's completion in turn.
   pdl_wait_for_prior_grid();
+  pdl_allow_dependent_launch();
   const SplitPartials& in = p.parts;
   const int64_t row = blockIdx.x, dim = in.dim;
   const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
@@ -206,26 +209,14 @@ unsigned grid_stride_row_blocks(int64_t rows) {
   return unsigned(b < (1 << 16) ? (b > 0 ? b : 1) : (1 << 16));
 }
 
-// merge_splits_kernel<T> with programmatic stream serialization on GPUs that have it (compute
-// capability 9.0+): its CTAs may be scheduled while the kernel that writes the partials (decode,
-// which allows it once its CTAs are past their key loops) is still running, so the launch gap
-// between the two is hidden; the kernel's pdl_wait_for_prior_grid keeps it correct. Elsewhere an
-// ordinary launch.
+// merge_splits_kernel<T>, launched programmatically (launch_programmatic): its CTAs may be
+// scheduled while the kernel that writes the partials (decode, which allows it once its CTAs are
+// past their key loops) is still running, so the launch gap between the two is hidden; the
+// kernel's pdl_wait_for_prior_grid keeps it correct.
 template <typename T>
 void launch_merge_splits_instance(const MergeSplitsParams& p, cudaStream_t stream) {
-  int device = 0, cc_major = 0;
-  RA_CHECK_CUDA(cudaGetDevice(&device));
-  RA_CHECK_CUDA(cudaDeviceGetAttribute(&cc_major, cudaDevAttrComputeCapabilityMajor, device));
-  cudaLaunchAttribute pdl;
-  pdl.id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  pdl.val.programmaticStreamSerializationAllowed = 1;
-  cudaLaunchConfig_t config = {};
-  config.gridDim = dim3(unsigned(p.parts.rows));
-  config.blockDim = dim3(kSplitThreads);
-  config.stream = stream;
-  config.attrs = &pdl;
-  config.numAttrs = cc_major >= 9 ? 1 : 0;
-  RA_CHECK_CUDA(cudaLaunchKernelEx(&config, merge_splits_kernel<T>, p));
+  RA_CHECK_CUDA(launch_programmatic(merge_splits_kernel<T>, dim3(unsigned(p.parts.rows)), dim3(kSplitThreads), 0,
+                                    stream, p));
 }
 
 }  // namespace

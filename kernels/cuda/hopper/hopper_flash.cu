@@ -91,8 +91,10 @@ void launch_config(HopperParams hp, int sms, cudaStream_t stream) {
   set_dynamic_smem_once(kernel, C::kSmemBytes, configured);
   const int grid = hp.num_tiles < sms ? hp.num_tiles : sms;
   hp.tile_counter = tile_counters(stream);
-  kernel<<<grid, C::kThreads, C::kSmemBytes, stream>>>(hp);
-  RA_CHECK_CUDA_LAUNCH("hopper_flash_kernel");
+  // Programmatic: a CTA's launch and prologue overlap the tail of the kernel ahead (the previous
+  // call, whose CTAs free their SMs one by one); the kernel waits for it before touching memory.
+  RA_CHECK_CUDA(launch_programmatic(kernel, dim3(unsigned(grid)), dim3(C::kThreads),
+                                    size_t(C::kSmemBytes), stream, hp));
 }
 
 template <typename T>
