@@ -53,7 +53,6 @@ __device__ __forceinline__ __nv_bfloat16 cast_from_float<__nv_bfloat16>(float x)
 // path of every decode: at batch 1 this kernel is a few dozen rows, latency-bound.)
 constexpr int kSplitWarps = 8, kSplitThreads = 32 * kSplitWarps;
 constexpr int kMaxDim = 256, kMaxPerLane = kMaxDim / 32;
-constexpr int kSplitBatch = 8;  // partials per warp whose loads are in flight together
 static_assert(kMaxDim >= kSimtMaxHeadDim && kMaxDim >= 128, "every head dim a backend path accepts");
 
 // Natural exp as a function object, for the state helpers (core/state.hpp) in natural units.
@@ -84,32 +83,22 @@ __global__ void __launch_bounds__(kSplitThreads) merge_splits_kernel(const Merge
   // This warp's partials k = warp, warp + kSplitWarps, ...: (m, l, x) with l = sum exp(lse_k - m)
   // and x = sum exp(lse_k - m) o_k, m their running max (natural units; an empty partial, lse =
   // -inf, adds nothing).
-  // The loads of kSplitBatch partials are all issued before the first is folded in: at batch 1
-  // decode (a few dozen partials per row, 8 warps) every warp's partials are one batch, one
-  // round trip to L2 before the fold.
   float m = neg_inf(), l = 0.f, x[kMaxPerLane];
 #pragma unroll
   for (int i = 0; i < kMaxPerLane; ++i) x[i] = 0.f;
-  for (int64_t k0 = warp; k0 < in.parts; k0 += int64_t(kSplitWarps) * kSplitBatch) {
-    float lk[kSplitBatch], v[kSplitBatch][kMaxPerLane];
+#pragma unroll 4
+  for (int64_t k = warp; k < in.parts; k += kSplitWarps) {
+    const float lk = in.lse[k * in.rows + row];
+    const float* ok = in.o + (k * in.rows + row) * dim;
+    float v[kMaxPerLane];
 #pragma unroll
-    for (int j = 0; j < kSplitBatch; ++j) {
-      const int64_t k = k0 + int64_t(j) * kSplitWarps;
-      const bool has = k < in.parts;
-      lk[j] = has ? in.lse[k * in.rows + row] : neg_inf();  // past the last: empty, folds in nothing
-      const float* ok = in.o + ((has ? k : 0) * in.rows + row) * dim;
+    for (int i = 0; i < kMaxPerLane; ++i) v[i] = lane + 32 * i < dim ? ok[lane + 32 * i] : 0.f;
+    if (lk == neg_inf()) continue;  // an empty partial (its o is 0)
+    const OnlineStep st = online_step(m, lk, NaturalExp{});
+    const float w = expf(lk - st.base);
+    l = l * st.alpha + w;
 #pragma unroll
-      for (int i = 0; i < kMaxPerLane; ++i) v[j][i] = has && lane + 32 * i < dim ? ok[lane + 32 * i] : 0.f;
-    }
-#pragma unroll
-    for (int j = 0; j < kSplitBatch; ++j) {
-      if (lk[j] == neg_inf()) continue;  // an empty partial (its o is 0)
-      const OnlineStep st = online_step(m, lk[j], NaturalExp{});
-      const float w = expf(lk[j] - st.base);
-      l = l * st.alpha + w;
-#pragma unroll
-      for (int i = 0; i < kMaxPerLane; ++i) x[i] = x[i] * st.alpha + w * v[j][i];
-    }
+    for (int i = 0; i < kMaxPerLane; ++i) x[i] = x[i] * st.alpha + w * v[i];
   }
 #pragma unroll
   for (int i = 0; i < kMaxPerLane; ++i)

@@ -362,18 +362,19 @@ TEST_F(HopperFlash, DynamicScheduleOnConcurrentStreams) {
 // The causal and windowed tile orders in several sections (an L2 planned small: each section's
 // K and V take at most half of it): sections of whole KV heads (GQA), sections that do not divide
 // the heads (MHA, 6 heads in 2 x 3), more tiles than CTAs across sections, head dim 64's
-// 192-row tiles, a window with and without the causal edge, and Fold.
+// 192-row tiles, a window with and without the causal edge, and Fold. (Sections only form when
+// all K and V are more than the L2: each planned L2 is under the case's K and V.)
 TEST_F(HopperFlash, SectionsCausalGqa) {  // K + V of a KV head 154 KB: one KV head (4 q heads) per section
   run_case(small_l2({DType::BF16, 2, 8, 2, 300, 300, 128, true, 0}, 400000));
 }
-TEST_F(HopperFlash, SectionsCausalUnevenMha) {  // 4 KV heads fit, 6 heads: 2 sections of 3
-  run_case(small_l2({DType::F16, 1, 6, 6, 520, 520, 64, true, 0}, 2 * 4 * 520 * 64 * 4 + 1000));
+TEST_F(HopperFlash, SectionsCausalUnevenMha) {  // 3 KV heads fit half the L2, 7 heads: sections of 3, 3, 1
+  run_case(small_l2({DType::F16, 1, 7, 7, 520, 520, 64, true, 0}, 13 * 520 * 64 * 4 / 2));
 }
 TEST_F(HopperFlash, SectionsCausalManyTiles) {
   run_case(small_l2({DType::BF16, 2, 8, 8, 1152, 1152, 128, true, 0}, 3 * 1152 * 128 * 4 * 2));
 }
 TEST_F(HopperFlash, SectionsWindowCausal) {
-  run_case(small_l2(windowed({DType::BF16, 1, 8, 2, 700, 700, 128, true, 0}, 37), 200000));
+  run_case(small_l2(windowed({DType::BF16, 1, 8, 2, 700, 700, 128, true, 0}, 37), 150000));
 }
 TEST_F(HopperFlash, SectionsWindowLowerEdgeOnly) {
   run_case(small_l2(windowed({DType::F16, 2, 4, 2, 300, 500, 64, false, 150}, 200), 150000));
@@ -511,15 +512,16 @@ TEST(HopperTileOrder, EveryTileOnceSectionByLongestFirst) {
 }
 
 // Sections of whole KV heads, as even as they go, K and V of one section within half the L2 (one
-// KV head when even that is too much; every head in one section when all fit).
+// KV head when even that is too much; every head in one section when all K and V fit the L2).
 TEST(HopperTileOrder, SectionHeads) {
   const int64_t l2 = 60ll << 20;  // the H200's
   // batch 4 x 4k, head dim 64, 32/32 heads: 30 KV heads of 1 MB fit; 128 slots in 5 sections of 26.
   EXPECT_EQ(cuda::hopper::section_heads(128, 1, 4096, 64, 2, l2), 26);
-  // batch 4 x 2k, head dim 128, 32/8 heads: 30 KV heads (120 slots) fit; 128 in 2 of 64.
-  EXPECT_EQ(cuda::hopper::section_heads(128, 4, 2048, 128, 2, l2), 64);
-  // 8k, 32/8 heads: 7 KV heads of 4 MB (28 slots) fit; 32 in 2 of 16.
-  EXPECT_EQ(cuda::hopper::section_heads(32, 4, 8192, 128, 2, l2), 16);
+  // batch 4 x 2k, head dim 128, 32/8 heads: all K and V (32 MB) within the L2, one section.
+  EXPECT_EQ(cuda::hopper::section_heads(128, 4, 2048, 128, 2, l2), 128);
+  // 8k, 32/8 heads: 32 MB, one section; at 16k (64 MB) 3 KV heads of 8 MB fit: 32 in 3 of 12.
+  EXPECT_EQ(cuda::hopper::section_heads(32, 4, 8192, 128, 2, l2), 32);
+  EXPECT_EQ(cuda::hopper::section_heads(32, 4, 16384, 128, 2, l2), 12);
   // 32k: one 16 MB KV head (4 slots) per section.
   EXPECT_EQ(cuda::hopper::section_heads(32, 4, 32768, 128, 2, l2), 4);
   // 128k: a KV head (64 MB) is over the budget; still one per section.
@@ -528,8 +530,10 @@ TEST(HopperTileOrder, SectionHeads) {
   EXPECT_EQ(cuda::hopper::section_heads(64, 2, 2048, 256, 2, l2), 22);
   // 5 KV heads of 4 q heads, 2 KV heads (15 MB each) fit: 3 sections, 7 slots rounded up to 8.
   EXPECT_EQ(cuda::hopper::section_heads(20, 4, 30720, 128, 2, l2), 8);
-  // Everything fits: one section.
+  // Everything fits: one section; just over the L2: sections.
   EXPECT_EQ(cuda::hopper::section_heads(32, 4, 1024, 128, 2, l2), 32);
+  EXPECT_EQ(cuda::hopper::section_heads(16, 1, 7680, 128, 2, l2), 16);  // 16 x 3.75 MB = 60 MB
+  EXPECT_EQ(cuda::hopper::section_heads(16, 1, 7681, 128, 2, l2), 6);  // 7 KV heads fit half: 3 of 6
   // An L2 size of 0 (unknown): one KV head per section.
   EXPECT_EQ(cuda::hopper::section_heads(16, 2, 1024, 128, 2, 0), 2);
   for (int bh : {1, 7, 64, 130})
