@@ -36,7 +36,7 @@ void set_dynamic_smem_once(Kernel kernel, int bytes, std::atomic<uint64_t>& done
 // Returns the launch's error: callers check it with RA_CHECK_CUDA, which names their call.
 template <typename... Params, typename... Args>
 cudaError_t launch_programmatic(void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem, cudaStream_t stream,
-                         Args&&... args);
+                                Args&&... args);
 
 }  // namespace ringattn::cuda
 

@@ -353,16 +353,16 @@ auto decode_kernel_prepared() {
 // that a batch-1 decode of a few microseconds cannot spare).
 template <typename T, int D, bool kWide>
 int decode_ctas_per_sm() {
-  static std::atomic<int> per_device[64] = {};
+  static std::atomic<int> per_device[64] = {};  // 0: not read yet (devices past 63 are not cached)
   int device = 0;
   RA_CHECK_CUDA(cudaGetDevice(&device));
-  std::atomic<int>& cached = per_device[device & 63];
-  if (const int known = cached.load(); known > 0 && device < 64) return known;
+  std::atomic<int>* cached = device < 64 ? &per_device[device] : nullptr;
+  if (cached != nullptr && cached->load() > 0) return cached->load();
   int n = 0;
   RA_CHECK_CUDA(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, decode_kernel_prepared<T, D, kWide>(), kThreads,
                                                               decode_smem_bytes<D, kWide>()));
   n = n > 0 ? n : 1;
-  cached.store(n);
+  if (cached != nullptr) cached->store(n);
   return n;
 }
 
@@ -372,8 +372,7 @@ void launch_instance(const FlashParams& f, const DecodePlan& plan, const SplitPa
   auto kernel = decode_kernel_prepared<T, D, kWide>();
   // Programmatic: the launch and the CTAs' start overlap the tail of the kernel ahead (the
   // previous decode's merge); the kernel waits for it before it reads anything.
-  RA_CHECK_CUDA(launch_programmatic(kernel, grid, dim3(kThreads),
-                                    decode_smem_bytes<D, kWide>(), stream,
+  RA_CHECK_CUDA(launch_programmatic(kernel, grid, dim3(kThreads), decode_smem_bytes<D, kWide>(), stream,
                                     DecodeKernelParams{f, out, plan.key0, plan.chunk}));
 }
 

@@ -82,8 +82,8 @@ __global__ void __launch_bounds__(C::kThreads, 1) hopper_flash_kernel(const __gr
   __syncthreads();
   // Launched programmatically (hopper_flash.cu): the prologue above overlapped the kernel ahead
   // in the stream; nothing global (tensors, the tile counters) is touched before it has
-  // completed. The next kernel may be scheduled at once: its CTAs find SMs as this grid's exit,
-  // and wait for this grid in turn.
+  // completed. The next kernel may be scheduled at once: its CTAs find SMs as this grid's CTAs
+  // exit, and wait for this grid in turn.
   pdl_wait_for_prior_grid();
   pdl_allow_dependent_launch();
 
