@@ -32,6 +32,7 @@ struct HopperParams {
   int lazy_rescale;  // softmax_step(lazy): move the running max only when it grew past kLazyThreshold (hopper_config.cuh)
   int block_m, block_n;  // the Config's tile shape
   int m_blocks, num_tiles;
+  int m_shift;  // query block mb starts at row mb * block_m - m_shift (hopper_tiles.hpp, query_shift)
   int section_heads;  // (batch, head) slots per section of the causal and windowed tile orders (hopper_tiles.hpp)
   // The dynamic tile schedule (hopper_config.cuh, TileFeed): [0] counts the tiles handed out after
   // the first gridDim.x, [1] the CTAs whose producer has finished; both 0 at launch (the last CTA

@@ -128,7 +128,7 @@ __device__ __forceinline__ void store_state(const HopperParams& p, const float (
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
     const float l = quad_sum(st.l[r]);
-    in_range[r] = row0 + 8 * r < p.q_len;
+    in_range[r] = row0 + 8 * r >= 0 && row0 + 8 * r < p.q_len;  // a shifted first tile starts before row 0
     lse_new[r] = lse_from_stats(st.m[r] * p.scale, l);  // m is in raw score units
     inv[r] = l > 0.f ? 1.f / l : 0.f;
     lse_old[r] = 0.f;
@@ -176,7 +176,7 @@ __device__ __forceinline__ void store_empty(const HopperParams& p, int b, int h,
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
     const int row = row0 + 8 * r;
-    if (row >= p.q_len) continue;
+    if (row < 0 || row >= p.q_len) continue;
     float* orow = sv.o + b * sv.o_stride_b + h * sv.o_stride_h + (long long)row * sv.o_stride_t;
 #pragma unroll
     for (int j = 0; j < D / 8; ++j) {

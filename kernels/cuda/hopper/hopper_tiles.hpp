@@ -17,7 +17,10 @@ namespace ringattn::cuda::hopper {
 // step i (0 .. n_blocks - 1) of the producer's and the consumers' loops takes block(i), from the
 // last block down to the first. Both sides walk exactly n_blocks steps per tile.
 struct Tile {
-  int b, h, m0;
+  int b, h;
+  int m0;          // the tile's first row: block_m * query block - HopperParams::m_shift, so < 0 for the
+                   // first block of a shifted order (query_shift); rows outside [0, q_len) are computed
+                   // on zero-filled Q and never stored
   int n_begin;     // the first key block (0 without a window)
   int n_blocks;    // how many key blocks, from n_begin up; 0: the tile sees no key
   int full_begin;  // keys [full_begin, full_end) are visible to every row of the tile (and inside
@@ -48,6 +51,17 @@ inline int section_heads(int batch_heads, int group, int64_t keys, int head_dim,
   return int(heads < batch_heads ? heads : batch_heads);
 }
 
+// Rows that the first query block starts before row 0 (HopperParams::m_shift). A causal row sees
+// more keys the later it is, so when q_len is not a multiple of block_m the one short query block
+// goes first, where its rows see the fewest keys, instead of last, where the consumers of its
+// missing rows would run the longest tile of the head on nothing: at batch 4 x 4k causal, head
+// dim 64 (192-row tiles, 4096 = 21 x 192 + 64), the last tile's 32 key blocks for 64 rows were
+// about 5% of the head's work. Other masks keep 0: full rows cost the same in every block, and a
+// lower edge alone makes the first rows the longest.
+RA_HD int query_shift(const MaskSpec& mask, int q_len, int block_m) {
+  return mask.causal ? (block_m - q_len % block_m) % block_m : 0;
+}
+
 // Causal tiles are ordered longest first (the last query block of every head of a section, then
 // the one before...), so that the CTAs take the heavy tiles first and the short ones fill the
 // tail (with a window as well, where the tiles are about equal and the order no longer matters).
@@ -73,9 +87,10 @@ RA_HD Tile decode_tile(const HopperParams& p, int t) {
   }
   tile.b = bh / p.q_heads;
   tile.h = bh % p.q_heads;
-  tile.m0 = mb * p.block_m;
-  const int rows = tile.m0 + p.block_m < p.q_len ? p.block_m : p.q_len - tile.m0;
-  const KeyRange keys = visible_range_of_rows(p.mask, tile.m0, rows, p.kv_len);  // within [0, kv_len]
+  tile.m0 = mb * p.block_m - p.m_shift;
+  const int first = tile.m0 > 0 ? tile.m0 : 0;  // the tile's rows within [0, q_len)
+  const int rows = (tile.m0 + p.block_m < p.q_len ? tile.m0 + p.block_m : p.q_len) - first;
+  const KeyRange keys = visible_range_of_rows(p.mask, first, rows, p.kv_len);  // within [0, kv_len]
   if (keys.empty()) {
     tile.n_begin = tile.n_blocks = 0;
   } else {
@@ -83,9 +98,10 @@ RA_HD Tile decode_tile(const HopperParams& p, int t) {
     tile.n_blocks = int((keys.end + p.block_n - 1) / p.block_n) - tile.n_begin;
   }
   // Both ends of the visible ranges grow with the row, so every row of the tile sees the keys
-  // from the last row's begin to the first row's end.
-  tile.full_begin = int(visible_range(p.mask, tile.m0 + rows - 1, p.kv_len).begin);
-  tile.full_end = int(visible_range(p.mask, tile.m0, p.kv_len).end);
+  // from the last row's begin to the first row's end (rows before 0 see less and are not stored:
+  // a block left unmasked for them gives them finite scores of real keys).
+  tile.full_begin = int(visible_range(p.mask, first + rows - 1, p.kv_len).begin);
+  tile.full_end = int(visible_range(p.mask, first, p.kv_len).end);
   return tile;
 }
 
