@@ -156,7 +156,7 @@ HopperParams kernel_params(const FlashParams& p, const TileInfo& ti, bool lazy, 
   hp.block_n = ti.block_n;
   hp.m_blocks = int((q.len + ti.block_m - 1) / ti.block_m);
   hp.num_tiles = hp.m_blocks * hp.batch * hp.q_heads;
-  hp.m_shift = hopper::query_shift(p.mask, hp.q_len, ti.block_m);
+  hp.m_shift = hopper::query_shift(p.mask, hp.q_len, ti.block_m, ti.block_n);
   // A window's tiles read a band of about window + block_m keys each; other causal tiles up to kv_len.
   const int64_t band = p.mask.windowed() ? p.mask.window + 1 + ti.block_m : p.k.len;
   hp.section_heads = hopper::section_heads(hp.batch * hp.q_heads, hp.group, band < p.k.len ? band : p.k.len,

@@ -52,14 +52,26 @@ inline int section_heads(int batch_heads, int group, int64_t keys, int head_dim,
 }
 
 // Rows that the first query block starts before row 0 (HopperParams::m_shift). A causal row sees
-// more keys the later it is, so when q_len is not a multiple of block_m the one short query block
-// goes first, where its rows see the fewest keys, instead of last, where the consumers of its
-// missing rows would run the longest tile of the head on nothing: at batch 4 x 4k causal, head
-// dim 64 (192-row tiles, 4096 = 21 x 192 + 64), the last tile's 32 key blocks for 64 rows were
-// about 5% of the head's work. Other masks keep 0: full rows cost the same in every block, and a
-// lower edge alone makes the first rows the longest.
-RA_HD int query_shift(const MaskSpec& mask, int q_len, int block_m) {
-  return mask.causal ? (block_m - q_len % block_m) % block_m : 0;
+// more keys the later it is, so when q_len is not a multiple of block_m the short query block goes
+// first, where its rows see the fewest keys, instead of last, where the consumers of its missing
+// rows would run the longest tile of the head on nothing: at batch 4 x 4k causal, head dim 64
+// (192-row tiles, 4096 = 21 x 192 + 64), the last tile's 32 key blocks for 64 rows were 5.8% of
+// the head's key blocks (measured +5.5%, hopper/PERF.md). The shift is a multiple of
+// gcd(block_m, block_n), so the tiles' diagonals fall at the same offsets within key blocks as
+// without it (a shift of 16 rows on 128 x 128 tiles would put every diagonal across two key
+// blocks, both masked); the rest, under that gcd, stays past the last row. Other masks take no
+// shift: full rows cost the same in every block, and a lower edge alone makes the first rows the
+// longest.
+inline int query_shift(const MaskSpec& mask, int q_len, int block_m, int block_n) {
+  if (!mask.causal || block_m <= 0 || block_n <= 0) return 0;
+  int a = block_m, b = block_n;
+  while (b != 0) {
+    const int r = a % b;
+    a = b;
+    b = r;
+  }
+  const int short_rows = (block_m - q_len % block_m) % block_m;
+  return short_rows / a * a;
 }
 
 // Causal tiles are ordered longest first (the last query block of every head of a section, then

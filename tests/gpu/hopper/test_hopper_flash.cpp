@@ -11,6 +11,7 @@
 #include <cmath>
 #include <cstdio>
 #include <limits>
+#include <numeric>
 #include <random>
 #include <string>
 #include <vector>
@@ -221,8 +222,9 @@ TEST_F(HopperFlash, FoldCausalRowsWithNoKey) {
 // The causal order's short query block first (query_shift): 450 rows in 192-row tiles start at row
 // -126, so the first tile's consumer 0 has no row in range and consumer 1 two (bthd views: the Q
 // copy's rows before 0 come from the strided map's zero fill); with a causal offset the rows
-// before 0 see keys (computed, not stored), folded into a state; head dim 128's 128-row tiles
-// start at -56 (consumer 0 with 8 rows in range, the half-block products on its diagonal).
+// before 0 see keys (computed, not stored), folded into a state. At head dim 128 the shift is a
+// multiple of gcd(block_m, block_n): none on the default 128 x 128 tiles, 48 rows under 128x176
+// (consumer 0 with 16 rows in range, the half-block products on its diagonal).
 TEST_F(HopperFlash, ShiftedCausalFirstTileBthdDim64) {
   run_case({DType::BF16, 2, 4, 2, 450, 450, 64, true, 0, StateMode::Write, true});
 }
@@ -469,7 +471,7 @@ cuda::hopper::HopperParams order_params(int batch, int q_heads, int group, int q
   p.block_n = block_n;
   p.m_blocks = (q_len + block_m - 1) / block_m;
   p.num_tiles = p.m_blocks * batch * q_heads;
-  p.m_shift = cuda::hopper::query_shift(p.mask, q_len, block_m);
+  p.m_shift = cuda::hopper::query_shift(p.mask, q_len, block_m, block_n);
   p.section_heads = section;
   return p;
 }
@@ -508,12 +510,17 @@ TEST(HopperTileOrder, EveryTileOnceSectionByLongestFirst) {
         ++seen[size_t(slot * p.m_blocks + mb)];
         for (int r = std::max(tile.m0, 0); r < std::min(tile.m0 + sh.block_m, sh.q_len); ++r)
           ++rows[size_t(slot * sh.q_len + r)];
-        // The causal order's one short block (q_len off the tile) is the head's first; others end there.
-        if (sh.mask.causal)
-          EXPECT_EQ(mb == 0 ? tile.m0 + sh.block_m : tile.m0, mb == 0 ? (sh.q_len - 1) % sh.block_m + 1 : tile.m0)
-              << "tile " << t;
-        else
-          EXPECT_EQ(tile.m0, mb * sh.block_m) << "tile " << t;
+        // The causal order's short block (q_len off the tile) is the head's first, up to the rows
+        // under gcd(block_m, block_n) that stay past the end (query_shift); others start at 0.
+        EXPECT_EQ(tile.m0, mb * sh.block_m - p.m_shift) << "tile " << t;
+        if (sh.mask.causal) {
+          const int g = std::gcd(sh.block_m, sh.block_n), past_end = p.m_blocks * sh.block_m - p.m_shift - sh.q_len;
+          EXPECT_EQ(p.m_shift % g, 0);
+          EXPECT_GE(past_end, 0);
+          EXPECT_LT(past_end, g);
+        } else {
+          EXPECT_EQ(p.m_shift, 0);
+        }
         if (!sh.mask.causal && !sh.mask.windowed()) continue;  // head by head: no sections
         const int sec = slot / section;
         if (sec != prev_section) {
@@ -535,34 +542,55 @@ TEST(HopperTileOrder, EveryTileOnceSectionByLongestFirst) {
 }
 
 // The causal order's short query block goes first (query_shift): the key blocks that the tiles
-// visit, summed over a head, never exceed those of the unshifted order, and at batch 4 x 4k at head
-// dim 64 (192-row tiles: 4096 = 21 x 192 + 64) the last tile's 32 blocks for 64 rows become a first
-// tile of 1 block: 363 blocks per head instead of 384 (5.8% fewer). Other masks take no shift.
+// visit, summed over a head, never exceed those of the unshifted order, nor do the blocks that need
+// the element mask; at batch 4 x 4k at head dim 64 (192-row tiles: 4096 = 21 x 192 + 64) the last
+// tile's 32 blocks for 64 rows become a first tile of 1 block: 363 blocks per head instead of 384
+// (5.8% fewer). The shift is a multiple of gcd(block_m, block_n): none on 128 x 128 tiles. Other
+// masks take no shift.
 TEST(HopperTileOrder, ShortCausalBlockFirst) {
-  auto blocks = [](const cuda::hopper::HopperParams& p) {
-    long long n = 0;
-    for (int t = 0; t < p.num_tiles; ++t) n += cuda::hopper::decode_tile(p, t).n_blocks;
-    return n;
+  struct Sums {
+    long long blocks = 0, masked = 0;
   };
-  const MaskSpec causal{true, 0, -1};
-  for (int q_len : {1, 64, 191, 192, 193, 300, 450, 1000, 4096, 8192})
-    for (int block_m : {128, 192}) {
-      cuda::hopper::HopperParams p = order_params(1, 2, 1, q_len, q_len, block_m, 128, causal, 2);
-      SCOPED_TRACE("q_len " + std::to_string(q_len) + " block_m " + std::to_string(block_m));
-      EXPECT_EQ(p.m_shift, (block_m - q_len % block_m) % block_m);
-      cuda::hopper::HopperParams unshifted = p;
-      unshifted.m_shift = 0;
-      EXPECT_LE(blocks(p), blocks(unshifted));
+  auto sums = [](const cuda::hopper::HopperParams& p) {
+    Sums s;
+    for (int t = 0; t < p.num_tiles; ++t) {
+      const cuda::hopper::Tile tile = cuda::hopper::decode_tile(p, t);
+      s.blocks += tile.n_blocks;
+      for (int i = 0; i < tile.n_blocks; ++i) {
+        const int nb = tile.block(i);
+        s.masked += nb * p.block_n < tile.full_begin || (nb + 1) * p.block_n > tile.full_end;
+      }
     }
-  cuda::hopper::HopperParams p = order_params(1, 1, 1, 4096, 4096, 192, 128, causal, 1);
+    return s;
+  };
+  for (int q_len : {1, 64, 191, 192, 193, 300, 450, 1000, 4096, 6000, 8192})
+    for (int block_m : {128, 192})
+      for (int block_n : {80, 128, 176})
+        for (int64_t q_offset : {0, 37, 500}) {
+          cuda::hopper::HopperParams p =
+              order_params(1, 2, 1, q_len, q_len + int(q_offset), block_m, block_n, MaskSpec{true, q_offset, -1}, 2);
+          SCOPED_TRACE("q_len " + std::to_string(q_len) + " tile " + std::to_string(block_m) + "x" +
+                       std::to_string(block_n) + " q_offset " + std::to_string(q_offset));
+          const int g = std::gcd(block_m, block_n);
+          EXPECT_EQ(p.m_shift, (block_m - q_len % block_m) % block_m / g * g);
+          cuda::hopper::HopperParams unshifted = p;
+          unshifted.m_shift = 0;
+          const Sums a = sums(p), b = sums(unshifted);
+          EXPECT_LE(a.blocks, b.blocks);
+          EXPECT_LE(a.masked, b.masked);
+        }
+  cuda::hopper::HopperParams p = order_params(1, 1, 1, 4096, 4096, 192, 128, MaskSpec{true, 0, -1}, 1);
   EXPECT_EQ(p.m_shift, 128);
   cuda::hopper::HopperParams unshifted = p;
   unshifted.m_shift = 0;
-  EXPECT_EQ(blocks(unshifted), 384);  // tile m (rows 192m..): ceil(min(192m + 192, 4096) / 128) blocks
-  EXPECT_EQ(blocks(p), 363);          // tile m (rows 192m - 128..): ceil((192m + 64) / 128) blocks
-  EXPECT_EQ(cuda::hopper::query_shift(MaskSpec{false, 0, -1}, 300, 128), 0);
-  EXPECT_EQ(cuda::hopper::query_shift(MaskSpec{false, 0, 50}, 300, 128), 0);
-  EXPECT_EQ(cuda::hopper::query_shift(MaskSpec{true, 0, 50}, 300, 128), 84);
+  EXPECT_EQ(sums(unshifted).blocks, 384);  // tile m (rows 192m..): ceil(min(192m + 192, 4096) / 128) blocks
+  EXPECT_EQ(sums(p).blocks, 363);          // tile m (rows 192m - 128..): ceil((192m + 64) / 128) blocks
+  EXPECT_EQ(cuda::hopper::query_shift(MaskSpec{true, 0, -1}, 6000, 128, 128), 0);   // 16 short rows: under 128
+  EXPECT_EQ(cuda::hopper::query_shift(MaskSpec{true, 0, -1}, 6000, 128, 176), 16);  // gcd 16
+  EXPECT_EQ(cuda::hopper::query_shift(MaskSpec{true, 0, -1}, 8192, 192, 128), 64);
+  EXPECT_EQ(cuda::hopper::query_shift(MaskSpec{false, 0, -1}, 300, 128, 128), 0);
+  EXPECT_EQ(cuda::hopper::query_shift(MaskSpec{false, 0, 50}, 300, 192, 128), 0);
+  EXPECT_EQ(cuda::hopper::query_shift(MaskSpec{true, 0, 50}, 300, 192, 128), 64);
 }
 
 // Sections of whole KV heads, as even as they go, K and V of one section within half the L2 (one
