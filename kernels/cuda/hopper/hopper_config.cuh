@@ -26,6 +26,9 @@ inline constexpr int kRowsPerConsumer = 64;
 // An issue turn's named barrier counts two warpgroups: the consumer that waits for its turn and
 // the one that passes it on (bar.arrive).
 inline constexpr int kIssueTurnThreads = 2 * kWarpgroupThreads;
+// Named barrier kOutBarBase + c: consumer c's own warpgroup around its staged output (0 is
+// __syncthreads, 1..3 the issue turns).
+inline constexpr int kOutBarBase = 4;
 // Lazy rescaling (softmax_step): the running max moves only when a row's max grew by more than
 // this, in exp2 units, so p stays <= 2^8.
 inline constexpr float kLazyThreshold = 8.f;
@@ -58,16 +61,24 @@ struct Config {
   static constexpr int kKVBytes = kColBlocks * kKVColBlockBytes;  // one K or V stage
   static_assert(kQColBlockBytes % kSwizzleAtomBytes == 0 && kKVColBlockBytes % kSwizzleAtomBytes == 0,
                 "column blocks on 1024-byte boundaries");
-  static constexpr int kOffQ = 0;
-  static constexpr int kOffK = kOffQ + kQStages * kQBytes;
-  static constexpr int kOffV = kOffK + kStages * kKVBytes;
-  static constexpr int kOffBar = kOffV + kStages * kKVBytes;
   // Barriers: full_k[S], full_v[S], empty_k[S], empty_v[S], q_full[QS], q_empty[QS],
   // tile_full[TS], tile_empty[TS]; then the TS tile-index slots of the dynamic schedule.
   static constexpr int kTileSlots = 2;
   static constexpr int kNumBars = 4 * kStages + 2 * kQStages + 2 * kTileSlots;
-  static constexpr int kOffTileSlots = kOffBar + kNumBars * 8;
   // +1024: the dynamic buffer is realigned to 1024 bytes, where the 128-byte swizzle repeats.
+  static constexpr int kTailBytes = kNumBars * 8 + kTileSlots * 4 + kSwizzleAtomBytes;
+  static constexpr int kOffQ = 0;
+  static constexpr int kOffK = kOffQ + kQStages * kQBytes;
+  static constexpr int kOffV = kOffK + kStages * kKVBytes;
+  // The staged output (store_output_staged, hopper_softmax.cuh): each consumer's 64 rows of the
+  // final 16-bit output in the Q layout (D/64 swizzled column blocks), written out by bulk tensor
+  // stores. Only in the per-tile loop and where it fits beside the rest (not at 128x176 or head
+  // dim 256, whose stages take the shared memory).
+  static constexpr int kOutBytes = kRowsPerConsumer * D * 2;  // one consumer's rows
+  static constexpr int kOffOut = kOffV + kStages * kKVBytes;
+  static constexpr bool kStagedOut = QSTAGES == 1 && kOffOut + NC * kOutBytes + kTailBytes <= 232448;
+  static constexpr int kOffBar = kOffOut + (kStagedOut ? NC * kOutBytes : 0);
+  static constexpr int kOffTileSlots = kOffBar + kNumBars * 8;
   static constexpr int kSmemBytes = kOffTileSlots + kTileSlots * 4 + kSwizzleAtomBytes;
   static_assert(kSmemBytes <= 232448, "over the 227 KB of shared memory a CTA may have");
   // Register budget after setmaxnreg: 128 * producer + 128 * NC * consumer <= 65536. Head dim 256
@@ -91,6 +102,7 @@ struct SmemPlan {
   __device__ __forceinline__ uint32_t q(int slot) const { return base + C::kOffQ + slot * C::kQBytes; }
   __device__ __forceinline__ uint32_t k(int s) const { return base + C::kOffK + s * C::kKVBytes; }
   __device__ __forceinline__ uint32_t v(int s) const { return base + C::kOffV + s * C::kKVBytes; }
+  __device__ __forceinline__ uint32_t out(int consumer) const { return base + C::kOffOut + consumer * C::kOutBytes; }
   __device__ __forceinline__ uint32_t bar(int i) const { return base + C::kOffBar + 8 * i; }
   __device__ __forceinline__ uint32_t full_k(int s) const { return bar(s); }
   __device__ __forceinline__ uint32_t full_v(int s) const { return bar(C::kStages + s); }

@@ -220,7 +220,16 @@ __device__ __forceinline__ void consume_per_tile(const HopperParams& p, const Sm
     else
       I::turn_pv(ln, sm, o, pf, s_prev, true);
     if (ln.lane == 0) mbar_arrive(sm.empty_v(s_prev));
+    if constexpr (C::kStagedOut) {
+      if (p.staged_out) {
+        store_output_staged<T, C>(p, sm, o, st, t, ln.cw, ln.warp_in_wg, ln.g, ln.tq);
+        continue;
+      }
+    }
     store_state<T, D>(p, o, st, t.b, t.h, row0, ln.tq);
+  }
+  if constexpr (C::kStagedOut) {
+    if (p.staged_out && threadIdx.x % kWarpgroupThreads == 0) bulk_wait<0>();  // before the CTA's shared memory goes
   }
 }
 

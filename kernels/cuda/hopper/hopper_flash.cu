@@ -111,6 +111,11 @@ struct SmemOf {
   template <typename C>
   void operator()() const { bytes = C::kSmemBytes; }
 };
+struct StagesOutputOf {
+  bool& staged;
+  template <typename C>
+  void operator()() const { staged = C::kStagedOut; }
+};
 
 }  // namespace
 
@@ -127,6 +132,12 @@ int smem_bytes(HopperTile tile, int d) {
   int bytes = 0;
   with_config(tile, d, SmemOf{bytes});
   return bytes;
+}
+
+bool stages_output(HopperTile tile, int d) {
+  bool staged = false;
+  with_config(tile, d, StagesOutputOf{staged});
+  return staged;
 }
 
 void launch(const HopperLaunch& l, int sms, cudaStream_t stream) {

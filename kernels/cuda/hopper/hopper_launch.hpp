@@ -13,6 +13,9 @@ namespace ringattn::cuda::hopper_detail {
 bool image_loaded(int device);
 // Dynamic shared memory that configuration `tile` takes at head dim d (0 when not instantiated).
 int smem_bytes(HopperTile tile, int d);
+// True when configuration `tile` at head dim d stages the final output in shared memory for bulk
+// tensor stores (Config::kStagedOut: the per-tile loop, with room beside the stages).
+bool stages_output(HopperTile tile, int d);
 // Queues l on `stream` (a grid of min(num_tiles, sms) persistent CTAs). l must come from plan.
 void launch(const HopperLaunch& l, int sms, cudaStream_t stream);
 

@@ -197,6 +197,13 @@ const char* plan(const FlashParams& p, const FlashKernelOptions& opt, int smem_o
       !encode_view(&l.params.tm_v, p.v, ti.block_n))
     return "it needs q, k and v strides that are multiples of 8 elements (16 bytes) that the bulk copy engine can "
            "encode";
+  // The output through shared memory and bulk stores where the configuration has room for it and
+  // the output's view can be encoded (16-byte aligned, strides of whole 16 bytes); otherwise the
+  // epilogue stores from registers, with the same result.
+  l.params.staged_out = p.out.data != nullptr && p.mode != StateMode::Fold && stages_output(ti.tile, int(p.q.dim)) &&
+                                aligned(p.out.data, 16) && encode_view(&l.params.tm_out, p.out, 64)
+                            ? 1
+                            : 0;
   *out = l;
   return nullptr;
 }

@@ -166,6 +166,55 @@ __device__ __forceinline__ void store_state(const HopperParams& p, const float (
   }
 }
 
+// Write without Fold into the final output, through shared memory: this consumer's 64 rows,
+// normalized and cast, go into its staging buffer (sm.out, the 128-byte swizzled layout of the
+// tensor map's 64 x 64 boxes), then one thread stores them with bulk tensor copies, which drop
+// the rows outside [0, q_len) and run while the consumer goes on to its next tile. The lse is
+// stored from registers. The buffer is rewritten only after the previous tile's copies have read
+// it (bulk_wait_read), so each consumer has one store in flight at most; the caller waits for it
+// (bulk_wait) before the CTA exits.
+template <typename T, typename C>
+__device__ __forceinline__ void store_output_staged(const HopperParams& p, const SmemPlan<C>& sm,
+                                                    const float (&o)[C::kHeadDim / 2], const RowStats& st, const Tile& t,
+                                                    int consumer, int warp_in_wg, int g, int tq) {
+  constexpr int D = C::kHeadDim;
+  const bool issuer = threadIdx.x % kWarpgroupThreads == 0;
+  const int bar = kOutBarBase + consumer, row0 = t.m0 + consumer * kRowsPerConsumer + warp_in_wg * 16 + g;
+  const uint32_t buf = sm.out(consumer);
+  if (issuer) bulk_wait_read<0>();
+  named_sync(bar, kWarpgroupThreads);  // the previous tile's copies are done reading the buffer
+  float inv[2];
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    const float l = quad_sum(st.l[r]);
+    inv[r] = l > 0.f ? 1.f / l : 0.f;
+    const int row = row0 + 8 * r;
+    if (tq == 0 && row >= 0 && row < p.q_len)
+      p.state.lse[t.b * p.state.lse_stride_b + t.h * p.state.lse_stride_h + row] = lse_from_stats(st.m[r] * p.scale, l);
+  }
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    const int rr = warp_in_wg * 16 + g + 8 * r;  // the row within the consumer's 64
+#pragma unroll
+    for (int j = 0; j < D / 8; ++j) {
+      // Columns 8j + 2tq, +1: column block j / 8, 16-byte chunk j % 8 of the row, swizzled by the row.
+      const uint32_t at = buf + (j / 8) * (kRowsPerConsumer * kSwizzleRowBytes) + rr * kSwizzleRowBytes +
+                          ((uint32_t(j % 8) ^ uint32_t(rr % 8)) * 16) + tq * 4;
+      const uint32_t v = Half16<T>::pack(o[4 * j + 2 * r] * inv[r], o[4 * j + 2 * r + 1] * inv[r]);
+      asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(at), "r"(v) : "memory");
+    }
+  }
+  fence_proxy_async_smem();
+  named_sync(bar, kWarpgroupThreads);  // every row is in the buffer
+  if (issuer) {
+#pragma unroll
+    for (int cb = 0; cb < D / 64; ++cb)
+      tma_store_4d(&p.tm_out, buf + cb * (kRowsPerConsumer * kSwizzleRowBytes), cb * 64,
+                   t.m0 + consumer * kRowsPerConsumer, t.h, t.b);
+    bulk_commit();
+  }
+}
+
 // A tile with no visible key: Write stores the empty state (o = 0, lse = -inf) in this thread's
 // part of rows row0 and row0 + 8; Fold leaves the state unchanged (and, when the call asked for
 // the final output, casts the old state's o into it).

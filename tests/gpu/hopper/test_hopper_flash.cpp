@@ -67,16 +67,24 @@ struct Case {
   bool bthd = false;
   int64_t window = -1;  // >= 0: the mask's lower edge (MaskSpec::window)
   int64_t l2_bytes = 0;  // > 0: plan the tile order for an L2 of this size (hopper_run)
+  bool out = false;      // the final output too (FlashParams::out, in q's layout), checked against the oracle
   std::string name() const {
-    char buf[260];
+    char buf[280];
     std::snprintf(buf, sizeof buf,
-                  "%s b=%lld hq=%lld hkv=%lld t=%lld s=%lld d=%lld %s q_offset=%lld window=%lld %s %s l2=%lld",
+                  "%s b=%lld hq=%lld hkv=%lld t=%lld s=%lld d=%lld %s q_offset=%lld window=%lld %s %s l2=%lld%s",
                   dtype_name(dtype), (long long)b, (long long)hq, (long long)hkv, (long long)t, (long long)s,
                   (long long)d, causal ? "causal" : "full", (long long)q_offset, (long long)window,
-                  mode == StateMode::Fold ? "fold" : "write", bthd ? "bthd" : "bhtd", (long long)l2_bytes);
+                  mode == StateMode::Fold ? "fold" : "write", bthd ? "bthd" : "bhtd", (long long)l2_bytes,
+                  out ? " out" : "");
     return buf;
   }
 };
+// c with the final output written as well (the staged epilogue in Write mode, where the tile
+// configuration has room for it).
+Case with_out(Case c) {
+  c.out = true;
+  return c;
+}
 // c planned for an L2 of l2 bytes (sections of the tile order).
 Case small_l2(Case c, int64_t l2) {
   c.l2_bytes = l2;
@@ -178,6 +186,20 @@ void run_case(const Case& c) {
   float* d_lse = static_cast<float*>(to_device(init.lse.data(), init.lse.size() * 4));
   ASSERT_TRUE(dp.q.data && dp.k.data && dp.v.data && d_o && d_lse);
   dp.state = contiguous_state(d_o, d_lse, c.b, c.hq, c.t, c.d);
+  // The final output, NaN-poisoned (0xffff is NaN in bf16 and fp16), in q's layout.
+  const size_t out_bytes = size_t(c.b * c.hq * c.t * c.d) * dtype_size(c.dtype);
+  void* d_out = nullptr;
+  if (c.out) {
+    const std::vector<uint8_t> poison(out_bytes, 0xff);
+    d_out = to_device(poison.data(), out_bytes);
+    ASSERT_TRUE(d_out);
+    dp.out = c.bthd ? bthd_view(d_out, c.dtype, c.b, c.hq, c.t, c.d) : bhtd_view(d_out, c.dtype, c.b, c.hq, c.t, c.d);
+    // Write into the output takes the staged epilogue wherever the configuration has room for it.
+    const cuda::FlashChoice choice = hopper_choice(dp, c.l2_bytes);
+    const std::string tile = choice.hopper_tile;
+    const bool room = tile == "128x128" || tile == "192x128";
+    EXPECT_EQ(choice.hopper.params.staged_out, c.mode == StateMode::Write && room ? 1 : 0) << "tile " << tile;
+  }
   ASSERT_TRUE(hopper_takes(dp));
   hopper_run(dp, c.l2_bytes);
   CK(cudaGetLastError());
@@ -185,6 +207,18 @@ void run_case(const Case& c) {
   std::vector<float> got_o(init.o.size(), kNaN), got_lse(init.lse.size(), kNaN);
   CK(cudaMemcpy(got_o.data(), d_o, got_o.size() * 4, cudaMemcpyDeviceToHost));
   CK(cudaMemcpy(got_lse.data(), d_lse, got_lse.size() * 4, cudaMemcpyDeviceToHost));
+  if (c.out) {  // the output replaces the state's o (left as it was): read it, in the state's row order
+    std::vector<uint8_t> raw(out_bytes);
+    CK(cudaMemcpy(raw.data(), d_out, out_bytes, cudaMemcpyDeviceToHost));
+    for (int64_t b = 0; b < c.b; ++b)
+      for (int64_t h = 0; h < c.hq; ++h)
+        for (int64_t t = 0; t < c.t; ++t)
+          for (int64_t d = 0; d < c.d; ++d) {
+            const int64_t at = c.bthd ? ((b * c.t + t) * c.hq + h) * c.d + d : ((b * c.hq + h) * c.t + t) * c.d + d;
+            got_o[size_t(((b * c.hq + h) * c.t + t) * c.d + d)] = load_as_float(raw.data(), c.dtype, at);
+          }
+    cudaFree(d_out);
+  }
   for (void* ptr : {dp.q.data, dp.k.data, dp.v.data, static_cast<void*>(d_o), static_cast<void*>(d_lse)})
     cudaFree(ptr);
 
@@ -232,6 +266,24 @@ TEST_F(HopperFlash, ShiftedCausalFirstTileOffsetFold) {
   run_case({DType::F16, 1, 4, 4, 450, 600, 64, true, 150, StateMode::Fold});
 }
 TEST_F(HopperFlash, ShiftedCausalFirstTileDim128) { run_case({DType::BF16, 1, 4, 2, 200, 200, 128, true, 0}); }
+// The final output from the epilogue (FlashParams::out): staged through shared memory and bulk
+// tensor stores in Write mode on 128x128 and 192x128 tiles (rows before 0 and past q_len dropped
+// by the copy engine; several tiles per CTA reusing each consumer's buffer; [B,T,H,D] views;
+// tiles with no key, written from registers beside it), from registers with Fold and elsewhere.
+TEST_F(HopperFlash, OutCausalShiftedBthdDim64) {
+  run_case(with_out({DType::BF16, 2, 4, 2, 450, 450, 64, true, 0, StateMode::Write, true}));
+}
+TEST_F(HopperFlash, OutFullTailsGqaDim64) { run_case(with_out({DType::F16, 1, 8, 2, 200, 333, 64})); }
+TEST_F(HopperFlash, OutPersistentManyTilesCausal) { run_case(with_out({DType::F16, 2, 8, 8, 1152, 1152, 128, true, 0})); }
+TEST_F(HopperFlash, OutCausalChunkedPrefillBthd) {
+  run_case(with_out({DType::BF16, 1, 4, 2, 130, 700, 128, true, 570, StateMode::Write, true}));
+}
+TEST_F(HopperFlash, OutWindowTilesWithNoKey) {
+  run_case(with_out(windowed({DType::BF16, 1, 2, 1, 260, 300, 128, false, 200}, 10)));
+}
+TEST_F(HopperFlash, OutCausalRowsWithNoKeyDim64) { run_case(with_out({DType::BF16, 1, 2, 1, 400, 100, 64, true, -250})); }
+TEST_F(HopperFlash, OutFold) { run_case(with_out({DType::BF16, 1, 4, 4, 200, 300, 128, false, 0, StateMode::Fold})); }
+TEST_F(HopperFlash, OutDim256) { run_case(with_out({DType::BF16, 1, 8, 2, 200, 333, 256, true, 0})); }
 TEST_F(HopperFlash, BthdViewsCausal) { run_case({DType::BF16, 2, 8, 2, 256, 256, 128, true, 0, StateMode::Write, true}); }
 // 2 * 8 * 9 = 144 query tiles: more than the 132 multiprocessors, so CTAs take several tiles.
 TEST_F(HopperFlash, PersistentManyTilesFull) { run_case({DType::BF16, 2, 8, 2, 1152, 1152, 64}); }
