@@ -33,6 +33,8 @@ inline constexpr int kOutBarBase = 4;
 // this, in exp2 units, so p stays <= 2^8.
 inline constexpr float kLazyThreshold = 8.f;
 
+constexpr int gcd_of(int a, int b) { return b == 0 ? a : gcd_of(b, a % b); }
+
 // One CTA: warpgroup 0 produces (one thread issues the bulk copies), warpgroups 1..NC consume,
 // each owning 64 of the tile's 64 * NC query rows. Keys stream in tiles of N through a ring of
 // STAGES stages (K and V each); Q through a ring of QSTAGES tiles. With QSTAGES = 2 the
@@ -76,7 +78,10 @@ struct Config {
   // dim 256, whose stages take the shared memory).
   static constexpr int kOutBytes = kRowsPerConsumer * D * 2;  // one consumer's rows
   static constexpr int kOffOut = kOffV + kStages * kKVBytes;
-  static constexpr bool kStagedOut = QSTAGES == 1 && kOffOut + NC * kOutBytes + kTailBytes <= 232448;
+  // Also only where the causal order's shift (query_shift: a multiple of gcd(block_m, block_n))
+  // moves whole consumers, so that no consumer's rows straddle row 0.
+  static constexpr bool kStagedOut = QSTAGES == 1 && kOffOut + NC * kOutBytes + kTailBytes <= 232448 &&
+                                     gcd_of(kBlockM, N) % kRowsPerConsumer == 0;
   static constexpr int kOffBar = kOffOut + (kStagedOut ? NC * kOutBytes : 0);
   static constexpr int kOffTileSlots = kOffBar + kNumBars * 8;
   static constexpr int kSmemBytes = kOffTileSlots + kTileSlots * 4 + kSwizzleAtomBytes;

@@ -169,7 +169,7 @@ __device__ __forceinline__ void store_state(const HopperParams& p, const float (
 // Write without Fold into the final output, through shared memory: this consumer's 64 rows,
 // normalized and cast, go into its staging buffer (sm.out, the 128-byte swizzled layout of the
 // tensor map's 64 x 64 boxes), then one thread stores them with bulk tensor copies, which drop
-// the rows outside [0, q_len) and run while the consumer goes on to its next tile. The lse is
+// the rows past q_len and run while the consumer goes on to its next tile. The lse is
 // stored from registers. The buffer is rewritten only after the previous tile's copies have read
 // it (bulk_wait_read), so each consumer has one store in flight at most; the caller waits for it
 // (bulk_wait) before the CTA exits.
@@ -206,7 +206,12 @@ __device__ __forceinline__ void store_output_staged(const HopperParams& p, const
   }
   fence_proxy_async_smem();
   named_sync(bar, kWarpgroupThreads);  // every row is in the buffer
-  if (issuer) {
+  // The consumer's rows lie wholly before row 0 (a shifted first tile: the staged configurations
+  // shift by whole consumers, Config::kStagedOut) or wholly past q_len, and then nothing is
+  // stored, or they start inside [0, q_len). (A bulk tensor store whose box started at a negative
+  // row stopped the kernel with an illegal instruction on the H200, session 9.)
+  const int first_row = t.m0 + consumer * kRowsPerConsumer;
+  if (issuer && first_row >= 0 && first_row < p.q_len) {
 #pragma unroll
     for (int cb = 0; cb < D / 64; ++cb)
       tma_store_4d(&p.tm_out, buf + cb * (kRowsPerConsumer * kSwizzleRowBytes), cb * 64,
