@@ -33,8 +33,6 @@ inline constexpr int kOutBarBase = 4;
 // this, in exp2 units, so p stays <= 2^8.
 inline constexpr float kLazyThreshold = 8.f;
 
-constexpr int gcd_of(int a, int b) { return b == 0 ? a : gcd_of(b, a % b); }
-
 // One CTA: warpgroup 0 produces (one thread issues the bulk copies), warpgroups 1..NC consume,
 // each owning 64 of the tile's 64 * NC query rows. Keys stream in tiles of N through a ring of
 // STAGES stages (K and V each); Q through a ring of QSTAGES tiles. With QSTAGES = 2 the

@@ -38,10 +38,9 @@ struct HopperParams {
   // the first gridDim.x, [1] the CTAs whose producer has finished; both 0 at launch (the last CTA
   // resets them), one pair per stream (hopper_flash.cu).
   int* tile_counter;
-  // The staged output, last: inserted after `out`, these two moved the other fields' offsets and
-  // ptxas then serialized the 128x176 kernel's wgmmas (C7511, registers short), which it does not
-  // with them here.
-  // 1: the output leaves through shared memory and bulk tensor stores (store_output_staged): out
+  // The staged output's two fields stay last: inserted after `out`, they moved the other fields'
+  // offsets, and ptxas then serialized the 128x176 kernel's wgmmas (C7511, registers short).
+  // staged_out = 1: the output leaves through shared memory and bulk tensor stores (store_output_staged): out
   // set, no fold, a configuration with room for it (Config::kStagedOut) and a view that tm_out
   // could encode; else the epilogue stores from registers (store_state).
   int staged_out;

@@ -18,9 +18,10 @@ namespace ringattn::cuda::hopper {
 // last block down to the first. Both sides walk exactly n_blocks steps per tile.
 struct Tile {
   int b, h;
-  int m0;          // the tile's first row: block_m * query block - HopperParams::m_shift, so < 0 for the
-                   // first block of a shifted order (query_shift); rows outside [0, q_len) are computed
-                   // on zero-filled Q and never stored
+  // The tile's first row: block_m x its query block - HopperParams::m_shift, below 0 for the first
+  // block of a shifted order (query_shift). Rows outside [0, q_len) run on zero-filled Q and are
+  // never stored.
+  int m0;
   int n_begin;     // the first key block (0 without a window)
   int n_blocks;    // how many key blocks, from n_begin up; 0: the tile sees no key
   int full_begin;  // keys [full_begin, full_end) are visible to every row of the tile (and inside
@@ -62,16 +63,11 @@ inline int section_heads(int batch_heads, int group, int64_t keys, int head_dim,
 // blocks, both masked); the rest, under that gcd, stays past the last row. Other masks take no
 // shift: full rows cost the same in every block, and a lower edge alone makes the first rows the
 // longest.
+RA_HD constexpr int gcd_of(int a, int b) { return b == 0 ? a : gcd_of(b, a % b); }
 inline int query_shift(const MaskSpec& mask, int q_len, int block_m, int block_n) {
   if (!mask.causal || block_m <= 0 || block_n <= 0) return 0;
-  int a = block_m, b = block_n;
-  while (b != 0) {
-    const int r = a % b;
-    a = b;
-    b = r;
-  }
-  const int short_rows = (block_m - q_len % block_m) % block_m;
-  return short_rows / a * a;
+  const int g = gcd_of(block_m, block_n), short_rows = (block_m - q_len % block_m) % block_m;
+  return short_rows / g * g;
 }
 
 // Causal tiles are ordered longest first (the last query block of every head of a section, then
