@@ -76,20 +76,6 @@ __device__ __forceinline__ void load_packed_q(T* sQ, const FlashParams& f, int64
   }
 }
 
-// L2 prefetches of K and V rows [c0, min(c0 + KEYS, c1)), one per 128-byte line, spread over the
-// CTA's threads (any row stride: [B,T,H,D] views too).
-template <int D, int KEYS, typename T>
-__device__ __forceinline__ void prefetch_first_tiles(const T* k_base, const T* v_base, int64_t k_stride,
-                                                     int64_t v_stride, int64_t c0, int64_t c1, int tid) {
-  constexpr int kLineValues = 128 / int(sizeof(T)), kLines = D / kLineValues > 0 ? D / kLineValues : 1;
-  const int64_t rows = c1 - c0 < KEYS ? c1 - c0 : KEYS;
-  for (int64_t i = tid; i < rows * kLines; i += kThreads) {
-    const int64_t r = c0 + i / kLines, col = (i % kLines) * kLineValues;
-    prefetch_l2(k_base + r * k_stride + col);
-    prefetch_l2(v_base + r * v_stride + col);
-  }
-}
-
 // The 4 warps saw disjoint keys of the same rows: combines their (m, l, acc) through shared
 // memory (`scratch`, the K stages, free once every warp is past the key loop) so that each
 // split writes one partial per row (the merge then reads 4x less).
@@ -243,6 +229,11 @@ __global__ void __launch_bounds__(kThreads) decode_mma_kernel(const DecodeKernel
   const int wq = kWide ? warp * 16 : 0, wk = kWide ? 0 : warp * 16;
   const int64_t wrow0 = row0 + wq;
 
+  // Launched programmatically (launch_instance): nothing global is touched before the kernel
+  // ahead in the stream (the previous call's merge, say) has completed.
+  pdl_wait_for_prior_grid();
+  load_packed_q<T, D, kRows>(sQ, f, b, hk, group, packed_rows, row0, tid);
+
   // This CTA's keys: [c0, c1), cut further by the mask at the block's positions (both edges: a
   // split wholly outside the block's keys loads nothing and writes the empty state).
   int64_t c0 = a.key0 + split * a.chunk;
@@ -256,13 +247,6 @@ __global__ void __launch_bounds__(kThreads) decode_mma_kernel(const DecodeKernel
 
   const T* k_base = static_cast<const T*>(f.k.data) + b * f.k.stride_b + hk * f.k.stride_h;
   const T* v_base = static_cast<const T*>(f.v.data) + b * f.v.stride_b + hk * f.v.stride_h;
-  // While the kernel ahead finishes (the previous call's merge: DRAM idle), the L2 fetches the
-  // K and V of this CTA's first kStages tiles (hints only: prefetch_l2).
-  prefetch_first_tiles<D, kStages * kTileKeys>(k_base, v_base, f.k.stride_t, f.v.stride_t, c0, c1, tid);
-  // Launched programmatically (launch_instance): nothing global is read or written before the
-  // kernel ahead in the stream (the previous call's merge, say) has completed.
-  pdl_wait_for_prior_grid();
-  load_packed_q<T, D, kRows>(sQ, f, b, hk, group, packed_rows, row0, tid);
   auto load_stage = [&](int j) {
     const int buf = j % kStages;
     const int64_t k0 = c0 + int64_t(j) * kTileKeys;

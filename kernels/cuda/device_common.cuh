@@ -44,13 +44,6 @@ __device__ __forceinline__ void pdl_allow_dependent_launch() {
 #endif
 }
 
-// Asks the L2 to fetch the 128-byte line holding `p` (a hint: no data reaches the thread, and the
-// L2 is coherent, so a line fetched before the kernel ahead has written it still reads as written
-// by the time this kernel's loads, after pdl_wait_for_prior_grid, get to it).
-__device__ __forceinline__ void prefetch_l2(const void* p) {
-  asm volatile("prefetch.global.L2 [%0];\n" ::"l"(p));
-}
-
 // ---- 16-bit element types on tensor cores ----
 
 template <typename T>
