@@ -138,7 +138,7 @@ __device__ __forceinline__ void store_ds(uint32_t tile, const uint32_t (&pds)[16
   for (int i = 0; i < 16; ++i) {
     // pds[i]: accumulators 2i, 2i + 1 = row g + 8 ((2i >> 1) & 1), column 8 (2i >> 2) + 2 t.
     const int row = ln.r0 + ln.g + 8 * (i & 1), chunk = i >> 1;
-    const uint32_t addr = tile + row * kSwizzleRowBytes + ((chunk ^ (row & 7)) << 4) + ln.tq * 4;
+    const uint32_t addr = tile + swizzled_chunk(row, chunk) + ln.tq * 4;
     asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(addr), "r"(pds[i]) : "memory");
   }
 }
@@ -173,8 +173,7 @@ __device__ __forceinline__ void dq_part_reduce(const HopperBwdParams& p, const f
     for (int r = 0; r < 2; ++r) {
       // Columns 8 n + 2 t (+1): box n / 4, 16-byte chunk 2 (n % 4) + t / 2, bytes 8 (t % 2).
       const int row = ln.r0 - ln.cw * C::kTile + ln.g + 8 * r, chunk = 2 * (n & 3) + (ln.tq >> 1);
-      const uint32_t addr = part + (n >> 2) * kBoxBytes + row * kSwizzleRowBytes + ((chunk ^ (row & 7)) << 4) +
-                            (ln.tq & 1) * 8;
+      const uint32_t addr = part + (n >> 2) * kBoxBytes + swizzled_chunk(row, chunk) + (ln.tq & 1) * 8;
       asm volatile("st.shared.v2.f32 [%0], {%1, %2};\n" ::"r"(addr), "f"(acc[4 * n + 2 * r] * p.scale),
                    "f"(acc[4 * n + 2 * r + 1] * p.scale)
                    : "memory");

@@ -17,6 +17,12 @@ namespace ringattn::cuda::hopper {
 inline constexpr int kSwizzleRowBytes = 128;
 inline constexpr int kSwizzleRowValues = kSwizzleRowBytes / 2;
 inline constexpr int kSwizzleAtomBytes = 8 * kSwizzleRowBytes;
+// Byte offset of 16-byte chunk `chunk` (0..7) of row `row` in a 128-byte swizzled box: the chunk
+// moves to chunk ^ (row % 8), so 8 rows' same chunk fall in 8 different bank groups (the layout
+// the copy engine's 128-byte swizzle and wgmma's descriptors use).
+__host__ __device__ __forceinline__ constexpr uint32_t swizzled_chunk(int row, int chunk) {
+  return uint32_t(row * kSwizzleRowBytes + ((chunk ^ (row & 7)) << 4));
+}
 // One wgmma k-step reads 16 values (32 bytes) of each row: 4 k-steps per swizzled row.
 inline constexpr int kKStepBytes = 16 * 2;
 inline constexpr int kKStepsPerSwizzleRow = kSwizzleRowBytes / kKStepBytes;

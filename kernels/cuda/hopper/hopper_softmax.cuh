@@ -198,8 +198,7 @@ __device__ __forceinline__ void store_output_staged(const HopperParams& p, const
 #pragma unroll
     for (int j = 0; j < D / 8; ++j) {
       // Columns 8j + 2tq, +1: column block j / 8, 16-byte chunk j % 8 of the row, swizzled by the row.
-      const uint32_t at = buf + (j / 8) * (kRowsPerConsumer * kSwizzleRowBytes) + rr * kSwizzleRowBytes +
-                          ((uint32_t(j % 8) ^ uint32_t(rr % 8)) * 16) + tq * 4;
+      const uint32_t at = buf + (j / 8) * (kRowsPerConsumer * kSwizzleRowBytes) + swizzled_chunk(rr, j % 8) + tq * 4;
       const uint32_t v = Half16<T>::pack(o[4 * j + 2 * r] * inv[r], o[4 * j + 2 * r + 1] * inv[r]);
       asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(at), "r"(v) : "memory");
     }
