@@ -40,21 +40,23 @@ struct SplitPartials {
   int64_t parts = 0, rows = 0, dim = 0;
 };
 
-// How a decode is cut: `splits` key chunks of `chunk` keys (a multiple of the key tile), the
-// first starting at key `key0` (the first key that any query row sees).
+// How a decode is cut: the keys from `key0` (the first key that any query row sees) on are
+// `tiles` tiles of the kernel's key tile, dealt round robin to `splits` splits (split s takes
+// tiles s, s + splits, ...).
 struct DecodePlan {
-  int64_t splits = 1, chunk = 0, row_blocks = 1;
+  int64_t splits = 1, tiles = 1, row_blocks = 1;
   int64_t key0 = 0;
   int64_t parts = 1;  // partial states per row (one per split)
   bool wide = false;  // row blocks of 64 packed rows (a warp each) instead of 16
 };
 
 // Plans a decode of f with the packed tensor-core kernel: enough CTAs to fill `sms`
-// multiprocessors once. `splits_hint` > 0 asks for that many chunks (rounded to whole tiles).
+// multiprocessors once. `splits_hint` > 0 asks for that many splits (fewer where a split would
+// otherwise get no tile).
 DecodePlan plan_decode_mma(const FlashParams& f, int splits_hint, int sms);
 
-// Split-KV decode (bf16/fp16, head dims 64, 128 and 256): every CTA takes one (batch, KV head, key
-// chunk, block of 16 packed query rows, or 64 when plan.wide) and writes one partial state per row
+// Split-KV decode (bf16/fp16, head dims 64, 128 and 256): every CTA takes one (batch, KV head,
+// split, block of 16 packed query rows, or 64 when plan.wide) and writes one partial state per row
 // into `out`.
 void launch_decode_mma(const FlashParams& f, const DecodePlan& plan, const SplitPartials& out, cudaStream_t stream);
 

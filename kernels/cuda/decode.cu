@@ -3,9 +3,12 @@
 // Decode is bound by reading K and V once, so the kernel is shaped for bandwidth:
 // - GQA packing: the G = q_heads / kv_heads query heads of one KV head and the q_len rows are
 //   packed as the 16 rows of one m16 tile, so every K/V byte loaded serves all of them.
-// - Split KV: the grid is (key chunk, batch x KV head, row block), sized so that every
-//   multiprocessor holds CTAs even at batch 1 with 8 KV heads; each CTA streams its chunk
-//   through a cp.async ring of 64-key tiles (2 stages, 3 at head dim 256).
+// - Split KV: the grid is (split, batch x KV head, row block), sized so that every
+//   multiprocessor holds CTAs even at batch 1 with 8 KV heads. The keys some row sees are cut into
+//   64-key tiles dealt round robin: split s of S takes tiles s, s + S, s + 2S, ..., so that at any
+//   moment the splits of a head read neighbouring tiles (one region of K and V in DRAM rather than
+//   one stream per split); each CTA streams its tiles through a cp.async ring (2 stages, 3 at head
+//   dim 256).
 // - Each of the 4 warps takes its own 16 keys of every tile and keeps its own (m, l, acc); the
 //   warps combine through shared memory at the end, and the partials of all chunks are
 //   combined by the merge-splits kernel (merge.cu), launched programmatically after this one
@@ -56,8 +59,8 @@ static_assert(decode_smem_bytes<128, true>() <= 99 * 1024, "the wide instantiati
 struct DecodeKernelParams {
   FlashParams f;
   SplitPartials out;
-  int64_t key0;   // the first key of split 0 (the first key any row sees)
-  int64_t chunk;  // keys per split, a multiple of kTileKeys
+  int64_t key0;   // the first key any row sees: band tile i covers keys key0 + kTileKeys * i ..
+  int64_t tiles;  // band tiles, dealt to the gridDim.x splits round robin
 };
 
 // Queues the copy of the CTA's ROWS packed query rows into sQ (zeros past the last one). Packed
@@ -234,22 +237,30 @@ __global__ void __launch_bounds__(kThreads) decode_mma_kernel(const DecodeKernel
   pdl_wait_for_prior_grid();
   load_packed_q<T, D, kRows>(sQ, f, b, hk, group, packed_rows, row0, tid);
 
-  // This CTA's keys: [c0, c1), cut further by the mask at the block's positions (both edges: a
-  // split wholly outside the block's keys loads nothing and writes the empty state).
-  int64_t c0 = a.key0 + split * a.chunk;
-  int64_t c1 = c0 + a.chunk < len_k ? c0 + a.chunk : len_k;
+  // This CTA's band tiles split + j * S (S = gridDim.x) that meet the keys its block's rows see
+  // (both edges of the mask at the block's positions): j in [j0, j0 + n_tiles). Keys of those
+  // tiles outside [.., c1) are zero-filled, those before the block's first key are masked.
   const int64_t last = packed_rows - 1;
   const int64_t t_first = row0 / group, t_last = (row0 + kRows - 1 < last ? row0 + kRows - 1 : last) / group;
   const KeyRange block_keys = visible_range_of_rows(f.mask, t_first, t_last - t_first + 1, len_k);
-  if (block_keys.begin > c0) c0 = block_keys.begin;
-  if (block_keys.end < c1) c1 = block_keys.end;
-  const int n_tiles = c1 > c0 ? int((c1 - c0 + kTileKeys - 1) / kTileKeys) : 0;
+  const int64_t S = gridDim.x;
+  int64_t tb = 0, te = 0;  // band tiles [tb, te) meet the block's keys
+  if (!block_keys.empty()) {
+    tb = (block_keys.begin - a.key0) / kTileKeys;
+    te = (block_keys.end - a.key0 + kTileKeys - 1) / kTileKeys;
+    te = te < a.tiles ? te : a.tiles;
+  }
+  const int64_t j0 = split >= tb ? 0 : (tb - split + S - 1) / S;
+  const int64_t j_end = split >= te ? 0 : (te - split + S - 1) / S;  // own tiles before te
+  const int n_tiles = j_end > j0 ? int(j_end - j0) : 0;
+  const int64_t c1 = block_keys.end;
+  auto tile_key0 = [&](int j) { return a.key0 + (split + (j0 + j) * S) * kTileKeys; };
 
   const T* k_base = static_cast<const T*>(f.k.data) + b * f.k.stride_b + hk * f.k.stride_h;
   const T* v_base = static_cast<const T*>(f.v.data) + b * f.v.stride_b + hk * f.v.stride_h;
   auto load_stage = [&](int j) {
     const int buf = j % kStages;
-    const int64_t k0 = c0 + int64_t(j) * kTileKeys;
+    const int64_t k0 = tile_key0(j);
     load_tile_async<D, kTileKeys, kThreads>(sK + buf * kTileKeys * D, k_base, f.k.stride_t, k0, c1, tid);
     load_tile_async<D, kTileKeys, kThreads>(sV + buf * kTileKeys * D, v_base, f.v.stride_t, k0, c1, tid);
   };
@@ -270,14 +281,14 @@ __global__ void __launch_bounds__(kThreads) decode_mma_kernel(const DecodeKernel
 #pragma unroll
   for (int n = 0; n < kDT; ++n) acc[n][0] = acc[n][1] = acc[n][2] = acc[n][3] = 0.f;
   float m[2] = {neg_inf(), neg_inf()}, l[2] = {0.f, 0.f};
-  // Keys [full_lo, full_hi) (offsets from c0) are visible to every row of the warp: both edges of
-  // the visible range grow with the row, so that is the last row's begin to the first row's end
-  // (classify_block's Full test, found once). A warp's keys outside it need the element mask. A
-  // wide warp with no row (past the last packed one) computes nothing.
+  // Keys [full_lo, full_hi) are visible to every row of the warp: both edges of the visible range
+  // grow with the row, so that is the last row's begin to the first row's end (classify_block's
+  // Full test, found once). A warp's keys outside it need the element mask. A wide warp with no
+  // row (past the last packed one) computes nothing.
   const bool warp_rows = wrow0 <= last;
   const int64_t w_first = (warp_rows ? wrow0 : last) / group, w_last = (wrow0 + 15 < last ? wrow0 + 15 : last) / group;
-  const int full_lo = tile_key_bound(visible_range(f.mask, w_last, len_k).begin, c0, int(c1 - c0));
-  const int full_hi = tile_key_bound(visible_range(f.mask, w_first, len_k).end, c0, int(c1 - c0));
+  const int64_t full_lo = visible_range(f.mask, w_last, len_k).begin;
+  const int64_t full_hi = visible_range(f.mask, w_first, len_k).end;
 
   const int mi = lane >> 3;
   uint32_t q_off[4], k_off[4], v_off[4];
@@ -300,8 +311,8 @@ __global__ void __launch_bounds__(kThreads) decode_mma_kernel(const DecodeKernel
     const int buf = j % kStages;
     const uint32_t kt = sKa + buf * kTileKeys * D * 2;
     const uint32_t vt = sVa + buf * kTileKeys * D * 2;
-    const int kw = j * kTileKeys + wk;  // this warp's first key, from c0
-    if (kw >= c1 - c0 || !warp_rows) continue;  // warp-uniform
+    const int64_t kw = tile_key0(j) + wk;  // this warp's first key
+    if (kw >= c1 || !warp_rows) continue;  // warp-uniform
     const bool need_mask = kw < full_lo || kw + kWarpKeys > full_hi;
 
     float s[kNT][4];
@@ -314,8 +325,8 @@ __global__ void __launch_bounds__(kThreads) decode_mma_kernel(const DecodeKernel
       if (need_mask) {
         const int64_t R = wrow0 + (lane >> 2) + half * 8;
         const KeyRange r = visible_range(f.mask, (R < packed_rows ? R : last) / group, c1);
-        key_begin = tile_key_bound(r.begin, c0 + kw, kWarpKeys);
-        key_end = tile_key_bound(r.end, c0 + kw, kWarpKeys);
+        key_begin = tile_key_bound(r.begin, kw, kWarpKeys);
+        key_end = tile_key_bound(r.end, kw, kWarpKeys);
       }
       const float alpha = online_softmax_row<kNT, false, true>(s, half, lane, need_mask, key_begin, key_end,
                                                                scale_log2, m[half], l[half]);
@@ -373,7 +384,7 @@ void launch_instance(const FlashParams& f, const DecodePlan& plan, const SplitPa
   // Programmatic: the launch and the CTAs' start overlap the tail of the kernel ahead (the
   // previous decode's merge); the kernel waits for it before it reads anything.
   RA_CHECK_CUDA(launch_programmatic(kernel, grid, dim3(kThreads), decode_smem_bytes<D, kWide>(), stream,
-                                    DecodeKernelParams{f, out, plan.key0, plan.chunk}));
+                                    DecodeKernelParams{f, out, plan.key0, plan.tiles}));
 }
 
 // Calls fn(T{}, std::integral_constant<int, D>{}, std::bool_constant<kWide>{}) for f's dtype and
@@ -424,10 +435,11 @@ DecodePlan plan_decode_mma(const FlashParams& f, int splits_hint, int sms) {
   const KeyRange visible = visible_range_of_rows(f.mask, 0, f.q.len, f.k.len);
   plan.key0 = visible.empty() ? 0 : visible.begin;
   const int64_t keys = visible.empty() ? 1 : visible.size();  // nothing visible: one split, empty
-  int64_t chunk = (keys + splits - 1) / splits;
-  chunk = (chunk + kTileKeys - 1) / kTileKeys * kTileKeys;
-  plan.chunk = chunk;
-  plan.splits = (keys + chunk - 1) / chunk;
+  // At most per_split tiles a split; the split count is the fewest that need no more (the round
+  // robin then gives each split floor or ceil of tiles / splits, never none).
+  plan.tiles = (keys + kTileKeys - 1) / kTileKeys;
+  const int64_t per_split = (plan.tiles + splits - 1) / splits;
+  plan.splits = (plan.tiles + per_split - 1) / per_split;
   plan.parts = plan.splits;  // the warps of a CTA combine before writing
   return plan;
 }
