@@ -10,7 +10,7 @@
 //   one stream per split); each CTA streams its tiles through a cp.async ring (2 stages, 3 at head
 //   dim 256).
 // - Each of the 4 warps takes its own 16 keys of every tile and keeps its own (m, l, acc); the
-//   warps combine through shared memory at the end, and the partials of all chunks are
+//   warps combine through shared memory at the end, and the partials of all splits are
 //   combined by the merge-splits kernel (merge.cu), launched programmatically after this one
 //   (Hopper: its launch overlaps this kernel's tail).
 // - Wide row blocks (kWide, 64 packed rows or more: speculative decoding, several query tokens
