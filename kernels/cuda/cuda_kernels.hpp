@@ -41,13 +41,14 @@ struct SplitPartials {
 };
 
 // How a decode is cut: the keys from `key0` (the first key that any query row sees) on are
-// `tiles` tiles of the kernel's key tile, dealt round robin to `splits` splits (split s takes
+// `tiles` tiles of `tile_keys` keys, dealt round robin to `splits` splits (split s takes
 // tiles s, s + splits, ...).
 struct DecodePlan {
   int64_t splits = 1, tiles = 1, row_blocks = 1;
   int64_t key0 = 0;
   int64_t parts = 1;  // partial states per row (one per split)
   bool wide = false;  // row blocks of 64 packed rows (a warp each) instead of 16
+  int tile_keys = 64;  // keys per band tile: 128 for 16-row blocks at head dims 64 and 128, else 64
 };
 
 // Plans a decode of f with the packed tensor-core kernel: enough CTAs to fill `sms`

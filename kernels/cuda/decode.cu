@@ -7,16 +7,22 @@
 //   multiprocessor holds CTAs even at batch 1 with 8 KV heads. The keys some row sees are cut into
 //   64-key tiles dealt round robin: split s of S takes tiles s, s + S, s + 2S, ..., so that at any
 //   moment the splits of a head read neighbouring tiles (one region of K and V in DRAM rather than
-//   one stream per split); each CTA streams its tiles through a cp.async ring (2 stages, 3 at head
-//   dim 256).
-// - Each of the 4 warps takes its own 16 keys of every tile and keeps its own (m, l, acc); the
-//   warps combine through shared memory at the end, and the partials of all splits are
-//   combined by the merge-splits kernel (merge.cu), launched programmatically after this one
-//   (Hopper: its launch overlaps this kernel's tail).
-// - Wide row blocks (kWide, 64 packed rows or more: speculative decoding, several query tokens
-//   per head group): a CTA takes 64 packed rows, each warp its own 16 over all 64 keys of every
-//   tile, so the K/V a CTA loads serves 4x the rows (four 16-row CTAs would each load it); each
-//   warp writes its rows' partial itself, with no combine.
+//   one stream per split).
+// - 16 packed rows at head dims 64 and 128 (decode_phased_kernel): 128-key tiles whose K and V
+//   halves go through a cp.async ring of three half-tile buffers, K_{j+1} issued while Q K_j^T
+//   runs and V_{j+1} while P V_j runs (two halves in flight, 2 CTAs per SM at 128: cuDNN's decode
+//   has this shape). Each of the 4 warps takes its own 32 keys of every tile and keeps its own
+//   (m, l, acc); the warps combine through shared memory at the end, and the partials of all
+//   splits are combined by the merge-splits kernel (merge.cu), launched programmatically after
+//   this one (Hopper: its launch overlaps this kernel's tail).
+// - Head dim 256 (decode_mma_kernel): 64-key tiles in a ring of 3 K+V stages, 16 keys a warp.
+// - Wide row blocks (decode_mma_kernel with kWide, 64 packed rows or more: speculative decoding,
+//   several query tokens per head group): a CTA takes 64 packed rows, each warp its own 16 over
+//   all 64 keys of every 64-key tile (2 K+V stages), so the K/V a CTA loads serves 4x the rows
+//   (four 16-row CTAs would each load it); each warp writes its rows' partial itself, with no
+//   combine.
+// - Every kernel works out its tiles and mask edges from its parameters before its programmatic
+//   wait, so its first loads leave as soon as the kernel ahead has completed.
 #include <atomic>
 #include <type_traits>
 
@@ -29,12 +35,11 @@ namespace ringattn::cuda {
 namespace {
 
 constexpr int kWarps = 4, kThreads = 32 * kWarps;
-constexpr int kTileKeys = 16 * kWarps;  // 16 keys per warp per tile
-// Stages of the K/V ring. Two (double buffering) at head dims 64 and 128: 68 KB of shared memory
-// at 128, so 3 CTAs fit per SM (3 stages were 102 KB: 2 per SM); measured +1% at 8 x 32k, +5%
-// with 16 query tokens, even elsewhere (kernels/cuda/PERF.md). At 256 a single CTA fits per SM
-// with either (2 stages 136 KB, 3 stages 200 KB; 227 KB per block), so three: two 64 KB tiles in
-// flight per SM instead of one.
+constexpr int kTileKeys = 16 * kWarps;  // decode_mma_kernel: 16 keys per warp per tile (narrow)
+// Stages of decode_mma_kernel's K/V ring. Two (double buffering) for the wide row blocks at head
+// dims 64 and 128 (80 KB at 128: 2 CTAs per SM). At 256 a single CTA fits per SM with either (2
+// stages 136 KB, 3 stages 200 KB; 227 KB per block), so three: two 64 KB tiles in flight per SM
+// instead of one.
 template <int D>
 constexpr int decode_stages() {
   return D == 256 ? 3 : 2;
@@ -59,12 +64,22 @@ static_assert(decode_smem_bytes<128, true>() <= 99 * 1024, "the wide instantiati
 struct DecodeKernelParams {
   FlashParams f;
   SplitPartials out;
-  int64_t key0;   // the first key any row sees: band tile i covers keys key0 + kTileKeys * i ..
+  int64_t key0;   // the first key any row sees: band tile i covers keys key0 + tile keys * i ..
   int64_t tiles;  // band tiles, dealt to the gridDim.x splits round robin
 };
 
-// Queues the copy of the CTA's ROWS packed query rows into sQ (zeros past the last one). Packed
-// row R is query head hk * group + R % group at position R / group.
+// Packed row R is query head hk * group + R % group at position R / group. The backend checks
+// that the row blocks fit the grid (at most 65535 x 64 packed rows), so R and group fit 32 bits,
+// whose division is several times cheaper than a 64-bit one.
+struct PackedRow {
+  int t, g;  // position, query head within the KV head's group
+};
+__device__ __forceinline__ PackedRow packed_row(int64_t R, int64_t group) {
+  const int r = int(R), gr = int(group), t = r / gr;
+  return {t, r - t * gr};
+}
+
+// Queues the copy of the CTA's ROWS packed query rows into sQ (zeros past the last one).
 template <typename T, int D, int ROWS>
 __device__ __forceinline__ void load_packed_q(T* sQ, const FlashParams& f, int64_t b, int64_t hk, int64_t group,
                                               int64_t packed_rows, int64_t row0, int tid) {
@@ -73,10 +88,37 @@ __device__ __forceinline__ void load_packed_q(T* sQ, const FlashParams& f, int64
     const int r = i / (D / 8), c = i % (D / 8);
     const int64_t R = row0 + r;
     const bool valid = R < packed_rows;
-    const int64_t t = valid ? R / group : 0, qh = hk * group + (valid ? R % group : 0);
-    const T* src = static_cast<const T*>(f.q.data) + b * f.q.stride_b + qh * f.q.stride_h + t * f.q.stride_t + c * 8;
+    const PackedRow pr = packed_row(valid ? R : 0, group);
+    const T* src = static_cast<const T*>(f.q.data) + b * f.q.stride_b + (hk * group + pr.g) * f.q.stride_h +
+                   int64_t(pr.t) * f.q.stride_t + c * 8;
     cp_async_16(sQ + Tile::offset(r, c), src, valid);
   }
+}
+
+// The band tiles a CTA streams: tiles split + j * S (S = gridDim.x) of kKeys keys for j in [j0,
+// j0 + n_tiles), those that meet the keys its rows see (positions t_first..t_last: both edges of
+// the mask at the block's positions). Keys of those tiles at or past c1 are zero-filled, those
+// before the block's first key are masked. From the kernel's parameters alone (no memory read),
+// so the kernels work it out before their programmatic wait.
+struct BlockTiles {
+  int64_t j0 = 0, c1 = 0;
+  int n_tiles = 0;
+};
+template <int kKeys>
+__device__ __forceinline__ BlockTiles block_tiles(const DecodeKernelParams& a, int64_t split, int64_t t_first,
+                                                  int64_t t_last) {
+  const KeyRange keys = visible_range_of_rows(a.f.mask, t_first, t_last - t_first + 1, a.f.k.len);
+  BlockTiles bt;
+  bt.c1 = keys.end;
+  if (keys.empty()) return bt;
+  const int64_t S = gridDim.x;
+  const int64_t tb = (keys.begin - a.key0) / kKeys;  // band tiles [tb, te) meet the block's keys
+  int64_t te = (keys.end - a.key0 + kKeys - 1) / kKeys;
+  te = te < a.tiles ? te : a.tiles;
+  bt.j0 = split >= tb ? 0 : (tb - split + S - 1) / S;
+  const int64_t j_end = split >= te ? 0 : (te - split + S - 1) / S;  // own tiles before te
+  bt.n_tiles = j_end > bt.j0 ? int(j_end - bt.j0) : 0;
+  return bt;
 }
 
 // The 4 warps saw disjoint keys of the same rows: combines their (m, l, acc) through shared
@@ -114,10 +156,11 @@ __device__ __forceinline__ void combine_warps(const DecodeKernelParams& a, float
   __syncthreads();
 
   const SplitPartials& out = a.out;
-  for (int i = tid; i < 16 * D; i += kThreads) {
+  // Only the block's packed rows (4 of the 16 at batch-1 decode with 4 query heads a group).
+  const int valid_rows = packed_rows - row0 < 16 ? int(packed_rows - row0) : 16;
+  for (int i = tid; i < valid_rows * D; i += kThreads) {
     const int r = i / D, d = i % D;
-    const int64_t R = row0 + r;
-    if (R >= packed_rows) continue;
+    const PackedRow pr = packed_row(row0 + r, group);
     float mx = neg_inf();
 #pragma unroll
     for (int w = 0; w < kWarps; ++w) mx = fmaxf(mx, red_m[w * 16 + r]);
@@ -131,7 +174,7 @@ __device__ __forceinline__ void combine_warps(const DecodeKernelParams& a, float
         total_o += c * red_acc[(w * 16 + r) * kLd + d];
       }
     }
-    const int64_t row = (b * f.q.heads + hk * group + R % group) * len_q + R / group;
+    const int64_t row = (b * f.q.heads + hk * group + pr.g) * len_q + pr.t;
     const bool seen = total_l > 0.f;
     out.o[(split * out.rows + row) * out.dim + d] = seen ? total_o / total_l : 0.f;
     if (d == 0) out.lse[split * out.rows + row] = lse_from_stats_log2(mx, total_l);
@@ -151,7 +194,8 @@ __device__ __forceinline__ void store_warp_rows(const DecodeKernelParams& a, int
     const float sum = quad_sum(l[half]);
     const int64_t R = wrow0 + (lane >> 2) + half * 8;
     if (R >= packed_rows) continue;
-    const int64_t row = (b * a.f.q.heads + hk * group + R % group) * len_q + R / group;
+    const PackedRow pr = packed_row(R, group);
+    const int64_t row = (b * a.f.q.heads + hk * group + pr.g) * len_q + pr.t;
     const float inv = sum > 0.f ? 1.f / sum : 0.f;
     float* dst = out.o + (split * out.rows + row) * out.dim + (lane & 3) * 2;
 #pragma unroll
@@ -208,8 +252,59 @@ __device__ __forceinline__ void warp_pv(float (&acc)[D / 8][4], const float (&s)
   }
 }
 
+// The ldmatrix lane offsets (SwizzledTile::lane_offsets) of a warp's Q fragments (A of Q K^T), K
+// fragments (B of Q K^T) and V fragments (B of P V, read transposed).
+template <int D>
+struct LaneFragments {
+  uint32_t q[4], k[4], v[4];
+  __device__ __forceinline__ explicit LaneFragments(int lane) {
+    const int mi = lane >> 3;
+    SwizzledTile<D>::lane_offsets(q, lane & 15, lane >> 4, lane);
+    SwizzledTile<D>::lane_offsets(k, (mi >> 1) * 8 + (lane & 7), mi & 1, lane);
+    SwizzledTile<D>::lane_offsets(v, (mi & 1) * 8 + (lane & 7), mi >> 1, lane);
+  }
+};
+
+// A warp's rows before their first key: acc = 0, m = -inf, l = 0.
+template <int kDT>
+__device__ __forceinline__ void start_rows(float (&acc)[kDT][4], float (&m)[2], float (&l)[2]) {
+#pragma unroll
+  for (int n = 0; n < kDT; ++n) acc[n][0] = acc[n][1] = acc[n][2] = acc[n][3] = 0.f;
+  m[0] = m[1] = neg_inf();
+  l[0] = l[1] = 0.f;
+}
+
+// The online softmax over the warp's scores of one tile (its 16 rows from packed row wrow0, its
+// kWarpKeys keys from key kw) and acc rescaled by it; the rows' visible keys within the warp's are
+// found only where the mask is needed (rows past the end take the last position; they are never
+// written).
+template <int kNT, int kWarpKeys, int kDT>
+__device__ __forceinline__ void warp_softmax_step(float (&s)[kNT][4], float (&acc)[kDT][4], float (&m)[2],
+                                                  float (&l)[2], const MaskSpec& mask, bool need_mask, int64_t wrow0,
+                                                  int64_t packed_rows, int64_t group, int64_t kw, int64_t c1,
+                                                  float scale_log2, int lane) {
+#pragma unroll
+  for (int half = 0; half < 2; ++half) {
+    int key_begin = 0, key_end = kWarpKeys;
+    if (need_mask) {
+      const int64_t R = wrow0 + (lane >> 2) + half * 8;
+      const KeyRange r = visible_range(mask, packed_row(R < packed_rows ? R : packed_rows - 1, group).t, c1);
+      key_begin = tile_key_bound(r.begin, kw, kWarpKeys);
+      key_end = tile_key_bound(r.end, kw, kWarpKeys);
+    }
+    const float alpha = online_softmax_row<kNT, false, true>(s, half, lane, need_mask, key_begin, key_end, scale_log2,
+                                                             m[half], l[half]);
+#pragma unroll
+    for (int n = 0; n < kDT; ++n) {
+      acc[n][half * 2] *= alpha;
+      acc[n][half * 2 + 1] *= alpha;
+    }
+  }
+}
+
 template <typename T, int D, bool kWide>
 __global__ void __launch_bounds__(kThreads) decode_mma_kernel(const DecodeKernelParams a) {
+  static_assert(kWide || D == 256, "16-row blocks at head dims 64 and 128 run decode_phased_kernel");
   using Tile = SwizzledTile<D>;
   constexpr int kDT = D / 8;
   constexpr int kStages = decode_stages<D>();
@@ -232,29 +327,27 @@ __global__ void __launch_bounds__(kThreads) decode_mma_kernel(const DecodeKernel
   const int wq = kWide ? warp * 16 : 0, wk = kWide ? 0 : warp * 16;
   const int64_t wrow0 = row0 + wq;
 
+  const int64_t last = packed_rows - 1;
+  const int64_t t_first = packed_row(row0, group).t;
+  const int64_t t_last = packed_row(row0 + kRows - 1 < last ? row0 + kRows - 1 : last, group).t;
+  const BlockTiles bt = block_tiles<kTileKeys>(a, split, t_first, t_last);
+  const int n_tiles = bt.n_tiles;
+  const int64_t c1 = bt.c1, S = gridDim.x;
+  auto tile_key0 = [&](int j) { return a.key0 + (split + (bt.j0 + j) * S) * kTileKeys; };
+  // Keys [full_lo, full_hi) are visible to every row of the warp: both edges of the visible range
+  // grow with the row, so that is the last row's begin to the first row's end (classify_block's
+  // Full test, found once). A warp's keys outside it need the element mask. A wide warp with no
+  // row (past the last packed one) computes nothing.
+  const bool warp_rows = wrow0 <= last;
+  const int64_t w_first = packed_row(warp_rows ? wrow0 : last, group).t;
+  const int64_t w_last = packed_row(wrow0 + 15 < last ? wrow0 + 15 : last, group).t;
+  const int64_t full_lo = visible_range(f.mask, w_last, len_k).begin;
+  const int64_t full_hi = visible_range(f.mask, w_first, len_k).end;
+
   // Launched programmatically (launch_instance): nothing global is touched before the kernel
   // ahead in the stream (the previous call's merge, say) has completed.
   pdl_wait_for_prior_grid();
   load_packed_q<T, D, kRows>(sQ, f, b, hk, group, packed_rows, row0, tid);
-
-  // This CTA's band tiles split + j * S (S = gridDim.x) that meet the keys its block's rows see
-  // (both edges of the mask at the block's positions): j in [j0, j0 + n_tiles). Keys of those
-  // tiles outside [.., c1) are zero-filled, those before the block's first key are masked.
-  const int64_t last = packed_rows - 1;
-  const int64_t t_first = row0 / group, t_last = (row0 + kRows - 1 < last ? row0 + kRows - 1 : last) / group;
-  const KeyRange block_keys = visible_range_of_rows(f.mask, t_first, t_last - t_first + 1, len_k);
-  const int64_t S = gridDim.x;
-  int64_t tb = 0, te = 0;  // band tiles [tb, te) meet the block's keys
-  if (!block_keys.empty()) {
-    tb = (block_keys.begin - a.key0) / kTileKeys;
-    te = (block_keys.end - a.key0 + kTileKeys - 1) / kTileKeys;
-    te = te < a.tiles ? te : a.tiles;
-  }
-  const int64_t j0 = split >= tb ? 0 : (tb - split + S - 1) / S;
-  const int64_t j_end = split >= te ? 0 : (te - split + S - 1) / S;  // own tiles before te
-  const int n_tiles = j_end > j0 ? int(j_end - j0) : 0;
-  const int64_t c1 = block_keys.end;
-  auto tile_key0 = [&](int j) { return a.key0 + (split + (j0 + j) * S) * kTileKeys; };
 
   const T* k_base = static_cast<const T*>(f.k.data) + b * f.k.stride_b + hk * f.k.stride_h;
   const T* v_base = static_cast<const T*>(f.v.data) + b * f.v.stride_b + hk * f.v.stride_h;
@@ -278,23 +371,10 @@ __global__ void __launch_bounds__(kThreads) decode_mma_kernel(const DecodeKernel
   constexpr bool kQInRegisters = D <= 128;
   uint32_t qf[D / 16][4];
   float acc[kDT][4];
-#pragma unroll
-  for (int n = 0; n < kDT; ++n) acc[n][0] = acc[n][1] = acc[n][2] = acc[n][3] = 0.f;
-  float m[2] = {neg_inf(), neg_inf()}, l[2] = {0.f, 0.f};
-  // Keys [full_lo, full_hi) are visible to every row of the warp: both edges of the visible range
-  // grow with the row, so that is the last row's begin to the first row's end (classify_block's
-  // Full test, found once). A warp's keys outside it need the element mask. A wide warp with no
-  // row (past the last packed one) computes nothing.
-  const bool warp_rows = wrow0 <= last;
-  const int64_t w_first = (warp_rows ? wrow0 : last) / group, w_last = (wrow0 + 15 < last ? wrow0 + 15 : last) / group;
-  const int64_t full_lo = visible_range(f.mask, w_last, len_k).begin;
-  const int64_t full_hi = visible_range(f.mask, w_first, len_k).end;
+  float m[2], l[2];
+  start_rows(acc, m, l);
 
-  const int mi = lane >> 3;
-  uint32_t q_off[4], k_off[4], v_off[4];
-  Tile::lane_offsets(q_off, lane & 15, lane >> 4, lane);
-  Tile::lane_offsets(k_off, (mi >> 1) * 8 + (lane & 7), mi & 1, lane);
-  Tile::lane_offsets(v_off, (mi & 1) * 8 + (lane & 7), mi >> 1, lane);
+  const LaneFragments<D> lf(lane);
   const uint32_t sQa = smem_addr(sQ), sKa = smem_addr(sK), sVa = smem_addr(sV);
 
   for (int j = 0; j < n_tiles; ++j) {
@@ -302,7 +382,7 @@ __global__ void __launch_bounds__(kThreads) decode_mma_kernel(const DecodeKernel
     __syncthreads();
     if (kQInRegisters && j == 0) {
 #pragma unroll
-      for (int kk = 0; kk < D / 16; ++kk) ldmatrix_x4(qf[kk], sQa + Tile::fragment_offset(q_off, wq, kk));
+      for (int kk = 0; kk < D / 16; ++kk) ldmatrix_x4(qf[kk], sQa + Tile::fragment_offset(lf.q, wq, kk));
     }
     // The buffer refilled here was read in iteration j - 1, which every warp has finished.
     if (j + kStages - 1 < n_tiles) load_stage(j + kStages - 1);
@@ -316,27 +396,10 @@ __global__ void __launch_bounds__(kThreads) decode_mma_kernel(const DecodeKernel
     const bool need_mask = kw < full_lo || kw + kWarpKeys > full_hi;
 
     float s[kNT][4];
-    warp_scores<T, D, kNT, kQInRegisters>(s, qf, sQa, q_off, wq, kt, k_off, wk);
-#pragma unroll
-    for (int half = 0; half < 2; ++half) {
-      // The row's visible keys within the warp's, found only where the mask is needed (rows
-      // past the end take the last position; they are never written).
-      int key_begin = 0, key_end = kWarpKeys;
-      if (need_mask) {
-        const int64_t R = wrow0 + (lane >> 2) + half * 8;
-        const KeyRange r = visible_range(f.mask, (R < packed_rows ? R : last) / group, c1);
-        key_begin = tile_key_bound(r.begin, kw, kWarpKeys);
-        key_end = tile_key_bound(r.end, kw, kWarpKeys);
-      }
-      const float alpha = online_softmax_row<kNT, false, true>(s, half, lane, need_mask, key_begin, key_end,
-                                                               scale_log2, m[half], l[half]);
-#pragma unroll
-      for (int n = 0; n < kDT; ++n) {
-        acc[n][half * 2] *= alpha;
-        acc[n][half * 2 + 1] *= alpha;
-      }
-    }
-    warp_pv<T, D, kNT>(acc, s, vt, v_off, wk);
+    warp_scores<T, D, kNT, kQInRegisters>(s, qf, sQa, lf.q, wq, kt, lf.k, wk);
+    warp_softmax_step<kNT, kWarpKeys>(s, acc, m, l, f.mask, need_mask, wrow0, packed_rows, group, kw, c1, scale_log2,
+                                      lane);
+    warp_pv<T, D, kNT>(acc, s, vt, lf.v, wk);
   }
   // Past its key loop the CTA only combines and stores: merge_splits, launched programmatically
   // after this kernel, may be scheduled once every CTA is here (it waits for this grid's
@@ -350,6 +413,111 @@ __global__ void __launch_bounds__(kThreads) decode_mma_kernel(const DecodeKernel
     combine_warps<T, D>(a, reinterpret_cast<float*>(sK), tid, warp, lane, group, len_q, packed_rows, row0, split, b,
                         hk, m, l, acc);
   }
+}
+
+// ---- 16 packed rows at head dims 64 and 128: 128-key tiles, K and V in a ring of three halves ----
+// Half-tile i is the K of tile i / 2 (i even) or its V (odd), in buffer i % 3. K_{j+1} is issued
+// once every warp is past P V_{j-1} (its buffer held V_{j-1}), V_{j+1} once every warp is past
+// Q K_j^T (K_j's buffer), so two halves (64 KB at head dim 128) are in flight while a CTA
+// computes, and 2 CTAs fit per SM at 128 (100 KB of shared memory; 211 registers). Against the
+// 64-key K+V stages (3 CTAs per SM, one 32 KB tile in flight each): +5.6% at 1 x 32k cached
+// tokens, +15% at 1 x 8k (kernels/cuda/PERF.md, session 11).
+constexpr int kPhasedKeys = 128, kPhasedBufs = 3;
+constexpr bool decode_phased(int dim, bool wide) { return !wide && dim <= 128; }
+template <int D>
+constexpr size_t decode_phased_smem_bytes() {
+  return size_t(16 * D + kPhasedBufs * kPhasedKeys * D) * 2;
+}
+static_assert(decode_phased_smem_bytes<128>() <= 113 * 1024, "2 CTAs per SM on sm_90 at head dim 128");
+
+template <typename T, int D>
+__global__ void __launch_bounds__(kThreads) decode_phased_kernel(const DecodeKernelParams a) {
+  using Tile = SwizzledTile<D>;
+  constexpr int kDT = D / 8;
+  constexpr int kWarpKeys = kPhasedKeys / kWarps, kNT = kWarpKeys / 8;  // 32 keys a warp
+  constexpr int kHalf = kPhasedKeys * D;                                // elements of a half-tile
+  const FlashParams& f = a.f;
+  extern __shared__ __align__(128) unsigned char smem_raw[];
+  T* sQ = reinterpret_cast<T*>(smem_raw);  // [16][D]
+  T* sB = sQ + 16 * D;                      // [kPhasedBufs][kPhasedKeys][D]
+
+  const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
+  const int64_t group = f.q.heads / f.k.heads, len_q = f.q.len, len_k = f.k.len;
+  const int64_t packed_rows = group * len_q;
+  const int64_t split = blockIdx.x, b = blockIdx.y / f.k.heads, hk = blockIdx.y % f.k.heads;
+  const int64_t row0 = int64_t(blockIdx.z) * 16, last = packed_rows - 1;
+  const int wk = warp * kWarpKeys;
+  const int64_t t_first = packed_row(row0, group).t, t_last = packed_row(row0 + 15 < last ? row0 + 15 : last, group).t;
+  const BlockTiles bt = block_tiles<kPhasedKeys>(a, split, t_first, t_last);
+  const int n_tiles = bt.n_tiles;
+  const int64_t c1 = bt.c1, S = gridDim.x;
+  auto tile_key0 = [&](int j) { return a.key0 + (split + (bt.j0 + j) * S) * kPhasedKeys; };
+  // Keys every row of the block sees (decode_mma_kernel says why): a warp's keys outside need the
+  // element mask.
+  const int64_t full_lo = visible_range(f.mask, t_last, len_k).begin;
+  const int64_t full_hi = visible_range(f.mask, t_first, len_k).end;
+  const T* k_base = static_cast<const T*>(f.k.data) + b * f.k.stride_b + hk * f.k.stride_h;
+  const T* v_base = static_cast<const T*>(f.v.data) + b * f.v.stride_b + hk * f.v.stride_h;
+  auto load_half = [&](int i) {  // one commit group, empty past the last half
+    if (i < 2 * n_tiles) {
+      T* dst = sB + (i % kPhasedBufs) * kHalf;
+      const int64_t k0 = tile_key0(i / 2);
+      if (i % 2 == 0) load_tile_async<D, kPhasedKeys, kThreads>(dst, k_base, f.k.stride_t, k0, c1, tid);
+      else load_tile_async<D, kPhasedKeys, kThreads>(dst, v_base, f.v.stride_t, k0, c1, tid);
+    }
+    cp_async_commit();
+  };
+
+  // Launched programmatically: nothing global is touched before the kernel ahead has completed.
+  pdl_wait_for_prior_grid();
+  load_packed_q<T, D, 16>(sQ, f, b, hk, group, packed_rows, row0, tid);
+  load_half(0);  // in one group with Q
+  load_half(1);
+
+  const float scale_log2 = f.scale * kLog2e;
+  uint32_t qf[D / 16][4];
+  float acc[kDT][4];
+  float m[2], l[2];
+  start_rows(acc, m, l);
+  const LaneFragments<D> lf(lane);
+  const uint32_t sQa = smem_addr(sQ), sBa = smem_addr(sB);
+
+  for (int j = 0; j < n_tiles; ++j) {
+    cp_async_wait<1>();  // K_j (and Q) have landed; V_j may still be in flight
+    __syncthreads();     // ... for every thread, and every warp is past P V_{j-1}
+    if (j == 0) {
+#pragma unroll
+      for (int kk = 0; kk < D / 16; ++kk) ldmatrix_x4(qf[kk], sQa + Tile::fragment_offset(lf.q, 0, kk));
+    }
+    load_half(2 * j + 2);  // K_{j+1}, into V_{j-1}'s buffer
+    const int64_t kw = tile_key0(j) + wk;  // this warp's first key
+    const bool active = kw < c1;           // warp-uniform
+    float s[kNT][4];
+    if (active) {
+      const bool need_mask = kw < full_lo || kw + kWarpKeys > full_hi;
+      warp_scores<T, D, kNT, true>(s, qf, sQa, lf.q, 0, sBa + ((2 * j) % kPhasedBufs) * kHalf * 2, lf.k, wk);
+      warp_softmax_step<kNT, kWarpKeys>(s, acc, m, l, f.mask, need_mask, row0, packed_rows, group, kw, c1,
+                                        scale_log2, lane);
+    }
+    cp_async_wait<1>();    // V_j has landed; K_{j+1} may still be in flight
+    __syncthreads();       // ... for every thread, and every warp is past Q K_j^T
+    load_half(2 * j + 3);  // V_{j+1}, into K_j's buffer
+    if (active) warp_pv<T, D, kNT>(acc, s, sBa + ((2 * j + 1) % kPhasedBufs) * kHalf * 2, lf.v, wk);
+  }
+  // merge_splits may be scheduled once every CTA is here (decode_mma_kernel says why).
+  pdl_allow_dependent_launch();
+  cp_async_wait<0>();
+  __syncthreads();  // every warp is done with the buffers: they become the combine's scratch
+  combine_warps<T, D>(a, reinterpret_cast<float*>(sB), tid, warp, lane, group, len_q, packed_rows, row0, split, b, hk,
+                      m, l, acc);
+}
+
+template <typename T, int D>
+auto decode_phased_prepared() {
+  auto kernel = decode_phased_kernel<T, D>;
+  static std::atomic<uint64_t> configured{0};
+  set_dynamic_smem_once(kernel, int(decode_phased_smem_bytes<D>()), configured);
+  return kernel;
 }
 
 template <typename T, int D, bool kWide>
@@ -370,8 +538,12 @@ int decode_ctas_per_sm() {
   std::atomic<int>* cached = device < 64 ? &per_device[device] : nullptr;
   if (cached != nullptr && cached->load() > 0) return cached->load();
   int n = 0;
-  RA_CHECK_CUDA(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, decode_kernel_prepared<T, D, kWide>(), kThreads,
-                                                              decode_smem_bytes<D, kWide>()));
+  if constexpr (decode_phased(D, kWide))
+    RA_CHECK_CUDA(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, decode_phased_prepared<T, D>(), kThreads,
+                                                                decode_phased_smem_bytes<D>()));
+  else
+    RA_CHECK_CUDA(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, decode_kernel_prepared<T, D, kWide>(), kThreads,
+                                                                decode_smem_bytes<D, kWide>()));
   n = n > 0 ? n : 1;
   if (cached != nullptr) cached->store(n);
   return n;
@@ -380,11 +552,15 @@ int decode_ctas_per_sm() {
 template <typename T, int D, bool kWide>
 void launch_instance(const FlashParams& f, const DecodePlan& plan, const SplitPartials& out, cudaStream_t stream) {
   const dim3 grid(unsigned(plan.splits), unsigned(f.q.batch * f.k.heads), unsigned(plan.row_blocks));
-  auto kernel = decode_kernel_prepared<T, D, kWide>();
+  const DecodeKernelParams a{f, out, plan.key0, plan.tiles};
   // Programmatic: the launch and the CTAs' start overlap the tail of the kernel ahead (the
   // previous decode's merge); the kernel waits for it before it reads anything.
-  RA_CHECK_CUDA(launch_programmatic(kernel, grid, dim3(kThreads), decode_smem_bytes<D, kWide>(), stream,
-                                    DecodeKernelParams{f, out, plan.key0, plan.tiles}));
+  if constexpr (decode_phased(D, kWide))
+    RA_CHECK_CUDA(launch_programmatic(decode_phased_prepared<T, D>(), grid, dim3(kThreads),
+                                      decode_phased_smem_bytes<D>(), stream, a));
+  else
+    RA_CHECK_CUDA(launch_programmatic(decode_kernel_prepared<T, D, kWide>(), grid, dim3(kThreads),
+                                      decode_smem_bytes<D, kWide>(), stream, a));
 }
 
 // Calls fn(T{}, std::integral_constant<int, D>{}, std::bool_constant<kWide>{}) for f's dtype and
@@ -421,6 +597,7 @@ DecodePlan plan_decode_mma(const FlashParams& f, int splits_hint, int sms) {
   plan.wide = decode_wide_supported(f.q.dim) && group * f.q.len >= decode_rows<true>();
   const int rows = plan.wide ? decode_rows<true>() : decode_rows<false>();
   plan.row_blocks = (group * f.q.len + rows - 1) / rows;
+  plan.tile_keys = decode_phased(int(f.q.dim), plan.wide) ? kPhasedKeys : kTileKeys;
   const int64_t units = f.q.batch * f.k.heads * plan.row_blocks;
   int64_t splits = splits_hint;
   if (splits <= 0) {
@@ -437,7 +614,7 @@ DecodePlan plan_decode_mma(const FlashParams& f, int splits_hint, int sms) {
   const int64_t keys = visible.empty() ? 1 : visible.size();  // nothing visible: one split, empty
   // At most per_split tiles a split; the split count is the fewest that need no more (the round
   // robin then gives each split floor or ceil of tiles / splits, never none).
-  plan.tiles = (keys + kTileKeys - 1) / kTileKeys;
+  plan.tiles = (keys + plan.tile_keys - 1) / plan.tile_keys;
   const int64_t per_split = (plan.tiles + splits - 1) / splits;
   plan.splits = (plan.tiles + per_split - 1) / per_split;
   plan.parts = plan.splits;  // the warps of a CTA combine before writing

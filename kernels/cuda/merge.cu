@@ -69,14 +69,17 @@ __global__ void __launch_bounds__(kSplitThreads) merge_splits_kernel(const Merge
   // nothing is read or written before that kernel has completed. The kernel after this one (the
   // next decode, launched programmatically too) may be scheduled at once: it waits for this
   // grid's completion in turn.
-  pdl_wait_for_prior_grid();
-  pdl_allow_dependent_launch();
+  // The row's (b, h, t) and addresses come from the parameters alone: worked out (64-bit
+  // divisions) before the wait, so the partials' loads leave as soon as it returns.
   const SplitPartials& in = p.parts;
   const int64_t row = blockIdx.x, dim = in.dim;
   const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
   const RowIndex a = row_index(p.state, row);
   float* o = state_o_row(p.state, a.b, a.h, a.t);
   float* lse = state_lse_at(p.state, a.b, a.h, a.t);
+  T* out = p.out.data == nullptr ? nullptr : static_cast<T*>(p.out.data) + view_offset(p.out, a.b, a.h, a.t);
+  pdl_wait_for_prior_grid();
+  pdl_allow_dependent_launch();
   // Read before any thread can write it (the barrier below separates the two).
   const float lse_old = p.mode == StateMode::Fold ? *lse : 0.f;
 
@@ -110,7 +113,6 @@ __global__ void __launch_bounds__(kSplitThreads) merge_splits_kernel(const Merge
   float mx = neg_inf();
 #pragma unroll
   for (int w = 0; w < kSplitWarps; ++w) mx = fmaxf(mx, warp_m[w]);
-  T* out = p.out.data == nullptr ? nullptr : static_cast<T*>(p.out.data) + view_offset(p.out, a.b, a.h, a.t);
   if (mx == neg_inf()) {  // no partial saw a key: the state is empty (Write) or unchanged (Fold)
     if (p.mode == StateMode::Write) {
       for (int64_t d = tid; d < dim; d += kSplitThreads) o[d] = 0.f;

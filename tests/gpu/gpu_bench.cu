@@ -13,7 +13,8 @@
 // "ours_state" is the kernel alone, ending at the fp32 (o, lse) state the ring runner carries.
 // Inputs are fresh random normals (a new seed every run), rotated over several copies when they
 // would fit in L2 (--timer per-call, the default); --timer batch times back-to-back calls on one
-// input set, as peers.py times the peers (time_calls below). --layout bshd holds q, k, v and the
+// input set, as peers.py times the peers (time_calls below); --timer cold times each call alone after
+// a kernel that reads 512 MB, so nothing of its inputs is in L2 (tests/gpu/peers_cold.py times the peers so). --layout bshd holds q, k, v and the
 // final output as [batch, seq, heads, dim] (strided views of the same kernels; the fp32 state stays [batch, heads, seq, dim]). A few output rows are checked against the fp64 oracle on every run; a wrong
 // result exits non-zero.
 #include <cuda_bf16.h>
@@ -24,6 +25,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <functional>
 #include <memory>
 #include <random>
 #include <stdexcept>
@@ -114,13 +116,58 @@ double median(std::vector<double> x) {
 //   batch: the way shared/bench/peers.py times the peers: 10 untimed calls, then 7 batches of 20
 //     back-to-back calls between two events on one input set, the median of the batches over 20;
 //     the host enqueues ahead of the GPU, so only launch gaps the GPU sees are counted.
-enum class Timer { PerCall, Batch };
+//   cold: each call alone between two events, after a kernel that reads 512 MB (the L2 holds none
+//     of the inputs, as in a model where other layers' K/V pass between two calls of one layer);
+//     the host enqueues the call while that kernel runs, so no launch gap is counted. Median of 30.
+enum class Timer { PerCall, Batch, Cold };
 Timer g_timer = Timer::PerCall;
+
+__global__ void read_flush_kernel(const int4* x, size_t n, int* sink) {
+  int acc = 0;
+  for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < n; i += size_t(gridDim.x) * blockDim.x) {
+    const int4 v = x[i];
+    acc ^= v.x ^ v.y ^ v.z ^ v.w;
+  }
+  if (acc == 0x7fffffff) *sink = acc;  // never: keeps the loads
+}
+
+double time_cold(cudaStream_t stream, const std::function<void()>& run) {
+  static int4* buf = nullptr;
+  static int* sink = nullptr;
+  const size_t bytes = size_t(512) << 20;
+  if (buf == nullptr) {
+    RA_CHECK_CUDA(cudaMalloc(&buf, bytes));
+    RA_CHECK_CUDA(cudaMemset(buf, 1, bytes));
+    RA_CHECK_CUDA(cudaMalloc(&sink, 4));
+  }
+  std::vector<cudaEvent_t> ev(60);
+  for (auto& e : ev) RA_CHECK_CUDA(cudaEventCreate(&e));
+  for (int i = 0; i < 5; ++i) run();
+  for (int c = 0; c < 30; ++c) {
+    read_flush_kernel<<<132 * 8, 256, 0, stream>>>(buf, bytes / 16, sink);
+    RA_CHECK_CUDA(cudaEventRecord(ev[2 * c], stream));
+    run();
+    RA_CHECK_CUDA(cudaEventRecord(ev[2 * c + 1], stream));
+  }
+  RA_CHECK_CUDA(cudaEventSynchronize(ev.back()));
+  std::vector<double> times;
+  for (int c = 0; c < 30; ++c) {
+    float ms = 0;
+    RA_CHECK_CUDA(cudaEventElapsedTime(&ms, ev[2 * c], ev[2 * c + 1]));
+    times.push_back(ms);
+  }
+  for (auto& e : ev) RA_CHECK_CUDA(cudaEventDestroy(e));
+  return median(times);
+}
 
 // Milliseconds per call of run() on stream, by g_timer; set_inputs(i) picks input set i first
 // (a host-side change of pointers only).
 template <typename SetInputs, typename Run>
 double time_calls(cudaStream_t stream, int reps, int sets, SetInputs set_inputs, Run run) {
+  if (g_timer == Timer::Cold) {
+    set_inputs(0);
+    return time_cold(stream, run);
+  }
   cudaEvent_t e0, e1;
   RA_CHECK_CUDA(cudaEventCreate(&e0));
   RA_CHECK_CUDA(cudaEventCreate(&e1));
@@ -348,14 +395,14 @@ int main(int argc, char** argv) {
     else if (a == "--backward") backward = 1;
     else if (a == "--deterministic") deterministic = 1;
     else if (a == "--splits" && i + 1 < argc) g_decode_splits = std::max(0, std::atoi(argv[++i]));
-    else if (a == "--timer" && i + 1 < argc && (timer = argv[++i], timer == "per-call" || timer == "batch"))
-      g_timer = timer == "batch" ? Timer::Batch : Timer::PerCall;
+    else if (a == "--timer" && i + 1 < argc && (timer = argv[++i], timer == "per-call" || timer == "batch" || timer == "cold"))
+      g_timer = timer == "batch" ? Timer::Batch : timer == "cold" ? Timer::Cold : Timer::PerCall;
     else if (a == "--layout" && i + 1 < argc && (layout = argv[++i], layout == "bhsd" || layout == "bshd" || layout == "both")) {}
     else {
       std::fprintf(stderr,
                    "usage: %s [--shape b,hq,hkv,t,s,d,causal|full]... [--dtype bf16|fp16] [--reps N] [--json FILE] "
                    "[--variants] [--layout bhsd|bshd|both] [--backward [--deterministic]] [--splits N] "
-                   "[--timer per-call|batch]\n",
+                   "[--timer per-call|batch|cold]\n",
                    argv[0]);
       return 2;
     }

@@ -167,7 +167,8 @@ INSTANTIATE_TEST_SUITE_P(DtypesAndDims, DecodeSplits,
                          });
 
 // The plan takes wide row blocks (64 packed rows a CTA) from 64 packed rows on, at head dims 64 and
-// 128 only, and counts its row blocks in those units.
+// 128 only, and counts its row blocks in those units. 16-row blocks at head dims 64 and 128 cut the
+// band into 128-key tiles (the phased kernel), the rest into 64-key tiles.
 TEST_F(CudaStateOps, DecodePlanWideRowBlocks) {
   auto plan = [](int64_t heads, int64_t kv_heads, int64_t q_len, int64_t dim) {
     FlashParams f;
@@ -185,6 +186,15 @@ TEST_F(CudaStateOps, DecodePlanWideRowBlocks) {
   EXPECT_EQ(wide2.row_blocks, 2);  // 68 rows in 64s
   EXPECT_FALSE(d256.wide);
   EXPECT_EQ(d256.row_blocks, 4);
+  const cuda::DecodePlan narrow64 = plan(32, 8, 1, 64);
+  EXPECT_EQ(narrow.tile_keys, 128);
+  EXPECT_EQ(narrow.tiles, 32);  // 4096 keys
+  EXPECT_EQ(narrow64.tile_keys, 128);
+  EXPECT_EQ(wide.tile_keys, 64);
+  EXPECT_EQ(wide.tiles, 64);
+  EXPECT_EQ(d256.tile_keys, 64);
+  // 2 splits asked, tiles dealt round robin: 16 each.
+  EXPECT_EQ(narrow.splits, 2);
 }
 
 // Back-to-back decodes with no synchronization between them, with different split counts (each
