@@ -49,6 +49,7 @@ struct DecodePlan {
   int64_t parts = 1;  // partial states per row (one per split)
   bool wide = false;  // row blocks of 64 packed rows (a warp each) instead of 16
   int tile_keys = 64;  // keys per band tile: 128 for 16-row blocks at head dims 64 and 128, else 64
+  int phased_bufs = 0;  // those 16-row blocks' half-tile buffers: 2 (long splits) or 3; else 0
 };
 
 // Plans a decode of f with the packed tensor-core kernel: enough CTAs to fill `sms`

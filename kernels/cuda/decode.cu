@@ -9,9 +9,9 @@
 //   moment the splits of a head read neighbouring tiles (one region of K and V in DRAM rather than
 //   one stream per split).
 // - 16 packed rows at head dims 64 and 128 (decode_phased_kernel): 128-key tiles whose K and V
-//   halves go through a cp.async ring of three half-tile buffers, K_{j+1} issued while Q K_j^T
-//   runs and V_{j+1} while P V_j runs (two halves in flight, 2 CTAs per SM at 128: cuDNN's decode
-//   has this shape). Each of the 4 warps takes its own 32 keys of every tile and keeps its own
+//   halves go through a cp.async ring of half-tile buffers: three on short splits, K_{j+1} issued
+//   while Q K_j^T runs and V_{j+1} while P V_j runs (two halves in flight, 2 CTAs per SM at 128:
+//   cuDNN's decode has this shape), two on long ones (one half in flight, 3 CTAs per SM). Each of the 4 warps takes its own 32 keys of every tile and keeps its own
 //   (m, l, acc); the warps combine through shared memory at the end, and the partials of all
 //   splits are combined by the merge-splits kernel (merge.cu), launched programmatically after
 //   this one (Hopper: its launch overlaps this kernel's tail).
@@ -24,6 +24,7 @@
 // - Every kernel works out its tiles and mask edges from its parameters before its programmatic
 //   wait, so its first loads leave as soon as the kernel ahead has completed.
 #include <atomic>
+#include <utility>
 #include <type_traits>
 
 #include "kernels/cuda/cuda_check.hpp"
@@ -415,23 +416,26 @@ __global__ void __launch_bounds__(kThreads) decode_mma_kernel(const DecodeKernel
   }
 }
 
-// ---- 16 packed rows at head dims 64 and 128: 128-key tiles, K and V in a ring of three halves ----
-// Half-tile i is the K of tile i / 2 (i even) or its V (odd), in buffer i % 3. K_{j+1} is issued
-// once every warp is past P V_{j-1} (its buffer held V_{j-1}), V_{j+1} once every warp is past
-// Q K_j^T (K_j's buffer), so two halves (64 KB at head dim 128) are in flight while a CTA
-// computes, and 2 CTAs fit per SM at 128 (100 KB of shared memory; 211 registers). Against the
-// 64-key K+V stages (3 CTAs per SM, one 32 KB tile in flight each): +5.6% at 1 x 32k cached
-// tokens, +15% at 1 x 8k (kernels/cuda/PERF.md, session 11).
-constexpr int kPhasedKeys = 128, kPhasedBufs = 3;
+// ---- 16 packed rows at head dims 64 and 128: 128-key tiles, K and V in a ring of half-tiles ----
+// Half-tile i is the K of tile i / 2 (i even) or its V (odd), in buffer i % kBufs. Before the
+// work on half h, once every warp is past half h - 1 (whose buffer is then free), half h + kBufs - 1
+// is issued: with three buffers, K_{j+1} while Q K_j^T runs and V_{j+1} while P V_j runs (two
+// halves, 64 KB at head dim 128, in flight; 100 KB of shared memory, 2 CTAs per SM); with two, one
+// half in flight (68 KB, 3 CTAs per SM at 168 registers). Three win on short splits, two on long
+// ones (plan_decode_mma). Against the 64-key K+V stages (3 CTAs per SM, one 32 KB tile in flight
+// each): +5.6% at 1 x 32k cached tokens, +15% at 1 x 8k (kernels/cuda/PERF.md, session 11).
+constexpr int kPhasedKeys = 128;
 constexpr bool decode_phased(int dim, bool wide) { return !wide && dim <= 128; }
-template <int D>
+template <int D, int kBufs>
 constexpr size_t decode_phased_smem_bytes() {
-  return size_t(16 * D + kPhasedBufs * kPhasedKeys * D) * 2;
+  return size_t(16 * D + kBufs * kPhasedKeys * D) * 2;
 }
-static_assert(decode_phased_smem_bytes<128>() <= 113 * 1024, "2 CTAs per SM on sm_90 at head dim 128");
+static_assert(decode_phased_smem_bytes<128, 3>() <= 113 * 1024, "2 CTAs per SM on sm_90 at head dim 128");
+static_assert(decode_phased_smem_bytes<128, 2>() <= 75 * 1024, "3 CTAs per SM on sm_90 at head dim 128");
 
-template <typename T, int D>
+template <typename T, int D, int kBufs>
 __global__ void __launch_bounds__(kThreads) decode_phased_kernel(const DecodeKernelParams a) {
+  static_assert(kBufs == 2 || kBufs == 3, "one or two halves in flight");
   using Tile = SwizzledTile<D>;
   constexpr int kDT = D / 8;
   constexpr int kWarpKeys = kPhasedKeys / kWarps, kNT = kWarpKeys / 8;  // 32 keys a warp
@@ -439,7 +443,7 @@ __global__ void __launch_bounds__(kThreads) decode_phased_kernel(const DecodeKer
   const FlashParams& f = a.f;
   extern __shared__ __align__(128) unsigned char smem_raw[];
   T* sQ = reinterpret_cast<T*>(smem_raw);  // [16][D]
-  T* sB = sQ + 16 * D;                      // [kPhasedBufs][kPhasedKeys][D]
+  T* sB = sQ + 16 * D;                      // [kBufs][kPhasedKeys][D]
 
   const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
   const int64_t group = f.q.heads / f.k.heads, len_q = f.q.len, len_k = f.k.len;
@@ -460,7 +464,7 @@ __global__ void __launch_bounds__(kThreads) decode_phased_kernel(const DecodeKer
   const T* v_base = static_cast<const T*>(f.v.data) + b * f.v.stride_b + hk * f.v.stride_h;
   auto load_half = [&](int i) {  // one commit group, empty past the last half
     if (i < 2 * n_tiles) {
-      T* dst = sB + (i % kPhasedBufs) * kHalf;
+      T* dst = sB + (i % kBufs) * kHalf;
       const int64_t k0 = tile_key0(i / 2);
       if (i % 2 == 0) load_tile_async<D, kPhasedKeys, kThreads>(dst, k_base, f.k.stride_t, k0, c1, tid);
       else load_tile_async<D, kPhasedKeys, kThreads>(dst, v_base, f.v.stride_t, k0, c1, tid);
@@ -472,7 +476,7 @@ __global__ void __launch_bounds__(kThreads) decode_phased_kernel(const DecodeKer
   pdl_wait_for_prior_grid();
   load_packed_q<T, D, 16>(sQ, f, b, hk, group, packed_rows, row0, tid);
   load_half(0);  // in one group with Q
-  load_half(1);
+  if (kBufs == 3) load_half(1);
 
   const float scale_log2 = f.scale * kLog2e;
   uint32_t qf[D / 16][4];
@@ -483,26 +487,26 @@ __global__ void __launch_bounds__(kThreads) decode_phased_kernel(const DecodeKer
   const uint32_t sQa = smem_addr(sQ), sBa = smem_addr(sB);
 
   for (int j = 0; j < n_tiles; ++j) {
-    cp_async_wait<1>();  // K_j (and Q) have landed; V_j may still be in flight
-    __syncthreads();     // ... for every thread, and every warp is past P V_{j-1}
+    cp_async_wait<kBufs - 2>();  // K_j (and Q) have landed; V_j may still be in flight (3 buffers)
+    __syncthreads();             // ... for every thread, and every warp is past P V_{j-1}
     if (j == 0) {
 #pragma unroll
       for (int kk = 0; kk < D / 16; ++kk) ldmatrix_x4(qf[kk], sQa + Tile::fragment_offset(lf.q, 0, kk));
     }
-    load_half(2 * j + 2);  // K_{j+1}, into V_{j-1}'s buffer
+    load_half(2 * j + kBufs - 1);  // 3 buffers: K_{j+1}, into V_{j-1}'s; 2: V_j
     const int64_t kw = tile_key0(j) + wk;  // this warp's first key
     const bool active = kw < c1;           // warp-uniform
     float s[kNT][4];
     if (active) {
       const bool need_mask = kw < full_lo || kw + kWarpKeys > full_hi;
-      warp_scores<T, D, kNT, true>(s, qf, sQa, lf.q, 0, sBa + ((2 * j) % kPhasedBufs) * kHalf * 2, lf.k, wk);
+      warp_scores<T, D, kNT, true>(s, qf, sQa, lf.q, 0, sBa + ((2 * j) % kBufs) * kHalf * 2, lf.k, wk);
       warp_softmax_step<kNT, kWarpKeys>(s, acc, m, l, f.mask, need_mask, row0, packed_rows, group, kw, c1,
                                         scale_log2, lane);
     }
-    cp_async_wait<1>();    // V_j has landed; K_{j+1} may still be in flight
-    __syncthreads();       // ... for every thread, and every warp is past Q K_j^T
-    load_half(2 * j + 3);  // V_{j+1}, into K_j's buffer
-    if (active) warp_pv<T, D, kNT>(acc, s, sBa + ((2 * j + 1) % kPhasedBufs) * kHalf * 2, lf.v, wk);
+    cp_async_wait<kBufs - 2>();  // V_j has landed; K_{j+1} may still be in flight (3 buffers)
+    __syncthreads();             // ... for every thread, and every warp is past Q K_j^T
+    load_half(2 * j + kBufs);    // 3 buffers: V_{j+1}, into K_j's; 2: K_{j+1}
+    if (active) warp_pv<T, D, kNT>(acc, s, sBa + ((2 * j + 1) % kBufs) * kHalf * 2, lf.v, wk);
   }
   // merge_splits may be scheduled once every CTA is here (decode_mma_kernel says why).
   pdl_allow_dependent_launch();
@@ -512,11 +516,11 @@ __global__ void __launch_bounds__(kThreads) decode_phased_kernel(const DecodeKer
                       m, l, acc);
 }
 
-template <typename T, int D>
+template <typename T, int D, int kBufs>
 auto decode_phased_prepared() {
-  auto kernel = decode_phased_kernel<T, D>;
+  auto kernel = decode_phased_kernel<T, D, kBufs>;
   static std::atomic<uint64_t> configured{0};
-  set_dynamic_smem_once(kernel, int(decode_phased_smem_bytes<D>()), configured);
+  set_dynamic_smem_once(kernel, int(decode_phased_smem_bytes<D, kBufs>()), configured);
   return kernel;
 }
 
@@ -530,7 +534,8 @@ auto decode_kernel_prepared() {
 
 // Read once per device (the plan runs on every decode call; the occupancy query costs host time
 // that a batch-1 decode of a few microseconds cannot spare).
-template <typename T, int D, bool kWide>
+// kBufs > 0: decode_phased_kernel with that many half-tile buffers.
+template <typename T, int D, bool kWide, int kBufs = 0>
 int decode_ctas_per_sm() {
   static std::atomic<int> per_device[64] = {};  // 0: not read yet (devices past 63 are not cached)
   int device = 0;
@@ -538,9 +543,9 @@ int decode_ctas_per_sm() {
   std::atomic<int>* cached = device < 64 ? &per_device[device] : nullptr;
   if (cached != nullptr && cached->load() > 0) return cached->load();
   int n = 0;
-  if constexpr (decode_phased(D, kWide))
-    RA_CHECK_CUDA(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, decode_phased_prepared<T, D>(), kThreads,
-                                                                decode_phased_smem_bytes<D>()));
+  if constexpr (kBufs > 0)
+    RA_CHECK_CUDA(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, decode_phased_prepared<T, D, kBufs>(), kThreads,
+                                                                decode_phased_smem_bytes<D, kBufs>()));
   else
     RA_CHECK_CUDA(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, decode_kernel_prepared<T, D, kWide>(), kThreads,
                                                                 decode_smem_bytes<D, kWide>()));
@@ -555,10 +560,14 @@ void launch_instance(const FlashParams& f, const DecodePlan& plan, const SplitPa
   const DecodeKernelParams a{f, out, plan.key0, plan.tiles};
   // Programmatic: the launch and the CTAs' start overlap the tail of the kernel ahead (the
   // previous decode's merge); the kernel waits for it before it reads anything.
-  if constexpr (decode_phased(D, kWide))
-    RA_CHECK_CUDA(launch_programmatic(decode_phased_prepared<T, D>(), grid, dim3(kThreads),
-                                      decode_phased_smem_bytes<D>(), stream, a));
-  else
+  if constexpr (decode_phased(D, kWide)) {
+    if (plan.phased_bufs == 2)
+      RA_CHECK_CUDA(launch_programmatic(decode_phased_prepared<T, D, 2>(), grid, dim3(kThreads),
+                                        decode_phased_smem_bytes<D, 2>(), stream, a));
+    else
+      RA_CHECK_CUDA(launch_programmatic(decode_phased_prepared<T, D, 3>(), grid, dim3(kThreads),
+                                        decode_phased_smem_bytes<D, 3>(), stream, a));
+  } else
     RA_CHECK_CUDA(launch_programmatic(decode_kernel_prepared<T, D, kWide>(), grid, dim3(kThreads),
                                       decode_smem_bytes<D, kWide>(), stream, a));
 }
@@ -597,25 +606,43 @@ DecodePlan plan_decode_mma(const FlashParams& f, int splits_hint, int sms) {
   plan.wide = decode_wide_supported(f.q.dim) && group * f.q.len >= decode_rows<true>();
   const int rows = plan.wide ? decode_rows<true>() : decode_rows<false>();
   plan.row_blocks = (group * f.q.len + rows - 1) / rows;
-  plan.tile_keys = decode_phased(int(f.q.dim), plan.wide) ? kPhasedKeys : kTileKeys;
-  const int64_t units = f.q.batch * f.k.heads * plan.row_blocks;
-  int64_t splits = splits_hint;
-  if (splits <= 0) {
-    const int per_sm = dispatch_decode(f, plan.wide, [](auto t, auto d, auto w) {
-      return decode_ctas_per_sm<decltype(t), decltype(d)::value, decltype(w)::value>();
-    });
-    // One full wave: every CTA slot of the GPU busy, no second partial wave.
-    const int64_t slots = int64_t(sms) * per_sm;
-    splits = slots / units > 1 ? slots / units : 1;
-  }
+  const bool phased = decode_phased(int(f.q.dim), plan.wide);
+  plan.tile_keys = phased ? kPhasedKeys : kTileKeys;
   // Only the keys some row sees are split: a window's lower edge puts every CTA on the band.
   const KeyRange visible = visible_range_of_rows(f.mask, 0, f.q.len, f.k.len);
   plan.key0 = visible.empty() ? 0 : visible.begin;
   const int64_t keys = visible.empty() ? 1 : visible.size();  // nothing visible: one split, empty
+  plan.tiles = (keys + plan.tile_keys - 1) / plan.tile_keys;
+  const int64_t units = f.q.batch * f.k.heads * plan.row_blocks;
+  // CTAs per SM of the kernel, and of the phased kernel with two buffers (0 where there is none).
+  const auto [per_sm, per_sm_two] = dispatch_decode(f, plan.wide, [](auto t, auto d, auto w) {
+    using T = decltype(t);
+    constexpr int kD = decltype(d)::value;
+    constexpr bool kW = decltype(w)::value;
+    if constexpr (decode_phased(kD, kW))
+      return std::pair<int, int>{decode_ctas_per_sm<T, kD, kW, 3>(), decode_ctas_per_sm<T, kD, kW, 2>()};
+    else
+      return std::pair<int, int>{decode_ctas_per_sm<T, kD, kW>(), 0};
+  });
+  // One full wave: every CTA slot of the GPU busy, no second partial wave.
+  auto one_wave = [&](int ctas_per_sm) {
+    const int64_t slots = int64_t(sms) * ctas_per_sm;
+    return slots / units > 1 ? slots / units : int64_t(1);
+  };
+  auto tiles_per_split = [&](int64_t n) { return (plan.tiles + n - 1) / n; };
+  int64_t splits = splits_hint > 0 ? splits_hint : one_wave(per_sm);
+  if (phased) {
+    // Two buffers where they fit more CTAs per SM (head dim 128) and the splits stay long: at
+    // 1 x 128k and 8 x 32k (21 and 43 tiles a split) +1.0%, at 1 x 32k (6) -7%, at 1 x 8k -5.5%
+    // (kernels/cuda/PERF.md, session 11).
+    constexpr int64_t kLongSplitTiles = 16;
+    const int64_t two = splits_hint > 0 ? splits_hint : one_wave(per_sm_two);
+    plan.phased_bufs = per_sm_two > per_sm && tiles_per_split(two) >= kLongSplitTiles ? 2 : 3;
+    if (plan.phased_bufs == 2) splits = two;
+  }
   // At most per_split tiles a split; the split count is the fewest that need no more (the round
   // robin then gives each split floor or ceil of tiles / splits, never none).
-  plan.tiles = (keys + plan.tile_keys - 1) / plan.tile_keys;
-  const int64_t per_split = (plan.tiles + splits - 1) / splits;
+  const int64_t per_split = tiles_per_split(splits);
   plan.splits = (plan.tiles + per_split - 1) / per_split;
   plan.parts = plan.splits;  // the warps of a CTA combine before writing
   return plan;

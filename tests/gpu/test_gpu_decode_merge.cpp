@@ -195,6 +195,23 @@ TEST_F(CudaStateOps, DecodePlanWideRowBlocks) {
   EXPECT_EQ(d256.tile_keys, 64);
   // 2 splits asked, tiles dealt round robin: 16 each.
   EXPECT_EQ(narrow.splits, 2);
+  // Half-tile buffers: two where they fit more CTAs per SM (head dim 128) and a split keeps 16
+  // tiles or more, else three; none outside the phased kernel.
+  EXPECT_EQ(narrow.phased_bufs, 2);
+  EXPECT_EQ(narrow64.phased_bufs, 3);  // 3 CTAs per SM with either
+  EXPECT_EQ(wide.phased_bufs, 0);
+  EXPECT_EQ(d256.phased_bufs, 0);
+  auto plan_default = [](int64_t kv_len) {
+    FlashParams f;
+    f.q = bhtd_view(nullptr, DType::BF16, 1, 32, 1, 128);
+    f.k = f.v = bhtd_view(nullptr, DType::BF16, 1, 8, kv_len, 128);
+    return cuda::plan_decode_mma(f, 0, 132);
+  };
+  const cuda::DecodePlan short_splits = plan_default(32768), long_splits = plan_default(131072);
+  EXPECT_EQ(short_splits.phased_bufs, 3);
+  EXPECT_EQ(short_splits.splits, 32);  // one wave of 2 CTAs per SM over 8 KV heads
+  EXPECT_EQ(long_splits.phased_bufs, 2);
+  EXPECT_EQ(long_splits.splits, 49);  // 3 CTAs per SM: 1024 tiles, 21 a split
 }
 
 // Back-to-back decodes with no synchronization between them, with different split counts (each
