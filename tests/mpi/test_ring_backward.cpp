@@ -212,7 +212,9 @@ TEST_P(RingBackward, MatchesOracleAndWorldOfOneWithExactBytes) {
   EXPECT_LE(e[2], tol) << "dv";
 
   // A world of one over the whole sequence: the same run with one block; the ring's error must
-  // not grow with P (at most 2x, with a floor of fp32's rounding of the largest gradient).
+  // not grow with P (at most 2x, with a floor of fp32's rounding of the largest gradient: the
+  // gradients accumulate in fp32 whatever the inputs' dtype, and a 16-bit case whose errors are
+  // both at that level, 3.2e-7 against 1.6e-7, failed the bare 2x on one seed).
   auto local = make_local_transport();
   BwdShard whole(p, {{0, p.q_len, 1}}, p.q_len, seed);
   run_ring_attention(p, whole.tensors(), *backend, *local, opt);
@@ -221,7 +223,7 @@ TEST_P(RingBackward, MatchesOracleAndWorldOfOneWithExactBytes) {
   const double e1[3] = {grad_error(whole.dq, ref.dq, layout, p.q_len, true),
                         grad_error(whole.dk, ref.dk, layout, p.q_len, true),
                         grad_error(whole.dv, ref.dv, layout, p.q_len, true)};
-  const double floor = p.dtype == DType::F32 ? 1e-6 : 0;
+  const double floor = 1e-6;
   for (int i = 0; i < 3; ++i) EXPECT_LE(e[i], 2 * std::max(e1[i], floor)) << "gradient " << i << " at P=" << P;
 }
 
