@@ -11,10 +11,11 @@
 // - 16 packed rows at head dims 64 and 128 (decode_phased_kernel): 128-key tiles whose K and V
 //   halves go through a cp.async ring of half-tile buffers: three on short splits, K_{j+1} issued
 //   while Q K_j^T runs and V_{j+1} while P V_j runs (two halves in flight, 2 CTAs per SM at 128:
-//   cuDNN's decode has this shape), two on long ones (one half in flight, 3 CTAs per SM). Each of the 4 warps takes its own 32 keys of every tile and keeps its own
-//   (m, l, acc); the warps combine through shared memory at the end, and the partials of all
-//   splits are combined by the merge-splits kernel (merge.cu), launched programmatically after
-//   this one (Hopper: its launch overlaps this kernel's tail).
+//   cuDNN's decode has this shape), two on long ones (one half in flight, 3 CTAs per SM). Each of
+//   the 4 warps takes its own 32 keys of every tile and keeps its own (m, l, acc); the warps
+//   combine through shared memory at the end, and the partials of all splits are combined by the
+//   merge-splits kernel (merge.cu), launched programmatically after this one (Hopper: its launch
+//   overlaps this kernel's tail).
 // - Head dim 256 (decode_mma_kernel): 64-key tiles in a ring of 3 K+V stages, 16 keys a warp.
 // - Wide row blocks (decode_mma_kernel with kWide, 64 packed rows or more: speculative decoding,
 //   several query tokens per head group): a CTA takes 64 packed rows, each warp its own 16 over

@@ -140,11 +140,14 @@ double time_cold(cudaStream_t stream, const std::function<void()>& run) {
     RA_CHECK_CUDA(cudaMemset(buf, 1, bytes));
     RA_CHECK_CUDA(cudaMalloc(&sink, 4));
   }
+  int device = 0, sms = 0;
+  RA_CHECK_CUDA(cudaGetDevice(&device));
+  RA_CHECK_CUDA(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
   std::vector<cudaEvent_t> ev(60);
   for (auto& e : ev) RA_CHECK_CUDA(cudaEventCreate(&e));
   for (int i = 0; i < 5; ++i) run();
   for (int c = 0; c < 30; ++c) {
-    read_flush_kernel<<<132 * 8, 256, 0, stream>>>(buf, bytes / 16, sink);
+    read_flush_kernel<<<sms * 8, 256, 0, stream>>>(buf, bytes / 16, sink);
     RA_CHECK_CUDA(cudaEventRecord(ev[2 * c], stream));
     run();
     RA_CHECK_CUDA(cudaEventRecord(ev[2 * c + 1], stream));
