@@ -3,6 +3,7 @@
 
 #include <cmath>
 #include <cstdint>
+#include <cstdlib>
 #include <limits>
 #include <random>
 #include <vector>
@@ -12,7 +13,10 @@
 namespace ringattn::test {
 
 // A fresh seed per call, so every run draws new inputs; printed by the failing assertion's caller.
+// RINGATTN_TEST_SEED=<decimal> replays a printed seed instead (every call returns it).
 inline uint64_t fresh_seed() {
+  if (const char* env = std::getenv("RINGATTN_TEST_SEED"); env != nullptr && *env != '\0')
+    return std::strtoull(env, nullptr, 10);
   static std::random_device rd;
   return (uint64_t(rd()) << 32) ^ rd();
 }
