@@ -149,6 +149,40 @@ double dot(const double* a, const double* b, int64_t n) {
   return s;
 }
 
+// The fp64 dq row of query q with its upstream gradient dO, from its own softmax over the n keys
+// k and values v it sees (rows of D): dq = scale * sum_j P_j (dO . v_j - dO . o) k_j.
+std::vector<double> reference_dq_row(const double* q, const double* dO, const double* k, const double* v, int64_t n,
+                                     int64_t D, double scale) {
+  std::vector<double> s(static_cast<size_t>(n)), dq(static_cast<size_t>(D), 0.0), o(static_cast<size_t>(D), 0.0);
+  double m = -INFINITY, l = 0;
+  for (int64_t j = 0; j < n; ++j) m = std::max(m, s[size_t(j)] = scale * dot(q, &k[size_t(j * D)], D));
+  for (int64_t j = 0; j < n; ++j) l += std::exp(s[size_t(j)] - m);
+  for (int64_t j = 0; j < n; ++j) {
+    const double pj = std::exp(s[size_t(j)] - m) / l;
+    for (int64_t d = 0; d < D; ++d) o[size_t(d)] += pj * v[size_t(j * D + d)];
+  }
+  const double Di = dot(dO, o.data(), D);
+  for (int64_t j = 0; j < n; ++j) {
+    const double pj = std::exp(s[size_t(j)] - m) / l, ds_ = pj * (dot(dO, &v[size_t(j * D)], D) - Di);
+    for (int64_t d = 0; d < D; ++d) dq[size_t(d)] += scale * ds_ * k[size_t(j * D + d)];
+  }
+  return dq;
+}
+
+// Adds query row qi's share to the fp64 dk and dv rows of key k (value v): P = exp(scale q.k -
+// lse) with the forward's lse, D = dO . o with the forward's output row oi.
+void add_query_to_key_row(const double* qi, const double* di, const float* oi, double lse, const double* k,
+                          const double* v, int64_t D, double scale, double* dk, double* dv) {
+  double Di = 0;
+  for (int64_t d = 0; d < D; ++d) Di += di[d] * double(oi[d]);
+  const double pij = std::exp(scale * dot(qi, k, D) - lse);
+  const double dsij = pij * (dot(di, v, D) - Di);
+  for (int64_t d = 0; d < D; ++d) {
+    dv[d] += pij * di[d];
+    dk[d] += scale * dsij * qi[d];
+  }
+}
+
 // A seeded sample of rows. dq row (b, h, i): fp64 from the inputs alone (the row's own softmax).
 // dk/dv row (b, kv head, j): fp64 over every query that sees key j, each with its softmax
 // statistics from the forward (the gathered lse, and D = dO . out with the forward's output);
@@ -191,20 +225,7 @@ void check_sample(const GlobalProblem& p, InputSource& src, const DoutSource& ds
     const std::vector<double> q = rows(src, InputTensor::Q, b, h, Hq, T, i, 1), dO = rows(*ds.src, ds.which, b, h, Hq, T, i, 1),
                               k = rows(src, InputTensor::K, b, hk, Hk, S, kr.begin, kr.size()),
                               v = rows(src, InputTensor::V, b, hk, Hk, S, kr.begin, kr.size());
-    const int64_t n = kr.size();
-    std::vector<double> s(static_cast<size_t>(n)), dq(static_cast<size_t>(D), 0.0), o(static_cast<size_t>(D), 0.0);
-    double m = -INFINITY, l = 0;
-    for (int64_t j = 0; j < n; ++j) m = std::max(m, s[size_t(j)] = scale * dot(q.data(), &k[size_t(j * D)], D));
-    for (int64_t j = 0; j < n; ++j) l += std::exp(s[size_t(j)] - m);
-    for (int64_t j = 0; j < n; ++j) {
-      const double pj = std::exp(s[size_t(j)] - m) / l;
-      for (int64_t d = 0; d < D; ++d) o[size_t(d)] += pj * v[size_t(j * D + d)];
-    }
-    const double Di = dot(dO.data(), o.data(), D);
-    for (int64_t j = 0; j < n; ++j) {
-      const double pj = std::exp(s[size_t(j)] - m) / l, ds_ = pj * (dot(dO.data(), &v[size_t(j * D)], D) - Di);
-      for (int64_t d = 0; d < D; ++d) dq[size_t(d)] += scale * ds_ * k[size_t(j * D + d)];
-    }
+    const std::vector<double> dq = reference_dq_row(q.data(), dO.data(), k.data(), v.data(), kr.size(), D, scale);
     for (int64_t d = 0; d < D; ++d) c.dq.add(g.dq[size_t(((b * Hq + h) * T + i) * D + d)], dq[size_t(d)]);
   }
   // dk/dv rows, grouped by (batch, kv head): the queries of its heads are read once.
@@ -227,21 +248,12 @@ void check_sample(const GlobalProblem& p, InputSource& src, const DoutSource& ds
       const std::vector<double> k = rows(src, InputTensor::K, b, hk, Hk, S, j, 1), v = rows(src, InputTensor::V, b, hk, Hk, S, j, 1);
       std::vector<double> dk(static_cast<size_t>(D), 0.0), dv(static_cast<size_t>(D), 0.0);
       for (int64_t gh = 0; gh < group; ++gh) {
-        const int64_t h = hk * group + gh, bh = b * Hq + h;
-        for (int64_t i = 0; i < T; ++i) {
-          if (j < ranges[size_t(i)].begin || j >= ranges[size_t(i)].end) continue;
-          const double* qi = &q[size_t(gh)][size_t(i * D)];
-          const double* di = &dO[size_t(gh)][size_t(i * D)];
-          const float* oi = &g.out[size_t((bh * T + i) * D)];
-          double Di = 0;
-          for (int64_t d = 0; d < D; ++d) Di += di[d] * double(oi[d]);
-          const double pij = std::exp(scale * dot(qi, k.data(), D) - double(g.lse[size_t(bh * T + i)]));
-          const double dsij = pij * (dot(di, v.data(), D) - Di);
-          for (int64_t d = 0; d < D; ++d) {
-            dv[size_t(d)] += pij * di[d];
-            dk[size_t(d)] += scale * dsij * qi[d];
-          }
-        }
+        const int64_t bh = b * Hq + hk * group + gh;
+        for (int64_t i = 0; i < T; ++i)
+          if (j >= ranges[size_t(i)].begin && j < ranges[size_t(i)].end)
+            add_query_to_key_row(&q[size_t(gh)][size_t(i * D)], &dO[size_t(gh)][size_t(i * D)],
+                                 &g.out[size_t((bh * T + i) * D)], double(g.lse[size_t(bh * T + i)]), k.data(),
+                                 v.data(), D, scale, dk.data(), dv.data());
       }
       for (int64_t d = 0; d < D; ++d) {
         c.dk.add(g.dk[size_t(((b * Hk + hk) * S + j) * D + d)], dk[size_t(d)]);

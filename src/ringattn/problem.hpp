@@ -56,6 +56,8 @@ struct GlobalProblem {
 inline Documents documents_of(const std::vector<int64_t>& bounds) {
   return bounds.size() < 2 ? Documents{} : Documents{bounds.data(), int64_t(bounds.size()) - 1};
 }
+// A temporary's boundaries die at the end of the statement: keep them in a named vector.
+Documents documents_of(std::vector<int64_t>&& bounds) = delete;
 
 // Checks shapes and values on this rank alone (no communication). Throws InvalidArgument.
 void validate_problem(const GlobalProblem& p, int world);
