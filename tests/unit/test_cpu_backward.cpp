@@ -10,7 +10,6 @@
 #include <limits>
 #include <random>
 #include <string>
-#include <utility>
 
 #include "common/backward_util.hpp"
 #include "common/test_util.hpp"
@@ -121,6 +120,13 @@ double abs_error(const std::vector<float>& g, const std::vector<double>& ref) {
   return std::sqrt(sum);
 }
 
+// ||x||.
+double norm_of(const std::vector<double>& x) {
+  double s2 = 0;
+  for (double e : x) s2 += e * e;
+  return std::sqrt(s2);
+}
+
 // Bounds on ||dq||, ||dk|| and ||dv|| of the fp32 rounding error of any correct engine, for fp32
 // inputs in [B, H, T, D] order. A relative tolerance has no scale where the gradient cancels: with
 // one key dq = dk = 0 exactly (a softmax over one key has no slope, and dP - D = dout . (v - o)
@@ -134,13 +140,6 @@ double abs_error(const std::vector<float>& g, const std::vector<double>& ref) {
 // seeds); it is ~1e-4 of the gradient's norm at the median, and a wrong dP, D or a missing block
 // errs by about the terms themselves, 1 / gamma(n) (~1e5) times the bound (a mutant engine
 // whose D is off by 3e-5 relative fails every run, by 3e-6 about one run in three).
-// ||x||.
-double norm_of(const std::vector<double>& x) {
-  double s2 = 0;
-  for (double e : x) s2 += e * e;
-  return std::sqrt(s2);
-}
-
 struct RoundingBounds {
   double dq, dk, dv;
 };
