@@ -37,28 +37,45 @@ void set_dynamic_smem_once(Kernel kernel, int bytes, std::atomic<uint64_t>& done
 template <typename... Params, typename... Args>
 cudaError_t launch_programmatic(void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem, cudaStream_t stream,
                                 Args&&... args);
+// The same in clusters of cluster_x CTAs along x (grid.x a multiple of it; 1: no cluster).
+template <typename... Params, typename... Args>
+cudaError_t launch_programmatic_clusters(void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem,
+                                         cudaStream_t stream, unsigned cluster_x, Args&&... args);
 
 }  // namespace ringattn::cuda
 
 template <typename... Params, typename... Args>
-cudaError_t ringattn::cuda::launch_programmatic(void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem,
-                                                cudaStream_t stream, Args&&... args) {
+cudaError_t ringattn::cuda::launch_programmatic_clusters(void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem,
+                                                         cudaStream_t stream, unsigned cluster_x, Args&&... args) {
   int device = 0, cc_major = 0;
   if (const cudaError_t e = cudaGetDevice(&device); e != cudaSuccess) return e;
   if (const cudaError_t e = cudaDeviceGetAttribute(&cc_major, cudaDevAttrComputeCapabilityMajor, device);
       e != cudaSuccess)
     return e;
-  cudaLaunchAttribute pdl;
-  pdl.id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  pdl.val.programmaticStreamSerializationAllowed = 1;
+  cudaLaunchAttribute attrs[2];
+  unsigned n = 0;
+  if (cc_major >= 9) {
+    attrs[n].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    attrs[n++].val.programmaticStreamSerializationAllowed = 1;
+  }
+  if (cluster_x > 1) {
+    attrs[n].id = cudaLaunchAttributeClusterDimension;
+    attrs[n++].val.clusterDim = {cluster_x, 1, 1};
+  }
   cudaLaunchConfig_t config = {};
   config.gridDim = grid;
   config.blockDim = block;
   config.dynamicSmemBytes = smem;
   config.stream = stream;
-  config.attrs = &pdl;
-  config.numAttrs = cc_major >= 9 ? 1 : 0;
+  config.attrs = attrs;
+  config.numAttrs = n;
   return cudaLaunchKernelEx(&config, kernel, static_cast<Args&&>(args)...);
+}
+
+template <typename... Params, typename... Args>
+cudaError_t ringattn::cuda::launch_programmatic(void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem,
+                                                cudaStream_t stream, Args&&... args) {
+  return launch_programmatic_clusters(kernel, grid, block, smem, stream, 1u, static_cast<Args&&>(args)...);
 }
 
 template <typename Kernel>

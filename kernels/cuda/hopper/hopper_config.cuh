@@ -44,7 +44,13 @@ inline constexpr float kLazyThreshold = 8.f;
 // STAGES stages (K and V each); Q through a ring of QSTAGES tiles. With QSTAGES = 2 the
 // consumers run the streamed loop (hopper_consumer.cuh): the next tile's first Q K^T is issued
 // with the current tile's last P V, and the epilogue overlaps the other warpgroups' wgmmas.
-template <int D, int N, int NC, int STAGES, int QSTAGES = 1>
+// CL = 2: clusters of two CTAs that run two query tiles of one (batch, head) side by side (tiles
+// 2i and 2i + 1 of decode_tile's order: a full mask with an even number of query blocks, so both
+// visit the same key blocks); each CTA's copy thread loads half of every K and V stage and
+// multicasts it into both CTAs, so each key block leaves the L2 once per cluster instead of once
+// per CTA. A stage is refilled only once the consumers of both CTAs have released it
+// (wait_stage_free), and the tile schedule hands out pairs.
+template <int D, int N, int NC, int STAGES, int QSTAGES = 1, int CL = 1>
 struct Config {
   static_assert(D == 64 || D == 128 || D == 256, "head dim 64, 128 or 256");
   static_assert(N % 16 == 0 && N <= 256, "key tile: a multiple of 16, at most 256 (one TMA box)");
@@ -56,6 +62,9 @@ struct Config {
   static constexpr int kQStages = QSTAGES;
   static_assert(QSTAGES == 1 || QSTAGES == 2, "1 or 2 Q buffers");
   static constexpr int kConsumers = NC;
+  static constexpr int kCluster = CL;
+  static_assert(CL == 1 || (CL == 2 && QSTAGES == 1), "clusters of 2, with the per-tile loop");
+  static_assert(N % (8 * CL) == 0, "each CTA's part of a key block: whole 8-row swizzle atoms");
   static constexpr int kThreads = kWarpgroupThreads * (NC + 1);
   static constexpr int kConsumerWarps = 4 * NC;
   // A 128-byte swizzled box holds 64 16-bit values per row, so rows of D values are stored as
@@ -65,12 +74,17 @@ struct Config {
   static constexpr int kKVColBlockBytes = kBlockN * kSwizzleRowBytes;
   static constexpr int kQBytes = kColBlocks * kQColBlockBytes;
   static constexpr int kKVBytes = kColBlocks * kKVColBlockBytes;  // one K or V stage
+  // The rows of a key block that one CTA of a cluster loads (and multicasts), and their bytes
+  // within each column block.
+  static constexpr int kKVPartRows = N / CL;
+  static constexpr int kKVPartBytes = kKVPartRows * kSwizzleRowBytes;
   static_assert(kQColBlockBytes % kSwizzleAtomBytes == 0 && kKVColBlockBytes % kSwizzleAtomBytes == 0,
                 "column blocks on 1024-byte boundaries");
   // Barriers: full_k[S], full_v[S], empty_k[S], empty_v[S], q_full[QS], q_empty[QS],
-  // tile_full[TS], tile_empty[TS]; then the TS tile-index slots of the dynamic schedule.
+  // tile_full[TS], tile_empty[TS], in a cluster peer_k[S], peer_v[S] (wait_stage_free); then the
+  // TS tile-index slots of the dynamic schedule.
   static constexpr int kTileSlots = 2;
-  static constexpr int kNumBars = 4 * kStages + 2 * kQStages + 2 * kTileSlots;
+  static constexpr int kNumBars = 4 * kStages + 2 * kQStages + 2 * kTileSlots + (CL > 1 ? 2 * kStages : 0);
   // +1024: the dynamic buffer is realigned to 1024 bytes, where the 128-byte swizzle repeats.
   static constexpr int kTailBytes = kNumBars * 8 + kTileSlots * 4 + kSwizzleAtomBytes;
   static constexpr int kOffQ = 0;
@@ -123,6 +137,12 @@ struct SmemPlan {
   __device__ __forceinline__ uint32_t tile_empty(int s) const {
     return bar(4 * C::kStages + 2 * C::kQStages + C::kTileSlots + s);
   }
+  __device__ __forceinline__ uint32_t peer_k(int s) const {
+    return bar(4 * C::kStages + 2 * C::kQStages + 2 * C::kTileSlots + s);
+  }
+  __device__ __forceinline__ uint32_t peer_v(int s) const {
+    return bar(5 * C::kStages + 2 * C::kQStages + 2 * C::kTileSlots + s);
+  }
   __device__ __forceinline__ uint32_t tile_slot(int s) const { return base + C::kOffTileSlots + 4 * s; }
 };
 
@@ -137,6 +157,11 @@ struct SmemPlan {
 // causal tiles first).
 // Without C::kDynamicSchedule, next() returns tiles c, c + gridDim.x, ... (the static round robin)
 // and no thread schedules.
+// In a cluster of two (C::kCluster) the schedule hands out pairs: rank 0's scheduling thread
+// publishes the pair's first tile (even) into the slots of both CTAs, and rank r reads it + r, so
+// both CTAs run tiles 2i and 2i + 1 in step; every reader of both CTAs arrives on rank 0's empty
+// barrier. (blockIdx.x is 2 x the cluster + the rank, so the static order and the first tiles
+// already pair up.)
 template <typename C>
 struct TileFeed {
   // Every consumer thread and the copy thread read each index and arrive on the slot's empty
@@ -149,35 +174,69 @@ struct TileFeed {
   __device__ __forceinline__ int next(const SmemPlan<C>& sm) {
     if constexpr (!C::kDynamicSchedule) return int(blockIdx.x) + int(gridDim.x) * it++;
     const int s = it % C::kTileSlots;
-    mbar_wait(sm.tile_full(s), (it / C::kTileSlots) & 1);
     int ti;
-    asm volatile("ld.shared.b32 %0, [%1];\n" : "=r"(ti) : "r"(sm.tile_slot(s)) : "memory");
-    mbar_arrive(sm.tile_empty(s));
+    if constexpr (C::kCluster == 1) {
+      mbar_wait(sm.tile_full(s), (it / C::kTileSlots) & 1);
+      asm volatile("ld.shared.b32 %0, [%1];\n" : "=r"(ti) : "r"(sm.tile_slot(s)) : "memory");
+      mbar_arrive(sm.tile_empty(s));
+    } else {
+      mbar_wait_cluster(sm.tile_full(s), (it / C::kTileSlots) & 1);
+      asm volatile("ld.shared.b32 %0, [%1];\n" : "=r"(ti) : "r"(sm.tile_slot(s)) : "memory");
+      mbar_arrive_cluster(cluster_addr(sm.tile_empty(s), 0));
+      ti += int(cluster_ctarank());
+    }
     ++it;
     return ti;
   }
-  // The scheduling thread: publishes tile index ti once every reader has read the index
-  // kTileSlots before it.
+  // The scheduling thread (rank 0's in a cluster): publishes tile index ti once every reader has
+  // read the index kTileSlots before it.
   __device__ __forceinline__ void publish(const SmemPlan<C>& sm, int ti) {
     const int s = it % C::kTileSlots;
-    mbar_wait(sm.tile_empty(s), ((it / C::kTileSlots) & 1) ^ 1);
-    asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(sm.tile_slot(s)), "r"(ti) : "memory");
-    mbar_arrive(sm.tile_full(s));  // release: the consumers' wait sees the index
+    const uint32_t parity = ((it / C::kTileSlots) & 1) ^ 1;
+    if constexpr (C::kCluster == 1) {
+      mbar_wait(sm.tile_empty(s), parity);
+      asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(sm.tile_slot(s)), "r"(ti) : "memory");
+      mbar_arrive(sm.tile_full(s));  // release: the consumers' wait sees the index
+    } else {
+      mbar_wait_cluster(sm.tile_empty(s), parity);
+      for (uint32_t r = 0; r < C::kCluster; ++r) st_shared_cluster(cluster_addr(sm.tile_slot(s), r), uint32_t(ti));
+      for (uint32_t r = 0; r < C::kCluster; ++r) mbar_arrive_cluster(cluster_addr(sm.tile_full(s), r));
+    }
     ++it;
   }
 };
-// The scheduling thread: the index of this CTA's next tile (the first gridDim.x went one to each CTA).
+// The scheduling thread: the index of this CTA's (cluster's) next tile (the first gridDim.x went
+// one to each CTA, two to each cluster).
+template <typename C>
 __device__ __forceinline__ int fetch_tile(const HopperParams& p) {
-  return int(gridDim.x) + atomicAdd(p.tile_counter, 1);
+  return int(gridDim.x) + C::kCluster * atomicAdd(p.tile_counter, 1);
 }
-// The scheduling thread, after the fetch that returned the end: the last CTA to get here has seen every
-// CTA's last fetch done, and zeroes both counters for the next launch on the stream (launches on
-// one stream run one after another).
+// The scheduling thread, after the fetch that returned the end: the last one to get here has seen
+// every other's last fetch done, and zeroes both counters for the next launch on the stream
+// (launches on one stream run one after another).
+template <typename C>
 __device__ __forceinline__ void schedule_done(const HopperParams& p) {
   __threadfence();
-  if (atomicAdd(p.tile_counter + 1, 1) == int(gridDim.x) - 1) {
+  if (atomicAdd(p.tile_counter + 1, 1) == int(gridDim.x) / C::kCluster - 1) {
     atomicExch(p.tile_counter, 0);
     atomicExch(p.tile_counter + 1, 0);
+  }
+}
+
+// The copy thread's wait until K or V stage s may be refilled at step `it` (phase parity ph of its
+// round): this CTA's consumer warps have released it (empty_bar); in a cluster also the other
+// CTA's, whose copy of the stage this CTA's multicast writes too. The copy threads tell each other
+// (peer_bar, one arrival per release from the other CTA's copy thread), so the consumers arrive
+// only on their own CTA's barriers, as without a cluster (remote arrivals in the consumers' loop
+// made ptxas serialize the 128x176 kernel's wgmmas: C7511, registers short). Round 0 finds every
+// stage empty and sends nothing: the arrival sent in round k is the release of round k - 1.
+template <typename C>
+__device__ __forceinline__ void wait_stage_free(uint32_t empty_bar, uint32_t peer_bar, int it) {
+  const uint32_t parity = ((it / C::kStages) & 1) ^ 1;
+  mbar_wait(empty_bar, parity);
+  if constexpr (C::kCluster == 2) {
+    if (it >= C::kStages) mbar_arrive_cluster(cluster_addr(peer_bar, cluster_ctarank() ^ 1u));
+    mbar_wait_cluster(peer_bar, parity);
   }
 }
 

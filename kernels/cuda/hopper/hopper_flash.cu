@@ -35,6 +35,8 @@ template <>
 struct ConfigOf<128, HopperTile::M128N176> { using type = Config<128, 176, 2, 2>; };
 template <>
 struct ConfigOf<128, HopperTile::M128N128Q2> { using type = Config<128, 128, 2, 2, 2>; };
+template <>
+struct ConfigOf<128, HopperTile::M128N176C2> { using type = Config<128, 176, 2, 2, 1, 2>; };
 // Head dim 256: O takes 128 registers per consumer thread and a 128-row Q tile 64 KB, so the key
 // tile is 80 (S: 40 registers; two 40 KB stages each of K and V, 224 KB in all).
 template <>
@@ -60,7 +62,9 @@ void with_config(HopperTile tile, int d, F&& f) {
     case HopperTile::M128N176: return f.template operator()<ConfigOf<128, HopperTile::M128N176>::type>();
     case HopperTile::M128N128Q2: return f.template operator()<ConfigOf<128, HopperTile::M128N128Q2>::type>();
     case HopperTile::M128N128: return f.template operator()<ConfigOf<128, HopperTile::M128N128>::type>();
-    default: fail_no_instance("hopper_flash", "tile (head_dim 128)", int(tile), "128x128, 128x176 and 128x128q2");
+    case HopperTile::M128N176C2: return f.template operator()<ConfigOf<128, HopperTile::M128N176C2>::type>();
+    default:
+      fail_no_instance("hopper_flash", "tile (head_dim 128)", int(tile), "128x128, 128x176, 128x128q2 and 128x176c2");
   }
 }
 
@@ -84,17 +88,55 @@ int* tile_counters(cudaStream_t stream) {
   return c;
 }
 
+// How many clusters of configuration C fit on the current device at once (0 when none: the
+// plan then refuses the configuration), asked once per device.
+template <typename C>
+int active_clusters() {
+  static std::mutex mu;
+  static std::map<int, int> by_device;
+  int device = 0;
+  RA_CHECK_CUDA(cudaGetDevice(&device));
+  const std::lock_guard<std::mutex> lock(mu);
+  const auto found = by_device.find(device);
+  if (found != by_device.end()) return found->second;
+  auto kernel = hopper::hopper_flash_kernel<__nv_bfloat16, C>;  // the dtypes' instantiations take the same resources
+  static std::atomic<uint64_t> configured{0};
+  set_dynamic_smem_once(kernel, C::kSmemBytes, configured);
+  cudaLaunchAttribute cluster;
+  cluster.id = cudaLaunchAttributeClusterDimension;
+  cluster.val.clusterDim = {unsigned(C::kCluster), 1, 1};
+  cudaLaunchConfig_t config = {};
+  config.gridDim = dim3(unsigned(C::kCluster));
+  config.blockDim = dim3(C::kThreads);
+  config.dynamicSmemBytes = size_t(C::kSmemBytes);
+  config.attrs = &cluster;
+  config.numAttrs = 1;
+  int n = 0;
+  RA_CHECK_CUDA(cudaOccupancyMaxActiveClusters(&n, kernel, &config));
+  by_device[device] = n;
+  return n;
+}
+
 template <typename T, typename C>
 void launch_config(HopperParams hp, int sms, cudaStream_t stream) {
   auto kernel = hopper::hopper_flash_kernel<T, C>;
   static std::atomic<uint64_t> configured{0};
   set_dynamic_smem_once(kernel, C::kSmemBytes, configured);
-  const int grid = hp.num_tiles < sms ? hp.num_tiles : sms;
   hp.tile_counter = tile_counters(stream);
   // Programmatic: a CTA's launch and prologue overlap the tail of the kernel ahead (the previous
   // call, whose CTAs free their SMs one by one); the kernel waits for it before touching memory.
-  RA_CHECK_CUDA(launch_programmatic(kernel, dim3(unsigned(grid)), dim3(C::kThreads),
-                                    size_t(C::kSmemBytes), stream, hp));
+  if constexpr (C::kCluster == 1) {
+    const int grid = hp.num_tiles < sms ? hp.num_tiles : sms;
+    RA_CHECK_CUDA(launch_programmatic(kernel, dim3(unsigned(grid)), dim3(C::kThreads), size_t(C::kSmemBytes), stream,
+                                      hp));
+  } else {
+    // As many clusters as fit at once (a GPC with an odd number of free SMs leaves one idle), each
+    // taking pairs of tiles; the plan made num_tiles even.
+    const int pairs = hp.num_tiles / C::kCluster, fit = active_clusters<C>();
+    const int clusters = pairs < fit ? pairs : fit;
+    RA_CHECK_CUDA(launch_programmatic_clusters(kernel, dim3(unsigned(clusters * C::kCluster)), dim3(C::kThreads),
+                                               size_t(C::kSmemBytes), stream, unsigned(C::kCluster), hp));
+  }
 }
 
 template <typename T>
@@ -110,6 +152,14 @@ struct SmemOf {
   int& bytes;
   template <typename C>
   void operator()() const { bytes = C::kSmemBytes; }
+};
+struct ClustersOf {
+  int& n;
+  template <typename C>
+  void operator()() const {
+    if constexpr (C::kCluster > 1) n = active_clusters<C>();
+    else n = 0;
+  }
 };
 struct StagesOutputOf {
   bool& staged;
@@ -132,6 +182,12 @@ int smem_bytes(HopperTile tile, int d) {
   int bytes = 0;
   with_config(tile, d, SmemOf{bytes});
   return bytes;
+}
+
+int cluster_slots(HopperTile tile, int d) {
+  int n = 0;
+  with_config(tile, d, ClustersOf{n});
+  return n;
 }
 
 bool stages_output(HopperTile tile, int d) {

@@ -27,11 +27,27 @@
 
 namespace ringattn::cuda::hopper {
 
+// One K or V stage: C::kColBlocks boxes of the key block's rows into this CTA; in a cluster this
+// CTA's part of the rows (kKVPartRows, from rank x that) into the same place in every CTA.
+template <typename C>
+__device__ __forceinline__ void load_kv_stage(uint32_t dst, const CUtensorMap* tm, uint32_t full_bar, int key0, int kvh,
+                                              int b, uint32_t rank) {
+  for (int cb = 0; cb < C::kColBlocks; ++cb) {
+    if constexpr (C::kCluster == 1)
+      tma_load_4d(dst + cb * C::kKVColBlockBytes, tm, full_bar, cb * kSwizzleRowValues, key0, kvh, b);
+    else
+      tma_load_4d_multicast(dst + cb * C::kKVColBlockBytes + rank * C::kKVPartBytes, tm, full_bar,
+                            cb * kSwizzleRowValues, key0 + int(rank) * C::kKVPartRows, kvh, b,
+                            uint16_t((1u << C::kCluster) - 1));
+  }
+}
+
 // The producer's copies for tile t: Q once (into Q buffer q_it % QSTAGES), then K and V key block
-// by key block into the ring (step it onward). Advances q_it and it.
+// by key block into the ring (step it onward). Advances q_it and it. Each CTA's full barrier
+// expects the whole stage, also in a cluster (the other CTA's part arrives by its multicast).
 template <typename C>
 __device__ __forceinline__ void produce_tile(const HopperParams& p, const SmemPlan<C>& sm, const Tile& t, int& q_it,
-                                             int& it) {
+                                             int& it, uint32_t rank) {
   const int kvh = t.h / p.group;
   const int qs = q_it % C::kQStages;
   mbar_wait(sm.q_empty(qs), ((q_it / C::kQStages) & 1) ^ 1);
@@ -41,18 +57,54 @@ __device__ __forceinline__ void produce_tile(const HopperParams& p, const SmemPl
   ++q_it;
   for (int i = 0; i < t.n_blocks; ++i, ++it) {
     const int nb = t.block(i), s = it % C::kStages;
-    const uint32_t ph = (it / C::kStages) & 1;
-    mbar_wait(sm.empty_k(s), ph ^ 1);
+    wait_stage_free<C>(sm.empty_k(s), sm.peer_k(s), it);
     mbar_arrive_expect_tx(sm.full_k(s), C::kKVBytes);
-    for (int cb = 0; cb < C::kColBlocks; ++cb)
-      tma_load_4d(sm.k(s) + cb * C::kKVColBlockBytes, &p.tm_k, sm.full_k(s), cb * kSwizzleRowValues, nb * C::kBlockN,
-                  kvh, t.b);
-    mbar_wait(sm.empty_v(s), ph ^ 1);
+    load_kv_stage<C>(sm.k(s), &p.tm_k, sm.full_k(s), nb * C::kBlockN, kvh, t.b, rank);
+    wait_stage_free<C>(sm.empty_v(s), sm.peer_v(s), it);
     mbar_arrive_expect_tx(sm.full_v(s), C::kKVBytes);
-    for (int cb = 0; cb < C::kColBlocks; ++cb)
-      tma_load_4d(sm.v(s) + cb * C::kKVColBlockBytes, &p.tm_v, sm.full_v(s), cb * kSwizzleRowValues, nb * C::kBlockN,
-                  kvh, t.b);
+    load_kv_stage<C>(sm.v(s), &p.tm_v, sm.full_v(s), nb * C::kBlockN, kvh, t.b, rank);
   }
+}
+
+// Warpgroup 0: the scheduling thread and the copy thread; the other threads have nothing to do.
+template <typename C>
+__device__ __forceinline__ void produce(const HopperParams& p, const SmemPlan<C>& sm, int warp, int lane) {
+  const uint32_t rank = C::kCluster > 1 ? cluster_ctarank() : 0;
+  if (C::kDynamicSchedule && warp == 1 && lane == 0) {  // the scheduling thread
+    if (rank != 0) return;                              // in a cluster rank 0's schedules for both
+    TileFeed<C> feed;
+    for (int ti = blockIdx.x;; ti = fetch_tile<C>(p)) {
+      feed.publish(sm, ti);
+      if (ti >= p.num_tiles) break;
+    }
+    schedule_done<C>(p);
+    return;
+  }
+  if (warp != 0 || lane != 0) return;
+  tma_prefetch_desc(&p.tm_q);
+  tma_prefetch_desc(&p.tm_k);
+  tma_prefetch_desc(&p.tm_v);
+  int it = 0, q_it = 0;
+  TileFeed<C> feed;
+  for (int ti = feed.next(sm); ti < p.num_tiles; ti = feed.next(sm)) {
+    const Tile t = decode_tile(p, ti);
+    if (t.n_blocks > 0) produce_tile<C>(p, sm, t, q_it, it, rank);
+  }
+}
+
+// Warpgroups 1..NC: consumer cw = 0 .. NC-1.
+template <typename T, typename C>
+__device__ __forceinline__ void consume(const HopperParams& p, const SmemPlan<C>& sm, int cw) {
+  regs_increase<C::kConsumerRegs>();
+  // Round robin of the issue phases: consumer c waits on barrier 1 + c, then passes the turn to
+  // consumer c + 1. Consumer 0 goes first: the last consumer pre-arrives on its barrier.
+  if (cw == C::kConsumers - 1) named_arrive(1, kIssueTurnThreads);
+  if constexpr (C::kQStages == 2)
+    consume_streamed<T, C>(p, sm, cw);
+  else
+    consume_per_tile<T, C>(p, sm, cw);
+  // The last consumer's final arrival on barrier 1 has no partner yet: consume it.
+  if (cw == 0) named_sync(1, kIssueTurnThreads);
 }
 
 template <typename T, typename C>
@@ -68,6 +120,10 @@ __global__ void __launch_bounds__(C::kThreads, 1) hopper_flash_kernel(const __gr
       mbar_init(sm.full_v(s), 1);
       mbar_init(sm.empty_k(s), C::kConsumerWarps);
       mbar_init(sm.empty_v(s), C::kConsumerWarps);
+      if constexpr (C::kCluster > 1) {  // the other CTA's copy thread
+        mbar_init(sm.peer_k(s), 1);
+        mbar_init(sm.peer_v(s), 1);
+      }
     }
     for (int s = 0; s < C::kQStages; ++s) {
       mbar_init(sm.q_full(s), 1);
@@ -75,11 +131,16 @@ __global__ void __launch_bounds__(C::kThreads, 1) hopper_flash_kernel(const __gr
     }
     for (int s = 0; s < C::kTileSlots; ++s) {
       mbar_init(sm.tile_full(s), 1);
-      mbar_init(sm.tile_empty(s), TileFeed<C>::kReaders);
+      mbar_init(sm.tile_empty(s), TileFeed<C>::kReaders * C::kCluster);
     }
     mbar_fence_init();
   }
-  __syncthreads();
+  // In a cluster, the other CTA's barriers are initialized before anything arrives on them or
+  // copies into its shared memory.
+  if constexpr (C::kCluster > 1)
+    cluster_sync_all();
+  else
+    __syncthreads();
   // Launched programmatically (hopper_flash.cu): the prologue above overlapped the kernel ahead
   // in the stream; nothing global (tensors, the tile counters) is touched before it has
   // completed. The next kernel may be scheduled at once: its CTAs find SMs as this grid's CTAs
@@ -90,44 +151,17 @@ __global__ void __launch_bounds__(C::kThreads, 1) hopper_flash_kernel(const __gr
   if (wg == 0) {
     // ---------------- producer ----------------
     regs_decrease<C::kProducerRegs>();
-    if (C::kDynamicSchedule && warp == 1 && lane == 0) {  // the scheduling thread
-      TileFeed<C> feed;
-      for (int ti = blockIdx.x;; ti = fetch_tile(p)) {
-        feed.publish(sm, ti);
-        if (ti >= p.num_tiles) break;
-      }
-      schedule_done(p);
-      return;
-    }
-    if (warp != 0 || lane != 0) return;
-    tma_prefetch_desc(&p.tm_q);
-    tma_prefetch_desc(&p.tm_k);
-    tma_prefetch_desc(&p.tm_v);
-    int it = 0, q_it = 0;
-    TileFeed<C> feed;
-    for (int ti = feed.next(sm); ti < p.num_tiles; ti = feed.next(sm)) {
-      const Tile t = decode_tile(p, ti);
-      if (t.n_blocks > 0) produce_tile<C>(p, sm, t, q_it, it);
-    }
-    return;
+    produce<C>(p, sm, warp, lane);
+  } else {
+    consume<T, C>(p, sm, wg - 1);
   }
-
-  // ---------------- consumers ----------------
-  regs_increase<C::kConsumerRegs>();
-  const int cw = wg - 1;  // consumer index 0 .. NC-1
-  // Round robin of the issue phases: consumer c waits on barrier 1 + c, then passes the turn to
-  // consumer c + 1. Consumer 0 goes first: the last consumer pre-arrives on its barrier.
-  if (cw == C::kConsumers - 1) named_arrive(1, kIssueTurnThreads);
-  if constexpr (C::kQStages == 2)
-    consume_streamed<T, C>(p, sm, cw);
-  else
-    consume_per_tile<T, C>(p, sm, cw);
-  // The last consumer's final arrival on barrier 1 has no partner yet: consume it.
-  if (cw == 0) named_sync(1, kIssueTurnThreads);
+  // In a cluster no CTA exits while the other may still arrive on its barriers or copy into it.
+  if constexpr (C::kCluster > 1) cluster_sync_all();
 #else
   (void)p;
   __trap();
 #endif
 }
+
 
 }  // namespace ringattn::cuda::hopper

@@ -16,7 +16,11 @@ int smem_bytes(HopperTile tile, int d);
 // True when configuration `tile` at head dim d stages the final output in shared memory for bulk
 // tensor stores (Config::kStagedOut: the per-tile loop, with room beside the stages).
 bool stages_output(HopperTile tile, int d);
-// Queues l on `stream` (a grid of min(num_tiles, sms) persistent CTAs). l must come from plan.
+// How many clusters of a clustered configuration (c2) fit on the current device at once; 0 for
+// the others, and where none fits.
+int cluster_slots(HopperTile tile, int d);
+// Queues l on `stream` (a grid of min(num_tiles, sms) persistent CTAs; a clustered configuration:
+// as many clusters as fit, up to num_tiles / 2). l must come from plan.
 void launch(const HopperLaunch& l, int sms, cudaStream_t stream);
 
 // The tile configuration a call would run with: the measured default per head dim and row

@@ -92,20 +92,30 @@ struct TileInfo {
   HopperTile tile;
   int block_m, block_n;
   bool dim64, dim128, dim256;  // head dims it is instantiated for (shared memory / registers decide)
+  int cluster;                 // CTAs per cluster (Config::kCluster)
   bool has(int64_t d) const { return d == 64 ? dim64 : d == 128 ? dim128 : d == 256 && dim256; }
+  // A cluster runs tiles 2i and 2i + 1 of decode_tile's order in step, which must be two query
+  // blocks of one (batch, head) that visit the same key blocks: a full mask (no causal edge, no
+  // window) and an even number of query blocks per head.
+  bool takes(const FlashParams& p) const {
+    if (cluster == 1) return true;
+    if (p.mask.causal || p.mask.windowed()) return false;
+    return (p.q.len + block_m - 1) / block_m % cluster == 0;
+  }
 };
 constexpr TileInfo kTiles[] = {
-    {HopperTile::M128N128, 128, 128, true, true, false},
-    {HopperTile::M128N176, 128, 176, false, true, false},
-    {HopperTile::M192N128, 192, 128, true, false, false},
-    {HopperTile::M128N128Q2, 128, 128, false, true, false},
-    {HopperTile::M128N80, 128, 80, false, false, true},
+    {HopperTile::M128N128, 128, 128, true, true, false, 1},
+    {HopperTile::M128N176, 128, 176, false, true, false, 1},
+    {HopperTile::M192N128, 192, 128, true, false, false, 1},
+    {HopperTile::M128N128Q2, 128, 128, false, true, false, 1},
+    {HopperTile::M128N80, 128, 80, false, false, true, 1},
+    {HopperTile::M128N176C2, 128, 176, false, true, false, 2},
 };
 
 const TileInfo& tile_info(HopperTile t) {
   for (const TileInfo& ti : kTiles)
     if (ti.tile == t) return ti;
-  fail_no_instance("hopper_flash", "tile", int(t), "128x128, 128x176, 192x128, 128x128q2 and 128x80");
+  fail_no_instance("hopper_flash", "tile", int(t), "128x128, 128x176, 192x128, 128x128q2, 128x80 and 128x176c2");
 }
 
 // Shapes, dtypes and alignment: what the kernel and the bulk copy engine need of the views.
@@ -179,7 +189,7 @@ HopperTile pick_tile(const FlashParams& p, const FlashKernelOptions& opt) {
   HopperTile pick = d64 ? HopperTile::M192N128 : (long_rows ? HopperTile::M128N176 : HopperTile::M128N128);
   if (p.q.dim == 256) pick = HopperTile::M128N80;  // the one configuration whose registers and shared memory fit
   for (const TileInfo& ti : kTiles)
-    if (opt.hopper_tile == hopper_tile_name(ti.tile) && ti.has(p.q.dim)) pick = ti.tile;
+    if (opt.hopper_tile == hopper_tile_name(ti.tile) && ti.has(p.q.dim) && ti.takes(p)) pick = ti.tile;
   return pick;
 }
 
@@ -188,13 +198,16 @@ const char* plan(const FlashParams& p, const FlashKernelOptions& opt, int smem_o
   const TileInfo& ti = tile_info(pick_tile(p, opt));
   if (const char* why = layout_problem(p, ti.block_m)) return why;
   if (smem_bytes(ti.tile, int(p.q.dim)) > smem_optin) return "it needs more shared memory per block than the device offers";
+  if (ti.cluster > 1 && cluster_slots(ti.tile, int(p.q.dim)) < 1)
+    return "it needs clusters of two co-resident CTAs, and none fits on this device";
   HopperLaunch l;
   l.tile = ti.tile;
   l.head_dim = int(p.q.dim);
   l.dtype = p.q.dtype;
   l.params = kernel_params(p, ti, opt.hopper_lazy, l2_bytes);
-  if (!encode_view(&l.params.tm_q, p.q, ti.block_m) || !encode_view(&l.params.tm_k, p.k, ti.block_n) ||
-      !encode_view(&l.params.tm_v, p.v, ti.block_n))
+  // In a cluster each CTA loads its part of every key block (Config::kKVPartRows).
+  if (!encode_view(&l.params.tm_q, p.q, ti.block_m) || !encode_view(&l.params.tm_k, p.k, ti.block_n / ti.cluster) ||
+      !encode_view(&l.params.tm_v, p.v, ti.block_n / ti.cluster))
     return "it needs q, k and v strides that are multiples of 8 elements (16 bytes) that the bulk copy engine can "
            "encode";
   // The output through shared memory and bulk stores where the configuration has room for it and
@@ -267,6 +280,7 @@ const char* hopper_tile_name(HopperTile t) {
     case HopperTile::M192N128: return "192x128";
     case HopperTile::M128N128Q2: return "128x128q2";
     case HopperTile::M128N80: return "128x80";
+    case HopperTile::M128N176C2: return "128x176c2";
   }
   return "?";
 }

@@ -38,19 +38,21 @@ const cuda::DeviceCaps& device0() {
 // The dispatch with the Hopper kernel required; tile and lazy rescaling from the environment
 // (gpu_host.sh runs the binary once per configuration).
 // l2_bytes > 0 plans for an L2 of that size instead of the device's (the sections of the tile
-// order, hopper_tiles.hpp: a small one makes small shapes take several).
-cuda::FlashChoice hopper_choice(const FlashParams& p, int64_t l2_bytes = 0) {
+// order, hopper_tiles.hpp: a small one makes small shapes take several); a tile name asks for that
+// configuration instead of the environment's.
+cuda::FlashChoice hopper_choice(const FlashParams& p, int64_t l2_bytes = 0, const std::string& tile = "") {
   cuda::FlashKernelOptions o = cuda::flash_options_from_env();
   o.kernel = cuda::FlashKernel::Hopper;
+  if (!tile.empty()) o.hopper_tile = tile;
   cuda::DeviceCaps caps = device0();
   if (l2_bytes > 0) caps.l2_bytes = l2_bytes;
   return cuda::choose_flash_kernel(caps, p, o);
 }
 bool hopper_takes(const FlashParams& p) { return hopper_choice(p).path == cuda::FlashPath::Hopper; }
 // Queues the Hopper kernel on the default stream; throws InvalidArgument when it does not take p.
-void hopper_run(const FlashParams& p, int64_t l2_bytes = 0) {
+void hopper_run(const FlashParams& p, int64_t l2_bytes = 0, const std::string& tile = "") {
   validate_flash(p, /*complete=*/false);
-  const cuda::FlashChoice c = hopper_choice(p, l2_bytes);
+  const cuda::FlashChoice c = hopper_choice(p, l2_bytes, tile);
   if (l2_bytes > 0 && c.path == cuda::FlashPath::Hopper) {  // the override took: more than one section
     const auto& hp = c.hopper.params;
     EXPECT_LT(hp.section_heads, hp.batch * hp.q_heads) << "the small L2 left one section";
@@ -68,14 +70,15 @@ struct Case {
   int64_t window = -1;  // >= 0: the mask's lower edge (MaskSpec::window)
   int64_t l2_bytes = 0;  // > 0: plan the tile order for an L2 of this size (hopper_run)
   bool out = false;      // the final output too (FlashParams::out, in q's layout), checked against the oracle
+  std::string tile;      // non-empty: this tile configuration, which the plan must take (else the environment's)
   std::string name() const {
-    char buf[280];
+    char buf[320];
     std::snprintf(buf, sizeof buf,
-                  "%s b=%lld hq=%lld hkv=%lld t=%lld s=%lld d=%lld %s q_offset=%lld window=%lld %s %s l2=%lld%s",
+                  "%s b=%lld hq=%lld hkv=%lld t=%lld s=%lld d=%lld %s q_offset=%lld window=%lld %s %s l2=%lld%s%s%s",
                   dtype_name(dtype), (long long)b, (long long)hq, (long long)hkv, (long long)t, (long long)s,
                   (long long)d, causal ? "causal" : "full", (long long)q_offset, (long long)window,
                   mode == StateMode::Fold ? "fold" : "write", bthd ? "bthd" : "bhtd", (long long)l2_bytes,
-                  out ? " out" : "");
+                  out ? " out" : "", tile.empty() ? "" : " tile=", tile.c_str());
     return buf;
   }
 };
@@ -83,6 +86,11 @@ struct Case {
 // configuration has room for it).
 Case with_out(Case c) {
   c.out = true;
+  return c;
+}
+// c on the tile configuration named (hopper_tile_name), which must take it.
+Case on_tile(Case c, const char* tile) {
+  c.tile = tile;
   return c;
 }
 // c planned for an L2 of l2 bytes (sections of the tile order).
@@ -195,13 +203,14 @@ void run_case(const Case& c) {
     ASSERT_TRUE(d_out);
     dp.out = c.bthd ? bthd_view(d_out, c.dtype, c.b, c.hq, c.t, c.d) : bhtd_view(d_out, c.dtype, c.b, c.hq, c.t, c.d);
     // Write into the output takes the staged epilogue wherever the configuration has room for it.
-    const cuda::FlashChoice choice = hopper_choice(dp, c.l2_bytes);
+    const cuda::FlashChoice choice = hopper_choice(dp, c.l2_bytes, c.tile);
     const std::string tile = choice.hopper_tile;
     const bool room = tile == "128x128" || tile == "192x128";
     EXPECT_EQ(choice.hopper.params.staged_out, c.mode == StateMode::Write && room ? 1 : 0) << "tile " << tile;
   }
   ASSERT_TRUE(hopper_takes(dp));
-  hopper_run(dp, c.l2_bytes);
+  if (!c.tile.empty()) ASSERT_STREQ(hopper_choice(dp, c.l2_bytes, c.tile).hopper_tile, c.tile.c_str());
+  hopper_run(dp, c.l2_bytes, c.tile);
   CK(cudaGetLastError());
   CK(cudaDeviceSynchronize());
   std::vector<float> got_o(init.o.size(), kNaN), got_lse(init.lse.size(), kNaN);
@@ -370,15 +379,15 @@ TEST_F(HopperFlash, Dim256WindowLowerEdgeOnly) {
 }
 
 // The dynamic tile schedule keeps a pair of counters per stream, reset by each launch's last CTA:
-// four launches of one causal problem (512 tiles of uneven length) alternate between two
-// non-blocking streams, so launches on both streams overlap, then one more on the first stream.
-// Every output must equal the oracle's: a counter shared between the streams, or one left
-// unreset, would hand out tiles twice or never (the outputs are NaN-poisoned).
-TEST_F(HopperFlash, DynamicScheduleOnConcurrentStreams) {
+// four launches of one problem alternate between two non-blocking streams, so launches on both
+// streams overlap, then one more on the first stream. Every output must equal the oracle's: a
+// counter shared between the streams, or one left unreset, would hand out tiles twice or never
+// (the outputs are NaN-poisoned). tile: a configuration to require ("": the default).
+void schedule_on_concurrent_streams(int64_t b, bool causal, const std::string& tile) {
   const uint64_t seed = fresh_seed();
   SCOPED_TRACE("seed " + std::to_string(seed));
   std::mt19937_64 rng(seed);
-  const int64_t b = 4, hq = 16, hkv = 4, t = 2048, d = 128;
+  const int64_t hq = 16, hkv = 4, t = 2048, d = 128;
   HostTensor q(DType::BF16, b, hq, t, d, rng), k(DType::BF16, b, hkv, t, d, rng), v(DType::BF16, b, hkv, t, d, rng);
   HostState poison(b, hq, t, d);
   FlashParams hp;
@@ -387,7 +396,7 @@ TEST_F(HopperFlash, DynamicScheduleOnConcurrentStreams) {
   hp.v = v.view;
   hp.state = poison.view;
   hp.scale = 1.f / std::sqrt(float(d));
-  hp.mask = MaskSpec{true, 0, -1};
+  hp.mask = MaskSpec{causal, 0, -1};
   const cpu::Reference ref = cpu::naive_attention(hp);
   FlashParams dp = hp;
   dp.q.data = to_device(q.bytes.data(), q.bytes.size());
@@ -406,9 +415,11 @@ TEST_F(HopperFlash, DynamicScheduleOnConcurrentStreams) {
   for (int i = 0; i < kLaunches; ++i) {
     FlashParams li = dp;
     li.state = contiguous_state(o[i], lse[i], b, hq, t, d);
-    ASSERT_TRUE(hopper_takes(li));
+    const cuda::FlashChoice c = hopper_choice(li, 0, tile);
+    ASSERT_EQ(c.path, cuda::FlashPath::Hopper);
+    if (!tile.empty()) ASSERT_STREQ(c.hopper_tile, tile.c_str());
     validate_flash(li, /*complete=*/false);
-    cuda::launch_flash(hopper_choice(li), li, device0(), streams[i < 4 ? i % 2 : 0]);
+    cuda::launch_flash(c, li, device0(), streams[i < 4 ? i % 2 : 0]);
   }
   CK(cudaGetLastError());
   CK(cudaDeviceSynchronize());
@@ -423,6 +434,55 @@ TEST_F(HopperFlash, DynamicScheduleOnConcurrentStreams) {
   }
   for (auto& s : streams) CK(cudaStreamDestroy(s));
   for (void* ptr : {dp.q.data, dp.k.data, dp.v.data}) cudaFree(ptr);
+}
+// 1024 causal tiles of uneven length; 512 full tiles in 256 cluster pairs (rank 0 of each
+// cluster fetches for both CTAs, and the last one resets the counters).
+TEST_F(HopperFlash, DynamicScheduleOnConcurrentStreams) { schedule_on_concurrent_streams(4, true, ""); }
+TEST_F(HopperFlash, DynamicScheduleOnConcurrentStreamsClusterPairs) {
+  schedule_on_concurrent_streams(2, false, "128x176c2");
+}
+
+// The clusters of two CTAs (128x176c2): two query blocks of one (batch, head) per cluster, each
+// CTA loading half of every K and V stage into both CTAs' shared memory. Full masks with an even
+// number of query blocks: kv tails (a last key block of at most 64 keys, the half-block products,
+// and one of more), GQA, fp16, Fold, the final output in bthd views, and more pairs than clusters
+// (the paired dynamic schedule).
+TEST_F(HopperFlash, ClusterPairFull) { run_case(on_tile({DType::BF16, 1, 4, 4, 256, 256, 128}, "128x176c2")); }
+TEST_F(HopperFlash, ClusterPairKvTailHalfBlockGqa4) {
+  run_case(on_tile({DType::BF16, 1, 8, 2, 200, 200, 128}, "128x176c2"));
+}
+TEST_F(HopperFlash, ClusterPairKvTailFp16) { run_case(on_tile({DType::F16, 2, 4, 2, 512, 333, 128}, "128x176c2")); }
+TEST_F(HopperFlash, ClusterPairFold) {
+  run_case(on_tile({DType::BF16, 1, 4, 4, 200, 300, 128, false, 0, StateMode::Fold}, "128x176c2"));
+}
+TEST_F(HopperFlash, ClusterPairOutBthd) {
+  run_case(on_tile(with_out({DType::BF16, 2, 8, 2, 256, 500, 128, false, 0, StateMode::Write, true}), "128x176c2"));
+}
+TEST_F(HopperFlash, ClusterPairPersistentManyTiles) {
+  run_case(on_tile({DType::BF16, 2, 8, 2, 2048, 700, 128}, "128x176c2"));
+}
+// Where the tiles do not pair (a causal edge, a window, an odd number of query blocks, another
+// head dim), 128x176c2 is not taken and the default runs. (Planned only: the views are larger
+// than the buffer under them and never launched.)
+TEST_F(HopperFlash, ClusterPairsOnlyWhereTilesPair) {
+  FlashParams p = make_probe();
+  float* f = static_cast<float*>(probe_buf_);
+  const auto with_len = [&](int64_t len, int64_t d) {
+    p.q = bhtd_view(probe_buf_, DType::BF16, 1, 2, len, d);
+    p.k = p.v = p.q;
+    p.state = contiguous_state(f, f, 1, 2, len, d);
+  };
+  with_len(256, 128);
+  EXPECT_STREQ(hopper_choice(p, 0, "128x176c2").hopper_tile, "128x176c2");
+  p.mask = MaskSpec{true, 0, -1};
+  EXPECT_STREQ(hopper_choice(p, 0, "128x176c2").hopper_tile, "128x128");
+  p.mask = MaskSpec{false, 0, 100};
+  EXPECT_STREQ(hopper_choice(p, 0, "128x176c2").hopper_tile, "128x128");
+  p.mask = MaskSpec{};
+  with_len(384, 128);  // three query blocks
+  EXPECT_STREQ(hopper_choice(p, 0, "128x176c2").hopper_tile, "128x128");
+  with_len(256, 64);
+  EXPECT_STREQ(hopper_choice(p, 0, "128x176c2").hopper_tile, "192x128");
 }
 
 // The causal and windowed tile orders in several sections (an L2 planned small: each section's
