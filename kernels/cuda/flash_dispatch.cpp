@@ -145,8 +145,8 @@ FlashKernelOptions flash_options_from_env() {
   o.backward_dq = kDq[env_choice("RINGATTN_BACKWARD_DQ", {"auto", "separate", "atomic"})];
   // The tile names are hopper_tile_name's (a test holds the two lists together); "auto" (or unset)
   // leaves the pick to the measured default.
-  static constexpr const char* kTiles[] = {"auto",      "128x128", "128x176",  "192x128",
-                                           "128x128q2", "128x80",  "128x176c2"};
+  static constexpr const char* kTiles[] = {"auto",   "128x128",   "128x176",  "192x128",
+                                           "128x128q2", "128x80", "128x176c2", "128x128c2"};
   const size_t tile = env_choice("RINGATTN_HOPPER_TILE", kTiles);
   o.hopper_tile = tile == 0 ? "" : kTiles[tile];
   // Lazy rescaling is on by default (1-3% on the H200, hopper/PERF.md); 0 turns it off.

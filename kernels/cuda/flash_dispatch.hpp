@@ -50,8 +50,8 @@ struct FlashKernelOptions {
   // benchmarks; no environment variable.
   int mma_variant = 0;
   // RINGATTN_HOPPER_TILE=<name> (hopper_tile_name): that tile configuration wherever it exists
-  // for the head dim and takes the call (128x176c2: full masks with an even number of query
-  // blocks), the measured default elsewhere. Empty: the default everywhere.
+  // for the head dim and takes the call (the c2 clusters: where tiles pair up, hopper_plan.cpp),
+  // the measured default elsewhere. Empty: the default everywhere.
   std::string hopper_tile;
   bool hopper_lazy = true;  // RINGATTN_HOPPER_LAZY=0|1: lazy rescaling of the running max
 };

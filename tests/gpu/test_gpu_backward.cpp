@@ -510,13 +510,13 @@ TEST(BackwardDispatch, TheHopperTileAndLazyVariablesAreChecked) {
   EXPECT_EQ(cuda::flash_options_from_env().hopper_tile, "");
   for (const cuda::HopperTile t : {cuda::HopperTile::M128N128, cuda::HopperTile::M128N176, cuda::HopperTile::M192N128,
                                    cuda::HopperTile::M128N128Q2, cuda::HopperTile::M128N80,
-                                   cuda::HopperTile::M128N176C2}) {
+                                   cuda::HopperTile::M128N176C2, cuda::HopperTile::M128N128C2}) {
     tile.set(cuda::hopper_tile_name(t));
     EXPECT_EQ(cuda::flash_options_from_env().hopper_tile, cuda::hopper_tile_name(t));
   }
   tile.expect_refused("128x256",
                       "RINGATTN_HOPPER_TILE='128x256' is not understood: allowed are auto, 128x128, 128x176, 192x128, "
-                      "128x128q2, 128x80, 128x176c2");
+                      "128x128q2, 128x80, 128x176c2, 128x128c2");
   tile.unset();
   lazy.unset();
   EXPECT_TRUE(cuda::flash_options_from_env().hopper_lazy);

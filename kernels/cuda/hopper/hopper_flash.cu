@@ -37,6 +37,8 @@ template <>
 struct ConfigOf<128, HopperTile::M128N128Q2> { using type = Config<128, 128, 2, 2, 2>; };
 template <>
 struct ConfigOf<128, HopperTile::M128N176C2> { using type = Config<128, 176, 2, 2, 1, 2>; };
+template <>
+struct ConfigOf<128, HopperTile::M128N128C2> { using type = Config<128, 128, 2, 2, 1, 2>; };
 // Head dim 256: O takes 128 registers per consumer thread and a 128-row Q tile 64 KB, so the key
 // tile is 80 (S: 40 registers; two 40 KB stages each of K and V, 224 KB in all).
 template <>
@@ -63,8 +65,10 @@ void with_config(HopperTile tile, int d, F&& f) {
     case HopperTile::M128N128Q2: return f.template operator()<ConfigOf<128, HopperTile::M128N128Q2>::type>();
     case HopperTile::M128N128: return f.template operator()<ConfigOf<128, HopperTile::M128N128>::type>();
     case HopperTile::M128N176C2: return f.template operator()<ConfigOf<128, HopperTile::M128N176C2>::type>();
+    case HopperTile::M128N128C2: return f.template operator()<ConfigOf<128, HopperTile::M128N128C2>::type>();
     default:
-      fail_no_instance("hopper_flash", "tile (head_dim 128)", int(tile), "128x128, 128x176, 128x128q2 and 128x176c2");
+      fail_no_instance("hopper_flash", "tile (head_dim 128)", int(tile),
+                       "128x128, 128x176, 128x128q2, 128x176c2 and 128x128c2");
   }
 }
 

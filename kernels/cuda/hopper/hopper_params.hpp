@@ -13,9 +13,9 @@ namespace ringattn::cuda {
 
 // The kernel's tile configurations: query rows x keys per tile (64 query rows per consumer
 // warpgroup), q2 = two Q buffers (the streamed consumer loop), c2 = clusters of two CTAs that
-// share each K and V stage by multicast (full masks with an even number of query blocks only);
+// share each K and V stage by multicast (where tiles pair up: hopper_plan.cpp, TileInfo::takes);
 // 128x80 is head dim 256's only one. hopper/PERF.md measures them.
-enum class HopperTile : uint8_t { M128N128, M128N176, M192N128, M128N128Q2, M128N80, M128N176C2 };
+enum class HopperTile : uint8_t { M128N128, M128N176, M192N128, M128N128Q2, M128N80, M128N176C2, M128N128C2 };
 
 namespace hopper {
 

@@ -94,12 +94,14 @@ struct TileInfo {
   bool dim64, dim128, dim256;  // head dims it is instantiated for (shared memory / registers decide)
   int cluster;                 // CTAs per cluster (Config::kCluster)
   bool has(int64_t d) const { return d == 64 ? dim64 : d == 128 ? dim128 : d == 256 && dim256; }
-  // A cluster runs tiles 2i and 2i + 1 of decode_tile's order in step, which must be two query
-  // blocks of one (batch, head) that visit the same key blocks: a full mask (no causal edge, no
-  // window) and an even number of query blocks per head.
+  // A cluster runs tiles 2i and 2i + 1 of decode_tile's order in step, which must read one KV
+  // head and visit the same key blocks. Full masks go head by head: two query blocks of one
+  // head, so the head needs an even number of them. The causal and windowed orders go query
+  // block by query block over a section's heads (whole KV heads): the same query block of q heads
+  // 2j and 2j + 1, which share a KV head when the group (q heads per KV head) is even.
   bool takes(const FlashParams& p) const {
     if (cluster == 1) return true;
-    if (p.mask.causal || p.mask.windowed()) return false;
+    if (p.mask.causal || p.mask.windowed()) return p.k.heads > 0 && p.q.heads / p.k.heads % cluster == 0;
     return (p.q.len + block_m - 1) / block_m % cluster == 0;
   }
 };
@@ -110,12 +112,14 @@ constexpr TileInfo kTiles[] = {
     {HopperTile::M128N128Q2, 128, 128, false, true, false, 1},
     {HopperTile::M128N80, 128, 80, false, false, true, 1},
     {HopperTile::M128N176C2, 128, 176, false, true, false, 2},
+    {HopperTile::M128N128C2, 128, 128, false, true, false, 2},
 };
 
 const TileInfo& tile_info(HopperTile t) {
   for (const TileInfo& ti : kTiles)
     if (ti.tile == t) return ti;
-  fail_no_instance("hopper_flash", "tile", int(t), "128x128, 128x176, 192x128, 128x128q2, 128x80 and 128x176c2");
+  fail_no_instance("hopper_flash", "tile", int(t),
+                   "128x128, 128x176, 192x128, 128x128q2, 128x80, 128x176c2 and 128x128c2");
 }
 
 // Shapes, dtypes and alignment: what the kernel and the bulk copy engine need of the views.
@@ -187,6 +191,11 @@ HopperTile pick_tile(const FlashParams& p, const FlashKernelOptions& opt) {
   const int64_t row_keys = windowed ? p.mask.window + 1 : p.k.len;
   const bool long_rows = row_keys >= (p.mask.causal && !windowed ? 16384 : 8192);
   HopperTile pick = d64 ? HopperTile::M192N128 : (long_rows ? HopperTile::M128N176 : HopperTile::M128N128);
+  // Long rows in clusters of two where the tiles pair up (K and V leave the L2 once per pair):
+  // +1-3% at 16k-32k, full and causal, +0.4% at 8k full (hopper/PERF.md, session 13). Not on
+  // 128 x 128 tiles: on the short rows they serve the two CTAs, which wait for each other's
+  // release of every stage, lost 3-13%.
+  if (pick == HopperTile::M128N176 && tile_info(HopperTile::M128N176C2).takes(p)) pick = HopperTile::M128N176C2;
   if (p.q.dim == 256) pick = HopperTile::M128N80;  // the one configuration whose registers and shared memory fit
   for (const TileInfo& ti : kTiles)
     if (opt.hopper_tile == hopper_tile_name(ti.tile) && ti.has(p.q.dim) && ti.takes(p)) pick = ti.tile;
@@ -281,6 +290,7 @@ const char* hopper_tile_name(HopperTile t) {
     case HopperTile::M128N128Q2: return "128x128q2";
     case HopperTile::M128N80: return "128x80";
     case HopperTile::M128N176C2: return "128x176c2";
+    case HopperTile::M128N128C2: return "128x128c2";
   }
   return "?";
 }

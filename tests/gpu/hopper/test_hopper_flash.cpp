@@ -205,7 +205,7 @@ void run_case(const Case& c) {
     // Write into the output takes the staged epilogue wherever the configuration has room for it.
     const cuda::FlashChoice choice = hopper_choice(dp, c.l2_bytes, c.tile);
     const std::string tile = choice.hopper_tile;
-    const bool room = tile == "128x128" || tile == "192x128";
+    const bool room = tile == "128x128" || tile == "192x128" || tile == "128x128c2";
     EXPECT_EQ(choice.hopper.params.staged_out, c.mode == StateMode::Write && room ? 1 : 0) << "tile " << tile;
   }
   ASSERT_TRUE(hopper_takes(dp));
@@ -441,6 +441,9 @@ TEST_F(HopperFlash, DynamicScheduleOnConcurrentStreams) { schedule_on_concurrent
 TEST_F(HopperFlash, DynamicScheduleOnConcurrentStreamsClusterPairs) {
   schedule_on_concurrent_streams(2, false, "128x176c2");
 }
+TEST_F(HopperFlash, DynamicScheduleOnConcurrentStreamsClusterPairsCausal) {
+  schedule_on_concurrent_streams(4, true, "128x128c2");
+}
 
 // The clusters of two CTAs (128x176c2): two query blocks of one (batch, head) per cluster, each
 // CTA loading half of every K and V stage into both CTAs' shared memory. Full masks with an even
@@ -461,16 +464,41 @@ TEST_F(HopperFlash, ClusterPairOutBthd) {
 TEST_F(HopperFlash, ClusterPairPersistentManyTiles) {
   run_case(on_tile({DType::BF16, 2, 8, 2, 2048, 700, 128}, "128x176c2"));
 }
-// Where the tiles do not pair (a causal edge, a window, an odd number of query blocks, another
-// head dim), 128x176c2 is not taken and the default runs. (Planned only: the views are larger
-// than the buffer under them and never launched.)
+// The causal and windowed orders pair q heads 2j and 2j + 1 of one KV head on the same query
+// block (an even group): causal GQA, a shifted first query block (q_len off 128 x 176 tiles),
+// tiles that see no key, Fold with an offset, the staged final output (128x128c2) in bthd views,
+// a window, and sections of the tile order.
+TEST_F(HopperFlash, ClusterPairCausalGqa) { run_case(on_tile({DType::BF16, 1, 8, 2, 384, 384, 128, true, 0}, "128x128c2")); }
+TEST_F(HopperFlash, ClusterPairCausalShiftedFirstTile) {
+  run_case(on_tile({DType::F16, 1, 8, 2, 300, 300, 128, true, 0}, "128x176c2"));
+}
+TEST_F(HopperFlash, ClusterPairCausalTilesWithNoKey) {
+  run_case(on_tile({DType::BF16, 1, 4, 2, 400, 100, 128, true, -250}, "128x128c2"));
+}
+TEST_F(HopperFlash, ClusterPairCausalFoldOffset) {
+  run_case(on_tile({DType::BF16, 1, 8, 4, 260, 390, 128, true, 130, StateMode::Fold}, "128x176c2"));
+}
+TEST_F(HopperFlash, ClusterPairOutCausalBthd) {
+  run_case(on_tile(with_out({DType::BF16, 2, 8, 4, 256, 256, 128, true, 0, StateMode::Write, true}), "128x128c2"));
+}
+TEST_F(HopperFlash, ClusterPairOutFull) { run_case(on_tile(with_out({DType::F16, 1, 4, 4, 256, 300, 128}), "128x128c2")); }
+TEST_F(HopperFlash, ClusterPairWindowCausal) {
+  run_case(on_tile(windowed({DType::BF16, 1, 8, 4, 700, 700, 128, true, 0}, 37), "128x128c2"));
+}
+TEST_F(HopperFlash, ClusterPairSectionsCausal) {
+  run_case(on_tile(small_l2({DType::BF16, 2, 8, 2, 300, 300, 128, true, 0}, 400000), "128x128c2"));
+}
+// Where the tiles do not pair (a causal edge or a window with an odd group, an odd number of
+// query blocks under a full mask, another head dim), the c2 configurations are not taken and the
+// default runs. (Planned only: the views are larger than the buffer under them and never
+// launched.)
 TEST_F(HopperFlash, ClusterPairsOnlyWhereTilesPair) {
   FlashParams p = make_probe();
   float* f = static_cast<float*>(probe_buf_);
-  const auto with_len = [&](int64_t len, int64_t d) {
-    p.q = bhtd_view(probe_buf_, DType::BF16, 1, 2, len, d);
-    p.k = p.v = p.q;
-    p.state = contiguous_state(f, f, 1, 2, len, d);
+  const auto with_len = [&](int64_t len, int64_t d, int64_t kv_heads = 4) {
+    p.q = bhtd_view(probe_buf_, DType::BF16, 1, 4, len, d);
+    p.k = p.v = bhtd_view(probe_buf_, DType::BF16, 1, kv_heads, len, d);
+    p.state = contiguous_state(f, f, 1, 4, len, d);
   };
   with_len(256, 128);
   EXPECT_STREQ(hopper_choice(p, 0, "128x176c2").hopper_tile, "128x176c2");
@@ -483,6 +511,25 @@ TEST_F(HopperFlash, ClusterPairsOnlyWhereTilesPair) {
   EXPECT_STREQ(hopper_choice(p, 0, "128x176c2").hopper_tile, "128x128");
   with_len(256, 64);
   EXPECT_STREQ(hopper_choice(p, 0, "128x176c2").hopper_tile, "192x128");
+  // group 4 (4 q heads over 1 KV head): causal and windowed tiles pair across heads
+  with_len(384, 128, 1);
+  p.mask = MaskSpec{true, 0, -1};
+  EXPECT_STREQ(hopper_choice(p, 0, "128x128c2").hopper_tile, "128x128c2");
+  p.mask = MaskSpec{false, 0, 100};
+  EXPECT_STREQ(hopper_choice(p, 0, "128x128c2").hopper_tile, "128x128c2");
+  with_len(384, 128, 4);  // group 1
+  EXPECT_STREQ(hopper_choice(p, 0, "128x128c2").hopper_tile, "128x128");
+  // The default: 128x176c2 on long rows where the tiles pair, 128x176 where they do not.
+  p.mask = MaskSpec{};
+  with_len(8192, 128);
+  EXPECT_STREQ(hopper_choice(p, 0, "auto").hopper_tile, "128x176c2");
+  with_len(8192 + 128, 128);  // 65 query blocks
+  EXPECT_STREQ(hopper_choice(p, 0, "auto").hopper_tile, "128x176");
+  p.mask = MaskSpec{true, 0, -1};
+  with_len(16384, 128, 1);
+  EXPECT_STREQ(hopper_choice(p, 0, "auto").hopper_tile, "128x176c2");
+  with_len(16384, 128, 4);
+  EXPECT_STREQ(hopper_choice(p, 0, "auto").hopper_tile, "128x176");
 }
 
 // The causal and windowed tile orders in several sections (an L2 planned small: each section's
