@@ -44,9 +44,10 @@ inline constexpr float kLazyThreshold = 8.f;
 // STAGES stages (K and V each); Q through a ring of QSTAGES tiles. With QSTAGES = 2 the
 // consumers run the streamed loop (hopper_consumer.cuh): the next tile's first Q K^T is issued
 // with the current tile's last P V, and the epilogue overlaps the other warpgroups' wgmmas.
-// CL = 2: clusters of two CTAs that run two query tiles of one (batch, head) side by side (tiles
-// 2i and 2i + 1 of decode_tile's order: a full mask with an even number of query blocks, so both
-// visit the same key blocks); each CTA's copy thread loads half of every K and V stage and
+// CL = 2: clusters of two CTAs that run tiles 2i and 2i + 1 of decode_tile's order side by side,
+// which the plan allows only where both read one KV head and visit the same key blocks
+// (hopper_plan.cpp, TileInfo::takes: two query blocks of one head under a full mask, one query
+// block of two q heads of one KV head under a causal or windowed one); each CTA's copy thread loads half of every K and V stage and
 // multicasts it into both CTAs, so each key block leaves the L2 once per cluster instead of once
 // per CTA. A stage is refilled only once the consumers of both CTAs have released it
 // (wait_stage_free), and the tile schedule hands out pairs.
@@ -223,8 +224,8 @@ __device__ __forceinline__ void schedule_done(const HopperParams& p) {
   }
 }
 
-// The copy thread's wait until K or V stage s may be refilled at step `it` (phase parity ph of its
-// round): this CTA's consumer warps have released it (empty_bar); in a cluster also the other
+// The copy thread's wait until a K or V stage may be refilled at step `it` (round it / kStages):
+// this CTA's consumer warps have released it (empty_bar); in a cluster also the other
 // CTA's, whose copy of the stage this CTA's multicast writes too. The copy threads tell each other
 // (peer_bar, one arrival per release from the other CTA's copy thread), so the consumers arrive
 // only on their own CTA's barriers, as without a cluster (remote arrivals in the consumers' loop
