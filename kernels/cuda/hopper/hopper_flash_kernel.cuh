@@ -5,6 +5,9 @@
 //     schedule (TileFeed, hopper_config.cuh), hands their indices to the consumers, and issues
 //     bulk tensor copies: Q once per tile, then K and V tile by tile into a STAGES-deep ring.
 //     full_* barriers count the bytes in; empty_* barriers count the consumer warps out.
+//     In a cluster of two (Config CL = 2) each copy thread loads half of every K and V stage and
+//     multicasts it into both CTAs, and the two copy threads agree on each stage's release
+//     (wait_stage_free); rank 0's scheduling thread hands both CTAs their pair of tiles.
 //   warpgroups 1..NC (consumers, setmaxnreg up): 64 query rows each. Per key tile j:
 //       issue S_j = Q K_j^T (wgmma, both from shared memory)
 //       issue O += P_{j-1} V_{j-1} (wgmma, P from registers)
