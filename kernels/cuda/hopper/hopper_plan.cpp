@@ -94,15 +94,11 @@ struct TileInfo {
   bool dim64, dim128, dim256;  // head dims it is instantiated for (shared memory / registers decide)
   int cluster;                 // CTAs per cluster (Config::kCluster)
   bool has(int64_t d) const { return d == 64 ? dim64 : d == 128 ? dim128 : d == 256 && dim256; }
-  // A cluster runs tiles 2i and 2i + 1 of decode_tile's order in step, which must read one KV
-  // head and visit the same key blocks. Full masks go head by head: two query blocks of one
-  // head, so the head needs an even number of them. The causal and windowed orders go query
-  // block by query block over a section's heads (whole KV heads): the same query block of q heads
-  // 2j and 2j + 1, which share a KV head when the group (q heads per KV head) is even.
+  // Whether its clusters can pair p's tiles (hopper_tiles.hpp, tiles_pair).
   bool takes(const FlashParams& p) const {
     if (cluster == 1) return true;
-    if (p.mask.causal || p.mask.windowed()) return p.k.heads > 0 && p.q.heads / p.k.heads % cluster == 0;
-    return (p.q.len + block_m - 1) / block_m % cluster == 0;
+    if (p.k.heads < 1 || p.q.heads % p.k.heads != 0 || p.q.len > INT32_MAX) return false;  // layout_problem refuses these
+    return hopper::tiles_pair(p.mask, int(p.q.heads / p.k.heads), int((p.q.len + block_m - 1) / block_m), cluster);
   }
 };
 constexpr TileInfo kTiles[] = {

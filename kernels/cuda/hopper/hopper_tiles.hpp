@@ -113,4 +113,17 @@ RA_HD Tile decode_tile(const HopperParams& p, int t) {
   return tile;
 }
 
+// True when a cluster of `cluster` CTAs (1 or 2) may run tiles 2i and 2i + 1 of decode_tile's
+// order side by side (Config::kCluster): both must read one KV head and visit the same key blocks.
+// Full masks go head by head, so the pair is two query blocks of one head: the head needs an even
+// number of them. The causal and windowed orders go query block by query block over a section's
+// (batch, head) slots, which are whole KV heads: the pair is one query block of q heads 2j and
+// 2j + 1, which share a KV head when the group (q heads per KV head) is even. A test walks every
+// pair of many orders.
+inline bool tiles_pair(const MaskSpec& mask, int group, int m_blocks, int cluster) {
+  if (cluster == 1) return true;
+  if (mask.causal || mask.windowed()) return group % cluster == 0;
+  return m_blocks % cluster == 0;
+}
+
 }  // namespace ringattn::cuda::hopper

@@ -8,12 +8,14 @@
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <limits>
 #include <numeric>
 #include <random>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "common/test_util.hpp"
@@ -750,6 +752,58 @@ TEST(HopperTileOrder, ShortCausalBlockFirst) {
   EXPECT_EQ(cuda::hopper::query_shift(MaskSpec{false, 0, -1}, 300, 128, 128), 0);
   EXPECT_EQ(cuda::hopper::query_shift(MaskSpec{false, 0, 50}, 300, 192, 128), 0);
   EXPECT_EQ(cuda::hopper::query_shift(MaskSpec{true, 0, 50}, 300, 192, 128), 64);
+}
+
+// Where tiles_pair says the tiles pair, tiles 2i and 2i + 1 of every order read one KV head of one
+// batch and visit the same key blocks with the same bounds, and the rows' visible ends at each
+// tile's last row agree (the consumers' half-block choice): full, causal (with offsets, shifted
+// first blocks, rows that see no key), windowed with and without the causal edge, GQA groups 2 to
+// 8, one section or several, both c2 tile shapes. Where it says no (an odd number of query blocks
+// under a full mask, an odd group otherwise), some pair of that order does not.
+TEST(HopperTileOrder, ClusterPairsShareAKvHeadAndKeyBlocks) {
+  struct Shape {
+    int batch, q_heads, group, q_len, kv_len;
+    MaskSpec mask;
+  };
+  const Shape shapes[] = {
+      {2, 4, 2, 1024, 1024, {}},          {1, 8, 4, 1000, 700, {}},           {1, 2, 1, 512, 333, {}},
+      {1, 4, 1, 384, 384, {}},            {2, 8, 4, 1000, 1000, {true, 0, -1}}, {1, 8, 8, 300, 900, {true, 600, -1}},
+      {1, 4, 2, 400, 100, {true, -250, -1}}, {2, 6, 2, 700, 700, {true, 0, 37}}, {1, 4, 2, 500, 800, {false, 150, 200}},
+      {1, 6, 3, 600, 600, {true, 0, -1}}, {2, 4, 1, 256, 256, {true, 0, 64}},
+  };
+  int pairs_checked = 0, refused_with_a_bad_pair = 0;
+  for (const Shape& sh : shapes)
+    for (const auto [block_m, block_n] : {std::pair{128, 176}, std::pair{128, 128}}) {
+      const int bh = sh.batch * sh.q_heads;
+      for (const int section : {bh, sh.group, 2 * sh.group}) {
+        if (section > bh || section % sh.group != 0) continue;
+        const cuda::hopper::HopperParams p =
+            order_params(sh.batch, sh.q_heads, sh.group, sh.q_len, sh.kv_len, block_m, block_n, sh.mask, section);
+        SCOPED_TRACE("batch " + std::to_string(sh.batch) + " heads " + std::to_string(sh.q_heads) + " group " +
+                     std::to_string(sh.group) + " q_len " + std::to_string(sh.q_len) + " tile " +
+                     std::to_string(block_m) + "x" + std::to_string(block_n) + " section " + std::to_string(section));
+        const bool pair = cuda::hopper::tiles_pair(p.mask, sh.group, p.m_blocks, 2);
+        bool all_share = p.num_tiles % 2 == 0;
+        for (int t = 0; t + 1 < p.num_tiles; t += 2) {
+          const cuda::hopper::Tile a = cuda::hopper::decode_tile(p, t), b = cuda::hopper::decode_tile(p, t + 1);
+          const auto last_end = [&](const cuda::hopper::Tile& x) {
+            return visible_range(p.mask, std::min(x.m0 + block_m, p.q_len) - 1, p.kv_len).end;
+          };
+          const bool share = a.b == b.b && a.h / sh.group == b.h / sh.group && a.n_begin == b.n_begin &&
+                             a.n_blocks == b.n_blocks && a.full_begin == b.full_begin && a.full_end == b.full_end &&
+                             last_end(a) == last_end(b);
+          all_share = all_share && share;
+          if (pair) {
+            EXPECT_TRUE(share) << "tiles " << t << " and " << t + 1;
+            ++pairs_checked;
+          }
+        }
+        if (!pair && !all_share) ++refused_with_a_bad_pair;
+        if (!pair) EXPECT_FALSE(all_share) << "tiles_pair refused an order whose pairs all share";
+      }
+    }
+  EXPECT_GT(pairs_checked, 1000);
+  EXPECT_GT(refused_with_a_bad_pair, 4);
 }
 
 // Sections of whole KV heads, as even as they go, K and V of one section within half the L2 (one
