@@ -166,5 +166,4 @@ __global__ void __launch_bounds__(C::kThreads, 1) hopper_flash_kernel(const __gr
 #endif
 }
 
-
 }  // namespace ringattn::cuda::hopper
