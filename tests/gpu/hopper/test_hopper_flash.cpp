@@ -385,11 +385,11 @@ TEST_F(HopperFlash, Dim256WindowLowerEdgeOnly) {
 // streams overlap, then one more on the first stream. Every output must equal the oracle's: a
 // counter shared between the streams, or one left unreset, would hand out tiles twice or never
 // (the outputs are NaN-poisoned). tile: a configuration to require ("": the default).
-void schedule_on_concurrent_streams(int64_t b, bool causal, const std::string& tile) {
+void schedule_on_concurrent_streams(int64_t b, bool causal, const std::string& tile, int64_t d = 128) {
   const uint64_t seed = fresh_seed();
   SCOPED_TRACE("seed " + std::to_string(seed));
   std::mt19937_64 rng(seed);
-  const int64_t hq = 16, hkv = 4, t = 2048, d = 128;
+  const int64_t hq = 16, hkv = 4, t = 2048;
   HostTensor q(DType::BF16, b, hq, t, d, rng), k(DType::BF16, b, hkv, t, d, rng), v(DType::BF16, b, hkv, t, d, rng);
   HostState poison(b, hq, t, d);
   FlashParams hp;
@@ -440,6 +440,9 @@ void schedule_on_concurrent_streams(int64_t b, bool causal, const std::string& t
 // 1024 causal tiles of uneven length; 512 full tiles in 256 cluster pairs (rank 0 of each
 // cluster fetches for both CTAs, and the last one resets the counters).
 TEST_F(HopperFlash, DynamicScheduleOnConcurrentStreams) { schedule_on_concurrent_streams(4, true, ""); }
+// Head dim 256 keeps the static round robin (hopper/PERF.md, session 14): five launches on two
+// streams as well.
+TEST_F(HopperFlash, StaticScheduleOnConcurrentStreamsDim256) { schedule_on_concurrent_streams(2, true, "", 256); }
 TEST_F(HopperFlash, DynamicScheduleOnConcurrentStreamsClusterPairs) {
   schedule_on_concurrent_streams(2, false, "128x176c2");
 }
