@@ -43,6 +43,12 @@ struct Issue {
   // takes 64-key products: half the work (consume_per_tile). Not with three consumers: at their
   // 160 registers the extra issue paths leave the wgmma pipeline short (C7511: serialized).
   static constexpr bool kHalfBlocks = N >= 128 && C::kConsumers == 2;
+  // A key block of which a consumer sees nothing is skipped (consume_per_tile). Only with three
+  // consumers, where it happens on every causal tile (a 192-row tile's diagonal covers 192 keys:
+  // the upper 64 rows never see the first block visited); a 64-row consumer of a 128-row tile
+  // sees part of it unless an offset or a tail intervenes, and the extra paths cost the 128x176c2
+  // kernel its wgmma pipeline (C7511: serialized).
+  static constexpr bool kSkipBlocks = C::kConsumers == 3;
   using W = Wgmma<T>;
 
   __device__ __forceinline__ static void qk_step(float (&s)[kS], uint64_t da, uint64_t db, int scale_d) {
@@ -125,6 +131,12 @@ struct Issue {
     wgmma_wait<1>();
     fence_regs(s);
   }
+  // A turn with nothing to issue (a key block none of this consumer's rows sees): the turn is
+  // still taken and passed on, so every consumer takes the same number.
+  __device__ __forceinline__ static void turn_idle(const Lane& ln) {
+    named_sync(ln.my_bar, kIssueTurnThreads);
+    named_arrive(ln.next_bar, kIssueTurnThreads);
+  }
   // O += P V alone (the end of a pipeline): returns with O landed.
   template <bool K64 = false>
   __device__ __forceinline__ static void turn_pv(const Lane& ln, const SmemPlan<C>& sm, float (&o)[D / 2],
@@ -167,23 +179,29 @@ __device__ __forceinline__ void consume_per_tile(const HopperParams& p, const Sm
     // tail): then its Q K^T and P V are 64-key products, half the work. The ends grow with the
     // row, so the consumer's last row decides. Broadcast from lane 0 so that ptxas sees a uniform
     // branch around the issue stages (a divergent one serializes the wgmmas, C7520).
+    // The same end may lie at or before the block's start: then this consumer's rows see none of
+    // block 0 (on a 192x128 causal tile every tile's upper 64 rows, and on half of them the
+    // middle 64 too), and it skips that block's products and softmax, taking its turns idle.
     const int last_row = min(t.m0 + (ln.cw + 1) * kRowsPerConsumer - 1, p.q_len - 1);
-    const bool half = I::kHalfBlocks &&
-                      __shfl_sync(0xffffffffu, int(visible_range(p.mask, last_row, p.kv_len).end <=
-                                                   (long long)t.block(0) * C::kBlockN + 64), 0) != 0;
+    const long long last_end = visible_range(p.mask, last_row, p.kv_len).end;
+    const long long block0 = (long long)t.block(0) * C::kBlockN;
+    const bool skip = I::kSkipBlocks && __shfl_sync(0xffffffffu, int(last_end <= block0), 0) != 0;
+    const bool half = I::kHalfBlocks && !skip && __shfl_sync(0xffffffffu, int(last_end <= block0 + 64), 0) != 0;
     mbar_wait(sm.q_full(0), q_it & 1);
     ++q_it;
     // First key tile: S alone.
     int s_cur = it % S;
     mbar_wait(sm.full_k(s_cur), (it / S) & 1);
-    if (half) {
+    if (skip) {
+      I::turn_idle(ln);
+    } else if (half) {
       I::template turn_qk<true>(ln, sm, s, q_base, s_cur);
 #pragma unroll
       for (int i = 32; i < I::kS; ++i) s[i] = neg_inf();  // keys 64 on: not computed, not visible
     } else
       I::turn_qk(ln, sm, s, q_base, s_cur);
     if (ln.lane == 0) mbar_arrive(sm.empty_k(s_cur));
-    {
+    if (!skip) {
       const int nb = t.block(0);
       if (block_needs_mask<C>(p, t, nb)) mask_scores(s, row0, nb * C::kBlockN + 2 * ln.tq, p.kv_len, p.mask);
       softmax_step(s, st, corr, p.scale_log2, lazy);
@@ -196,7 +214,9 @@ __device__ __forceinline__ void consume_per_tile(const HopperParams& p, const Sm
       s_cur = it % S;
       mbar_wait(sm.full_k(s_cur), (it / S) & 1);
       mbar_wait(sm.full_v(s_prev), (it_prev / S) & 1);
-      if (i == 1 && half)
+      if (i == 1 && skip)  // block 0 was skipped: no P V of it (S lands, as in turn_qk_pv)
+        I::turn_qk(ln, sm, s, q_base, s_cur);
+      else if (i == 1 && half)
         I::template turn_qk_pv<true>(ln, sm, s, q_base, s_cur, o, pf, s_prev, true);
       else
         I::turn_qk_pv(ln, sm, s, q_base, s_cur, o, pf, s_prev, true);
@@ -215,7 +235,9 @@ __device__ __forceinline__ void consume_per_tile(const HopperParams& p, const Sm
     // Every S of this tile is done: the producer may load the next tile's Q.
     if (ln.lane == 0) mbar_arrive(sm.q_empty(0));
     mbar_wait(sm.full_v(s_prev), (it_prev / S) & 1);
-    if (half && t.n_blocks == 1)
+    if (skip && t.n_blocks == 1)  // this consumer's rows see no key of the tile
+      I::turn_idle(ln);
+    else if (half && t.n_blocks == 1)
       I::template turn_pv<true>(ln, sm, o, pf, s_prev, true);
     else
       I::turn_pv(ln, sm, o, pf, s_prev, true);
