@@ -6,7 +6,10 @@
 # (ours in both layouts as medians of the passes, cuDNN in both layouts, FA2, the ratios). (One
 # process running --layout both put each shape's bshd rows right after its bhsd rows: an order
 # effect of the power limit, README.)
-#   BIN=build/tests/gpu/ringattn_gpu_bench [SHAPES="b,hq,hkv,t,s,d,mask ..."] bash tests/gpu/kernel_table.sh
+# MODE=interleaved instead runs, per shape and pass (PASSES, default 2), ours bhsd, ours bshd and then
+# the peers on that shape alone, so that each row's three measurements sit side by side in time
+# (slower: the peers' process starts once per shape and pass); the table takes medians over passes.
+#   BIN=build/tests/gpu/ringattn_gpu_bench [MODE=interleaved] [PASSES=2] [SHAPES="b,hq,hkv,t,s,d,mask ..."] bash tests/gpu/kernel_table.sh
 # Output: $OUT/ours.csv, $OUT/peers.csv and the table (also $OUT/table.md).
 set -u -o pipefail
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1 PYTHONUNBUFFERED=1
@@ -19,20 +22,32 @@ SHAPES=${SHAPES:-"4,32,8,2048,2048,128,causal 1,32,8,8192,8192,128,full 1,32,8,8
  1,32,8,8,32768,128,full 1,32,8,16,32768,128,full 8,32,8,16,8192,128,full 8,32,8,16,8192,64,full
  1,32,8,1,32768,256,full"}
 args=""; for s in $SHAPES; do args="$args --shape $s"; done
-: >"$OUT/ours.csv"
-for pass in 1 2; do
-  order="bhsd bshd"; [ $pass = 2 ] && order="bshd bhsd"
-  for lay in $order; do
-    # shellcheck disable=SC2086
-    timeout 200 "$BIN" $args --layout $lay --timer batch 2>>"$OUT/ours.err" | tail -n +2 | grep ",ours," | sed "s/^/$pass,$lay,/" >>"$OUT/ours.csv" ||
-      { echo "ours failed:"; cat "$OUT/ours.err"; exit 1; }
+: >"$OUT/ours.csv"; : >"$OUT/peers.csv"
+PEERS="sdpa_flash,sdpa_cudnn,sdpa_cudnn_gqa,sdpa_cudnn_bshd"
+ours() {  # pass, layout, bench args
+  local pass=$1 lay=$2; shift 2
+  timeout 200 "$BIN" "$@" --layout "$lay" --timer batch 2>>"$OUT/ours.err" | tail -n +2 | grep ",ours," |
+    sed "s/^/$pass,$lay,/" >>"$OUT/ours.csv" || { echo "ours failed:"; cat "$OUT/ours.err"; exit 1; }
+}
+peers() {  # bench args
+  timeout 300 python3 .bench/peers.py --only $PEERS --no-ceilings "$@" 2>>"$OUT/peers.err" | grep -v "^shape" \
+    >>"$OUT/peers.csv" || { echo "peers failed:"; tail -5 "$OUT/peers.err"; exit 1; }
+}
+if [ "${MODE:-}" = interleaved ]; then
+  for s in $SHAPES; do
+    for pass in $(seq 1 "${PASSES:-2}"); do
+      ours "$pass" bhsd --shape "$s"; ours "$pass" bshd --shape "$s"; peers --shape "$s"
+    done
   done
-  if [ $pass = 1 ]; then
+else
+  for pass in 1 2; do
+    order="bhsd bshd"; [ $pass = 2 ] && order="bshd bhsd"
     # shellcheck disable=SC2086
-    timeout 300 python3 .bench/peers.py --only sdpa_flash,sdpa_cudnn,sdpa_cudnn_gqa,sdpa_cudnn_bshd --no-ceilings $args \
-      >"$OUT/peers.csv" 2>"$OUT/peers.err" || { echo "peers failed:"; tail -5 "$OUT/peers.err"; exit 1; }
-  fi
-done
+    for lay in $order; do ours $pass $lay $args; done
+    # shellcheck disable=SC2086
+    [ $pass = 1 ] && peers $args
+  done
+fi
 python3 - "$OUT/ours.csv" "$OUT/peers.csv" <<'PY' | tee "$OUT/table.md"
 import statistics, sys
 nan = float("nan")
@@ -42,11 +57,12 @@ for line in open(sys.argv[1]):  # pass,layout,shape(7),ours,TFLOP/s,ms,KV GB/s
     if len(f) < 13: continue
     s = ",".join(f[2:9])
     ours.setdefault(s, {}).setdefault(f[1], []).append(float(f[12]) if int(f[5]) <= 16 else float(f[10]))
-for line in open(sys.argv[2]):  # shape(7),peer,TFLOP/s,ms,KV GB/s,...
+for line in open(sys.argv[2]):  # shape(7),peer,TFLOP/s,ms,KV GB/s,... (one line per pass)
     f = line.strip().split(",")
     if len(f) < 11 or f[0] == "shape" or f[8] in ("unsupported", ""): continue
     s = ",".join(f[:7])
-    peers.setdefault(s, {})[f[7]] = float(f[10]) if int(f[3]) <= 16 else float(f[8])
+    peers.setdefault(s, {}).setdefault(f[7], []).append(float(f[10]) if int(f[3]) <= 16 else float(f[8]))
+peers = {s: {k: statistics.median(v) for k, v in d.items()} for s, d in peers.items()}
 print("| shape | ours bhsd | ours bshd | cuDNN bhsd / bshd | FA2 | bhsd / cuDNN | bshd / cuDNN bshd | ours / best peer |")
 print("|---|---:|---:|---:|---:|---:|---:|---:|")
 for s, v in ours.items():
