@@ -22,7 +22,7 @@ namespace ringattn::cuda::hopper {
 struct Lane {
   int cw, warp_in_wg, lane, g, tq, my_bar, next_bar;
   __device__ __forceinline__ Lane(int consumer, int consumers) {
-    cw = consumer;
+    cw = __shfl_sync(0xffffffffu, consumer, 0);
     warp_in_wg = (threadIdx.x / 32) % 4;
     lane = threadIdx.x % 32;
     g = lane / 4;
@@ -66,13 +66,16 @@ struct Issue {
   // first 64 columns of the wider one); the other 32 are left as they are, and the caller masks
   // them to -inf. A compile-time choice: a run-time branch inside the issue stage makes ptxas
   // serialize every wgmma of the kernel (C7515).
+  // The k-steps' descriptors are the first one's advanced by compile-time offsets (desc_advance).
   template <bool K64 = false>
   __device__ __forceinline__ static void qk(float (&s)[kS], uint32_t q_base, uint32_t k_base) {
+    const uint64_t da0 = smem_desc_sw128(q_base, 16, kSwizzleAtomBytes);
+    const uint64_t db0 = smem_desc_sw128(k_base, 16, kSwizzleAtomBytes);
 #pragma unroll
     for (int kk = 0; kk < D / 16; ++kk) {
       const uint32_t cb = kk / kKStepsPerSwizzleRow, within = (kk % kKStepsPerSwizzleRow) * kKStepBytes;
-      const uint64_t da = smem_desc_sw128(q_base + cb * C::kQColBlockBytes + within, 16, kSwizzleAtomBytes);
-      const uint64_t db = smem_desc_sw128(k_base + cb * C::kKVColBlockBytes + within, 16, kSwizzleAtomBytes);
+      const uint64_t da = desc_advance(da0, cb * C::kQColBlockBytes + within);
+      const uint64_t db = desc_advance(db0, cb * C::kKVColBlockBytes + within);
       if constexpr (K64 && kHalfBlocks)
         W::ss_n64(*reinterpret_cast<float(*)[32]>(&s[0]), da, db, kk > 0 ? 1 : 0);
       else
@@ -87,9 +90,10 @@ struct Issue {
   __device__ __forceinline__ static void pv(float (&o)[D / 2], const uint32_t (&p)[kP], uint32_t v_base,
                                             bool accumulate = true) {
     constexpr int kSteps = (K64 && kHalfBlocks) ? 4 : N / 16;
+    const uint64_t db0 = smem_desc_sw128(v_base, C::kKVColBlockBytes, kSwizzleAtomBytes);
 #pragma unroll
     for (int kk = 0; kk < kSteps; ++kk) {
-      const uint64_t db = smem_desc_sw128(v_base + kk * 2 * kSwizzleAtomBytes, C::kKVColBlockBytes, kSwizzleAtomBytes);
+      const uint64_t db = desc_advance(db0, kk * 2 * kSwizzleAtomBytes);
       const uint32_t a[4] = {p[4 * kk], p[4 * kk + 1], p[4 * kk + 2], p[4 * kk + 3]};
       const int scale_d = (kk > 0 || accumulate) ? 1 : 0;
       if constexpr (D == 64)
@@ -156,7 +160,9 @@ __device__ __forceinline__ void consume_per_tile(const HopperParams& p, const Sm
   using I = Issue<T, C>;
   constexpr int D = C::kHeadDim, S = C::kStages;
   const Lane ln(consumer, C::kConsumers);
-  const uint32_t q_base = sm.q(0) + ln.cw * kRowsPerConsumer * kSwizzleRowBytes;  // this warpgroup's rows in each column block
+  // This warpgroup's rows in each column block; taken from lane 0 so that the compiler keeps it
+  // (and the Q descriptors made from it) in uniform registers.
+  const uint32_t q_base = __shfl_sync(0xffffffffu, sm.q(0) + ln.cw * kRowsPerConsumer * kSwizzleRowBytes, 0);
   const bool lazy = p.lazy_rescale != 0;
   int it = 0, q_it = 0;
   TileFeed<C> feed;

@@ -197,6 +197,13 @@ __device__ __forceinline__ uint64_t smem_desc_sw128(uint32_t addr, uint32_t lead
   return d;
 }
 
+// The descriptor of the operand `bytes` further on (a multiple of 16): only the start address
+// field (bits 0-13, the address >> 4) changes, and every shared address is below 256 KB, so it
+// never carries into the leading offset; one 32-bit add, where smem_desc_sw128 takes four.
+__device__ __forceinline__ uint64_t desc_advance(uint64_t d, uint32_t bytes) {
+  return (d & 0xFFFFFFFF00000000ull) | uint32_t(uint32_t(d) + (bytes >> 4));
+}
+
 // ---- warp specialization ----
 
 template <int N>
