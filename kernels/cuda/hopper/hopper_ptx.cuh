@@ -1,5 +1,6 @@
-// PTX wrappers for the Hopper flash kernel: mbarriers, bulk tensor copies (TMA), wgmma fences and
-// shared-memory matrix descriptors, register reallocation and named barriers.
+// PTX wrappers for the Hopper flash kernel: mbarriers, bulk tensor copies (TMA), wgmma fences
+// (its shared-memory matrix descriptors are hopper_desc.hpp), register reallocation and named
+// barriers.
 //
 // wgmma and setmaxnreg exist only on sm_90a (the "a" feature set). Every wrapper compiles on any
 // target; on targets without the feature set the kernel body is replaced by a trap (see
@@ -11,6 +12,7 @@
 #include <cstdint>
 
 #include "kernels/cuda/device_common.cuh"  // smem_addr, fast_exp2, neg_inf, Half16, quad reductions
+#include "kernels/cuda/hopper/hopper_desc.hpp"  // smem_desc_sw128, desc_advance
 
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900 && defined(__CUDA_ARCH_FEAT_SM90_ALL)
 #define RA_HOPPER_WGMMA 1
@@ -181,27 +183,6 @@ template <int N>
 __device__ __forceinline__ void fence_regs(uint32_t (&r)[N]) {
 #pragma unroll
   for (int i = 0; i < N; ++i) asm volatile("" : "+r"(r[i])::"memory");
-}
-
-// Shared-memory matrix descriptor with the 128-byte swizzle (layout type 1 in bits 62-63).
-// Addresses and byte offsets are stored >> 4. For K-major operands the leading offset is unused
-// (set to 1) and the stride offset is the distance between 8-row groups (1024 bytes); for
-// N-major operands the leading offset is the distance between 64-element column blocks and the
-// stride offset the distance between 8-row groups along K.
-__device__ __forceinline__ uint64_t smem_desc_sw128(uint32_t addr, uint32_t lead_bytes, uint32_t stride_bytes) {
-  uint64_t d = 0;
-  d |= uint64_t((addr & 0x3FFFF) >> 4);
-  d |= uint64_t((lead_bytes >> 4) & 0x3FFF) << 16;
-  d |= uint64_t((stride_bytes >> 4) & 0x3FFF) << 32;
-  d |= uint64_t(1) << 62;
-  return d;
-}
-
-// The descriptor of the operand `bytes` further on (a multiple of 16): only the start address
-// field (bits 0-13, the address >> 4) changes, and every shared address is below 256 KB, so it
-// never carries into the leading offset; one 32-bit add, where smem_desc_sw128 takes four.
-__device__ __forceinline__ uint64_t desc_advance(uint64_t d, uint32_t bytes) {
-  return (d & 0xFFFFFFFF00000000ull) | uint32_t(uint32_t(d) + (bytes >> 4));
 }
 
 // ---- warp specialization ----

@@ -21,6 +21,7 @@
 #include "common/test_util.hpp"
 #include "kernels/cpu/cpu_kernels.hpp"
 #include "kernels/cuda/flash_dispatch.hpp"
+#include "kernels/cuda/hopper/hopper_desc.hpp"
 #include "kernels/cuda/hopper/hopper_tiles.hpp"
 #include "core/error.hpp"
 
@@ -638,6 +639,32 @@ cuda::hopper::HopperParams order_params(int batch, int q_heads, int group, int q
   p.m_shift = cuda::hopper::query_shift(p.mask, q_len, block_m, block_n);
   p.section_heads = section;
   return p;
+}
+
+// The consumers advance each k-step's wgmma descriptor from the first one's (desc_advance) instead
+// of rebuilding it (smem_desc_sw128). Brute force: for every 16-byte-aligned address and every
+// offset up to 64 KB (the largest k-step offset is 48 KB: head dim 256's Q) whose sum stays below
+// the descriptor's address limit, the two agree, for a K-major operand (every address) and an
+// N-major one (every 1 KB swizzle atom); at the limit they do not, so the limit is real; every
+// shared-memory plan lies below it.
+TEST(HopperDescriptor, AdvanceEqualsRebuildBelowTheAddressLimit) {
+  using cuda::hopper::desc_advance;
+  using cuda::hopper::kDescAddressLimit;
+  using cuda::hopper::smem_desc_sw128;
+  static_assert(kDescAddressLimit >= 227u * 1024u, "a CTA's shared memory on sm_90");
+  long long checked = 0, differ = 0;
+  const auto sweep = [&](uint32_t addr_step, uint32_t lead) {
+    for (uint32_t addr = 0; addr < kDescAddressLimit; addr += addr_step) {
+      const uint64_t d0 = smem_desc_sw128(addr, lead, 1024);
+      for (uint32_t off = 0; off <= 65536 && addr + off < kDescAddressLimit; off += 16, ++checked)
+        differ += desc_advance(d0, off) != smem_desc_sw128(addr + off, lead, 1024);
+    }
+  };
+  sweep(16, 16);           // K-major: the leading offset is unused
+  sweep(1024, 176 * 128);  // N-major V of a 128x176 tile: the leading offset steps between column blocks
+  EXPECT_EQ(differ, 0) << "of " << checked << " (address, offset) pairs";
+  EXPECT_GT(checked, 50000000);
+  EXPECT_NE(desc_advance(smem_desc_sw128(kDescAddressLimit - 16, 16, 1024), 16), smem_desc_sw128(kDescAddressLimit, 16, 1024));
 }
 
 TEST(HopperTileOrder, EveryTileOnceSectionByLongestFirst) {
