@@ -161,7 +161,8 @@ __device__ __forceinline__ void consume_per_tile(const HopperParams& p, const Sm
   constexpr int D = C::kHeadDim, S = C::kStages;
   const Lane ln(consumer, C::kConsumers);
   // This warpgroup's rows in each column block; taken from lane 0 so that the compiler keeps it
-  // (and the Q descriptors made from it) in uniform registers.
+  // (and the Q descriptors made from it) in uniform registers. Both this and Lane's cw come from
+  // lane 0: without either, ptxas serializes the wgmmas of a 128x176 kernel (C7511).
   const uint32_t q_base = __shfl_sync(0xffffffffu, sm.q(0) + ln.cw * kRowsPerConsumer * kSwizzleRowBytes, 0);
   const bool lazy = p.lazy_rescale != 0;
   int it = 0, q_it = 0;
