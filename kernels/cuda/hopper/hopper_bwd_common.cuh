@@ -97,12 +97,16 @@ struct BwdIssue {
   using W = Wgmma<T>;
   // acc[64 x 64] = A B^T over the head dim: A = 64 rows at a_base, B = 64 rows at b_base, both
   // K-major in column blocks a_cb / b_cb bytes apart (S = Q K^T and its relatives).
+  // The k-steps' descriptors are the first one's advanced by compile-time offsets (desc_advance),
+  // as in the forward's Issue::qk.
   __device__ __forceinline__ static void abt(float (&acc)[32], uint32_t a_base, int a_cb, uint32_t b_base, int b_cb) {
+    const uint64_t da0 = smem_desc_sw128(a_base, 16, kSwizzleAtomBytes);
+    const uint64_t db0 = smem_desc_sw128(b_base, 16, kSwizzleAtomBytes);
 #pragma unroll
     for (int kk = 0; kk < D / 16; ++kk) {
       const uint32_t cb = kk / kKStepsPerSwizzleRow, within = (kk % kKStepsPerSwizzleRow) * kKStepBytes;
-      const uint64_t da = smem_desc_sw128(a_base + cb * a_cb + within, 16, kSwizzleAtomBytes);
-      const uint64_t db = smem_desc_sw128(b_base + cb * b_cb + within, 16, kSwizzleAtomBytes);
+      const uint64_t da = desc_advance(da0, cb * a_cb + within);
+      const uint64_t db = desc_advance(db0, cb * b_cb + within);
       W::ss_n64(acc, da, db, kk > 0 ? 1 : 0);
     }
   }
@@ -111,9 +115,10 @@ struct BwdIssue {
   // accumulate = false overwrites acc.
   __device__ __forceinline__ static void xb(float (&acc)[D / 2], const uint32_t (&x)[16], uint32_t b_base, int b_cb,
                                             bool accumulate = true) {
+    const uint64_t db0 = smem_desc_sw128(b_base, b_cb, kSwizzleAtomBytes);
 #pragma unroll
     for (int kk = 0; kk < 4; ++kk) {
-      const uint64_t db = smem_desc_sw128(b_base + kk * 2 * kSwizzleAtomBytes, b_cb, kSwizzleAtomBytes);
+      const uint64_t db = desc_advance(db0, kk * 2 * kSwizzleAtomBytes);
       const uint32_t a[4] = {x[4 * kk], x[4 * kk + 1], x[4 * kk + 2], x[4 * kk + 3]};
       const int scale_d = (kk > 0 || accumulate) ? 1 : 0;
       if constexpr (D == 64)
@@ -126,16 +131,23 @@ struct BwdIssue {
 
 // This thread's place in its consumer warpgroup: its rows are r0 + g and r0 + g + 8 of the CTA's
 // block, r0 = 64 c + 16 warp.
+// cw comes from lane 0 (as the forward's Lane): with the shared-memory bases made from it
+// (uniform_base), the compiler keeps the wgmma descriptors in uniform registers.
 struct BwdLane {
   int cw, lane, g, tq, r0;
   __device__ __forceinline__ explicit BwdLane(int consumer) {
-    cw = consumer;
+    cw = __shfl_sync(0xffffffffu, consumer, 0);
     lane = threadIdx.x % 32;
     g = lane / 4;
     tq = lane % 4;
     r0 = consumer * 64 + ((threadIdx.x / 32) % 4) * 16;
   }
 };
+
+// A shared-memory address that is the same in every lane, taken from lane 0 so that the compiler
+// knows it: the descriptors made from it then stay in uniform registers, instead of two R2UR
+// moves before each wgmma.
+__device__ __forceinline__ uint32_t uniform_base(uint32_t addr) { return __shfl_sync(0xffffffffu, addr, 0); }
 
 // Writes (or adds) scale * acc into 16 x D gradient rows: row r's pointer is row_at(r) (nullptr
 // past the end); acc in the accumulator layout.

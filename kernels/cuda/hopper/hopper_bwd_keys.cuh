@@ -147,10 +147,12 @@ __device__ __forceinline__ void store_ds(uint32_t tile, const uint32_t (&pds)[16
 // block's 128 keys: A = the dS^T tile read M-major, B = K's column block read N-major.
 template <typename T, typename C>
 __device__ __forceinline__ void dq_part_product(float (&acc)[32], uint32_t ds_tile, uint32_t k_col_block) {
+  const uint64_t da0 = smem_desc_sw128(ds_tile, C::kDsBytes, kSwizzleAtomBytes);
+  const uint64_t db0 = smem_desc_sw128(k_col_block, C::kBlockColBytes, kSwizzleAtomBytes);
 #pragma unroll
   for (int kk = 0; kk < C::kBlock / 16; ++kk) {
-    const uint64_t da = smem_desc_sw128(ds_tile + kk * 2 * kSwizzleAtomBytes, C::kDsBytes, kSwizzleAtomBytes);
-    const uint64_t db = smem_desc_sw128(k_col_block + kk * 2 * kSwizzleAtomBytes, C::kBlockColBytes, kSwizzleAtomBytes);
+    const uint64_t da = desc_advance(da0, kk * 2 * kSwizzleAtomBytes);
+    const uint64_t db = desc_advance(db0, kk * 2 * kSwizzleAtomBytes);
     Wgmma<T>::ss_tt_n64(acc, da, db, kk > 0 ? 1 : 0);
   }
 }
@@ -204,7 +206,9 @@ __device__ __forceinline__ void key_consume(const HopperBwdParams& p, const KeyS
   float dk[D / 2], dv[D / 2];
 #pragma unroll
   for (int i = 0; i < D / 2; ++i) dk[i] = dv[i] = 0.f;
-  const uint32_t k_base = sm.k() + ln.cw * C::kTileColBytes, v_base = sm.v() + ln.cw * C::kTileColBytes;
+  const uint32_t k_base = uniform_base(sm.k() + ln.cw * C::kTileColBytes);
+  const uint32_t v_base = uniform_base(sm.v() + ln.cw * C::kTileColBytes);
+  const uint32_t k_col_block = uniform_base(sm.k() + ln.cw * C::kBlockColBytes);  // the fused dq's B
   if (w.steps > 0) mbar_wait(sm.kv_full(), 0);
   float sc[32], dp[32];  // outside the loop, as the forward's S: no copies between the wgmmas
   for (int s = 0; s < w.steps; ++s) {
@@ -241,7 +245,7 @@ __device__ __forceinline__ void key_consume(const HopperBwdParams& p, const KeyS
       named_sync(1, kWarpgroupThreads * C::kConsumers);
       float dqa[32];
       wgmma_fence();
-      dq_part_product<T, C>(dqa, sm.ds(s & 1), sm.k() + ln.cw * C::kBlockColBytes);
+      dq_part_product<T, C>(dqa, sm.ds(s & 1), k_col_block);
       wgmma_commit();
       wgmma_wait<0>();
       fence_regs(dqa);
