@@ -41,10 +41,10 @@ struct FlashKernelOptions {
   BackwardKernel backward_kernel = BackwardKernel::Auto;  // RINGATTN_BACKWARD_KERNEL=auto|hopper|mma|simt
   // How the tensor-core backwards form dq outside deterministic mode (RINGATTN_BACKWARD_DQ=
   // auto|separate|atomic). Separate: the query kernel, which is also the deterministic one.
-  // Atomic: reductions from the key kernel (the Hopper kernels' bulk reduce-adds at head dim 128,
-  // the mma.sync kernel's fp32 atomics). Auto, the default, takes what measured faster on the H200
-  // (kernels/cuda/PERF.md): atomic on the Hopper kernels (1.05-1.15x), separate on the mma.sync
-  // one (1.2-1.6x). The SIMT kernels keep their atomics.
+  // Atomic: reductions from the key kernel (the Hopper kernels' bulk reduce-adds, the mma.sync
+  // kernel's fp32 atomics). Auto, the default, takes what measured faster on the H200
+  // (kernels/cuda/PERF.md): atomic on the Hopper kernels (1.05-1.15x at head dim 128, 1.15-1.26x
+  // at 64), separate on the mma.sync one (1.2-1.6x). The SIMT kernels keep their atomics.
   BackwardDq backward_dq = BackwardDq::Auto;
   // The portable kernel's configuration (MmaVariant 1..3); 0 picks it by q_len. For tests and
   // benchmarks; no environment variable.

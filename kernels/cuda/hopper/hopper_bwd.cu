@@ -22,17 +22,15 @@ void launch_typed(const HopperBwdParams& hp, cudaStream_t stream) {
   using C = BwdConfig<D>;
   const unsigned key_ctas = unsigned(hp.key_blocks) * unsigned(hp.batch * hp.kv_heads);
   const unsigned dq_ctas = unsigned(hp.q_blocks) * unsigned(hp.batch * hp.q_heads);
-  if constexpr (D == 128) {
-    if (hp.fused_dq) {  // dq by the key kernel's reduce-adds
-      if (!hp.accumulate) launch_zero_f32(hp.dq, stream);
-      if (key_ctas == 0) return;
-      auto keys = hopper::hopper_bwd_keys_kernel<T, C, true>;
-      static std::atomic<uint64_t> fused_configured{0};
-      set_dynamic_smem_once(keys, C::kKeySmem, fused_configured);
-      keys<<<key_ctas, C::kThreads, C::kKeySmem, stream>>>(hp);
-      RA_CHECK_CUDA_LAUNCH("hopper_bwd_keys_kernel (fused dq)");
-      return;
-    }
+  if (hp.fused_dq) {  // dq by the key kernel's reduce-adds
+    if (!hp.accumulate) launch_zero_f32(hp.dq, stream);
+    if (key_ctas == 0) return;
+    auto keys = hopper::hopper_bwd_keys_kernel<T, C, true>;
+    static std::atomic<uint64_t> fused_configured{0};
+    set_dynamic_smem_once(keys, C::kKeySmem, fused_configured);
+    keys<<<key_ctas, C::kThreads, C::kKeySmem, stream>>>(hp);
+    RA_CHECK_CUDA_LAUNCH("hopper_bwd_keys_kernel (fused dq)");
+    return;
   }
   if (key_ctas > 0) {
     auto keys = hopper::hopper_bwd_keys_kernel<T, C, false>;

@@ -23,11 +23,12 @@
 // The query kernel runs every sum in a fixed order, so its results are bitwise reproducible
 // (deterministic mode), at the cost of recomputing S and dP (7 matrix products per tile pair
 // instead of 5).
-// Fused dq (HopperBwdParams::fused_dq, the fast mode at head dim 128): the key kernel also stores
-// each tile's dS^T (16-bit) into a double-buffered shared tile, the two consumers meet at a named
-// barrier, and consumer c computes dQ = dS K for head-dim columns 64c..64c+63 over the block's
-// 128 keys (wgmma with both operands transposed from shared memory), stages it in fp32 and adds
-// it into dq with bulk reduce-adds (dq zeroed first in Write mode). No query kernel then.
+// Fused dq (HopperBwdParams::fused_dq, the fast mode): the key kernel also stores each tile's
+// dS^T (16-bit) into a double-buffered shared tile, the two consumers meet at a named barrier,
+// and at head dim 128 consumer c computes dQ = dS K for head-dim columns 64c..64c+63 over the
+// block's 128 keys (wgmma with both operands transposed from shared memory); at head dim 64 the
+// consumers take turns by tile, one forming all 64 columns. The result is staged in fp32 and
+// added into dq with bulk reduce-adds (dq zeroed first in Write mode). No query kernel then.
 //
 // Accumulator and A-fragment layouts are the forward's (hopper_softmax.cuh): register i of a
 // thread holds row g + 8 ((i >> 1) & 1) and column 8 (i >> 2) + 2 t + (i & 1) of its warp's 16

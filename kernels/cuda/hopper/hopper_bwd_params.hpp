@@ -20,7 +20,7 @@ struct HopperBwdParams {
   int accumulate;         // GradMode::Accumulate: add into dq, dk, dv instead of writing them
   // dq by the key kernel (dS^T through shared memory, dQ = dS K per 64-column half on each
   // consumer, bulk reduce-adds into dq zeroed first in Write mode) instead of the query kernel.
-  // Fast mode at head dim 128 only; not bitwise reproducible.
+  // Fast mode only; not bitwise reproducible.
   int fused_dq;
   int batch, q_heads, kv_heads, group;  // group = q_heads / kv_heads
   int q_len, kv_len;

@@ -35,7 +35,7 @@ const char* plan(const FlashParams& p, const FlashKernelOptions& opt, int smem_o
 // The backward (hopper_bwd.cu): the larger dynamic shared memory of its two kernels at head dim d
 // (0 when not instantiated); plan_backward fills *out for p (tensor maps encoded) and returns
 // nullptr, or returns why the kernels cannot take p ("it needs ..."); fused_dq asks for dq by
-// the key kernel's reduce-adds (taken outside deterministic mode at head dim 128 when dq's view
+// the key kernel's reduce-adds (taken outside deterministic mode when dq's view
 // allows; out->params.fused_dq says). launch_backward queues the key kernel (dk, dv, and the
 // fused dq) and the query kernel (dq otherwise) on `stream`, with delta from
 // launch_backward_delta.

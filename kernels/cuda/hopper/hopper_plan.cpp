@@ -268,9 +268,9 @@ const char* plan_backward(const BackwardParams& p, int smem_optin, bool fused_dq
       !encode_view(&hp.tm_do, dout, 64))
     return "it needs q, k, v and dout strides that are multiples of 8 elements (16 bytes) that the bulk copy engine "
            "can encode";
-  // The fused dq where it can run (head dim 128, a dq the reduce-adds can address); the query
-  // kernel otherwise, which is also what deterministic mode runs.
-  hp.fused_dq = fused_dq && !p.deterministic && q.dim == 128 && encode_f32_view(&hp.tm_dq, p.dq) ? 1 : 0;
+  // The fused dq where it can run (a dq the reduce-adds can address); the query kernel
+  // otherwise, which is also what deterministic mode runs.
+  hp.fused_dq = fused_dq && !p.deterministic && encode_f32_view(&hp.tm_dq, p.dq) ? 1 : 0;
   *out = l;
   return nullptr;
 }
