@@ -132,23 +132,18 @@ struct BwdIssue {
 
 // This thread's place in its consumer warpgroup: its rows are r0 + g and r0 + g + 8 of the CTA's
 // block, r0 = 64 c + 16 warp.
-// cw comes from lane 0 (as the forward's Lane): with the shared-memory bases made from it
-// (uniform_base), the compiler keeps the wgmma descriptors in uniform registers.
+// cw comes from lane 0 (warp_uniform, as the forward's Lane), and so do the shared-memory bases
+// the consumers make from it.
 struct BwdLane {
   int cw, lane, g, tq, r0;
   __device__ __forceinline__ explicit BwdLane(int consumer) {
-    cw = __shfl_sync(0xffffffffu, consumer, 0);
+    cw = warp_uniform(consumer);
     lane = threadIdx.x % 32;
     g = lane / 4;
     tq = lane % 4;
     r0 = consumer * 64 + ((threadIdx.x / 32) % 4) * 16;
   }
 };
-
-// A shared-memory address that is the same in every lane, taken from lane 0 so that the compiler
-// knows it: the descriptors made from it then stay in uniform registers, instead of two R2UR
-// moves before each wgmma.
-__device__ __forceinline__ uint32_t uniform_base(uint32_t addr) { return __shfl_sync(0xffffffffu, addr, 0); }
 
 // Writes (or adds) scale * acc into 16 x D gradient rows: row r's pointer is row_at(r) (nullptr
 // past the end); acc in the accumulator layout.

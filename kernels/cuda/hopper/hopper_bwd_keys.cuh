@@ -206,10 +206,14 @@ __device__ __forceinline__ void key_consume(const HopperBwdParams& p, const KeyS
   float dk[D / 2], dv[D / 2];
 #pragma unroll
   for (int i = 0; i < D / 2; ++i) dk[i] = dv[i] = 0.f;
-  const uint32_t k_base = uniform_base(sm.k() + ln.cw * C::kTileColBytes);
-  const uint32_t v_base = uniform_base(sm.v() + ln.cw * C::kTileColBytes);
-  // The fused dq's B: at head dim 128 this consumer's column block of K; at 64 the only one.
-  const uint32_t k_col_block = uniform_base(sm.k() + (D == 128 ? ln.cw * C::kBlockColBytes : 0));
+  const uint32_t k_base = warp_uniform(sm.k() + ln.cw * C::kTileColBytes);
+  const uint32_t v_base = warp_uniform(sm.v() + ln.cw * C::kTileColBytes);
+  // The fused dq: at head dim 128 each consumer forms its 64 columns of dQ every step (B = its
+  // column block of K); at 64 the consumers take turns, consumer s % 2 forming all 64 (B = the
+  // only column block), so one's product runs on the tensor pipe while the other goes on to the
+  // next tile's softmax; a consumer's staging buffers alternate over its own turns.
+  constexpr bool kTakeTurns = D == 64;
+  const uint32_t k_col_block = warp_uniform(sm.k() + (kTakeTurns ? 0 : ln.cw * C::kBlockColBytes));
   if (w.steps > 0) mbar_wait(sm.kv_full(), 0);
   float sc[32], dp[32];  // outside the loop, as the forward's S: no copies between the wgmmas
   for (int s = 0; s < w.steps; ++s) {
@@ -244,19 +248,15 @@ __device__ __forceinline__ void key_consume(const HopperBwdParams& p, const KeyS
       // Both consumers' halves of dS^T are stored (the tile is double-buffered: a consumer a
       // step ahead writes the other buffer, and cannot be two ahead past this barrier).
       named_sync(1, kWarpgroupThreads * C::kConsumers);
-      // Head dim 128: each consumer forms its 64 columns of dQ every step. Head dim 64: the
-      // consumers take turns (consumer s % 2 forms all 64), so one's product runs on the tensor
-      // pipe while the other goes on to the next tile's softmax; its staging buffers then
-      // alternate over its own turns.
-      if (D == 128 || (s & 1) == ln.cw) {
-        const int turn = D == 128 ? s : s >> 1;
+      if (!kTakeTurns || (s & 1) == ln.cw) {
+        const int turn = kTakeTurns ? s >> 1 : s;
         float dqa[32];
         wgmma_fence();
         dq_part_product<T, C>(dqa, sm.ds(s & 1), k_col_block);
         wgmma_commit();
         wgmma_wait<0>();
         fence_regs(dqa);
-        dq_part_reduce<C>(p, dqa, sm.dq_part(ln.cw, turn & 1), ln, 2 + ln.cw, D == 128 ? ln.cw * C::kTile : 0,
+        dq_part_reduce<C>(p, dqa, sm.dq_part(ln.cw, turn & 1), ln, 2 + ln.cw, kTakeTurns ? 0 : ln.cw * C::kTile,
                           w.i0(s), w.hk * p.group + w.head(s), w.b);
       } else {
         wgmma_wait<0>();

@@ -90,8 +90,8 @@ __device__ __forceinline__ void dq_consume(const HopperBwdParams& p, const DqSme
   // dq starts with the first product (scale_d = 0), not with zeros: a non-wgmma definition of an
   // accumulator that is in flight around the loop makes ptxas serialize the wgmmas.
   float dq[D / 2];
-  const uint32_t q_base = uniform_base(sm.q() + ln.cw * C::kTileColBytes);
-  const uint32_t o_base = uniform_base(sm.dout() + ln.cw * C::kTileColBytes);
+  const uint32_t q_base = warp_uniform(sm.q() + ln.cw * C::kTileColBytes);
+  const uint32_t o_base = warp_uniform(sm.dout() + ln.cw * C::kTileColBytes);
   if (w.steps > 0) mbar_wait(sm.qo_full(), 0);
   // dQ += dS K of tile s stays in flight while tile s + 1's S and dP are issued; its K/V stage is
   // released once it has landed (with the next S).

@@ -22,7 +22,7 @@ namespace ringattn::cuda::hopper {
 struct Lane {
   int cw, warp_in_wg, lane, g, tq, my_bar, next_bar;
   __device__ __forceinline__ Lane(int consumer, int consumers) {
-    cw = __shfl_sync(0xffffffffu, consumer, 0);
+    cw = warp_uniform(consumer);
     warp_in_wg = (threadIdx.x / 32) % 4;
     lane = threadIdx.x % 32;
     g = lane / 4;
@@ -163,7 +163,7 @@ __device__ __forceinline__ void consume_per_tile(const HopperParams& p, const Sm
   // This warpgroup's rows in each column block; taken from lane 0 so that the compiler keeps it
   // (and the Q descriptors made from it) in uniform registers. Both this and Lane's cw come from
   // lane 0: without either, ptxas serializes the wgmmas of a 128x176 kernel (C7511).
-  const uint32_t q_base = __shfl_sync(0xffffffffu, sm.q(0) + ln.cw * kRowsPerConsumer * kSwizzleRowBytes, 0);
+  const uint32_t q_base = warp_uniform(sm.q(0) + ln.cw * kRowsPerConsumer * kSwizzleRowBytes);
   const bool lazy = p.lazy_rescale != 0;
   int it = 0, q_it = 0;
   TileFeed<C> feed;

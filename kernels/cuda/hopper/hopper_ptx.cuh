@@ -22,6 +22,15 @@
 
 namespace ringattn::cuda::hopper {
 
+// A value that is the same in every lane of the warp, taken from lane 0 so that the compiler knows
+// it: the consumer index and the shared-memory bases made from it then stay in uniform registers,
+// with the wgmma descriptors built from them (otherwise two R2UR moves before each wgmma, and in
+// the forward's 128x176 kernels serialized wgmmas, C7511).
+template <typename T>
+__device__ __forceinline__ T warp_uniform(T x) {
+  return __shfl_sync(0xffffffffu, x, 0);
+}
+
 // ---- mbarriers (phase-parity waits) ----
 
 __device__ __forceinline__ void mbar_init(uint32_t bar, uint32_t count) {
