@@ -74,9 +74,15 @@ RA_HD OnlineStep online_step(float& m, float tile_max, Exp exp_fn) {
   return st;
 }
 
+// A finished row's (m, l): l = 0 when it saw no key (the empty state), l > 0 when it saw some,
+// and NaN when a non-finite score or value reached it. A NaN l must stay visible: it is not the
+// empty state (which the merges would then drop, hiding the NaN from every later hop).
 // The lse of a finished row from its (m, l), natural log: m in natural units.
-RA_HD float lse_from_stats(float m, float l) { return l > 0.f ? m + logf(l) : empty_lse(); }
+RA_HD float lse_from_stats(float m, float l) { return l == 0.f ? empty_lse() : m + logf(l); }
 // The same with m in log2 units (the tensor-core kernels).
-RA_HD float lse_from_stats_log2(float m, float l) { return l > 0.f ? (m + log2f(l)) * kLn2 : empty_lse(); }
+RA_HD float lse_from_stats_log2(float m, float l) { return l == 0.f ? empty_lse() : (m + log2f(l)) * kLn2; }
+// The factor that normalizes a finished row's accumulator: 1 / l, and 0 for a row that saw no key
+// (its accumulator is 0); NaN stays NaN.
+RA_HD float inv_sum(float l) { return l == 0.f ? 0.f : 1.f / l; }
 
 }  // namespace ringattn
