@@ -13,6 +13,7 @@
 
 #include "cli/check.hpp"
 #include "cli/finite.hpp"
+#include "cli/flags.hpp"
 #include "cli/gather.hpp"
 #include "cli/outputs.hpp"
 #include "cli/report.hpp"
@@ -274,10 +275,12 @@ std::string check_scope(const GradCheck& c) {
                      "lse and output)", c.q_rows, c.q_total, c.k_rows, c.k_total);
 }
 
-void print_report(std::FILE* f, const GlobalProblem& p, const World& w, const Timings& t, const GradCheck* c,
-                  bool deterministic) {
+void print_report(std::FILE* f, const CommandLine& cl, const GlobalProblem& p, const World& w, const Timings& t,
+                  const GradCheck* c) {
+  const bool deterministic = cl.run.deterministic;
   const double flops = attention_flops(p), bflops = kBackwardFlopFactor * flops;
   fmt::print(f, "# ringattn run --backward: {}\n", problem_line(p));
+  fmt::print(f, "# flags: {}\n", given_flags_line(cl));
   fmt::print(f, "# world {}, transport {}, device {}, dq {}\n", w.size, w.transport_name, w.device_label,
              deterministic ? "deterministic" : "fast");
   fmt::print(f, "forward  {:.3f} ms, {}\n", t.forward_s * 1e3, rate_string(flops, t.forward_s));
@@ -303,7 +306,8 @@ nlohmann::json grads_json(const GradCheck& c) {
           {"pass", c.pass()}};
 }
 
-nlohmann::json run_json(const RunOptions& o, const GlobalProblem& p, const World& w, const Timings& t) {
+nlohmann::json run_json(const CommandLine& cl, const GlobalProblem& p, const World& w, const Timings& t) {
+  const RunOptions& o = cl.run;
   const double flops = attention_flops(p), bflops = kBackwardFlopFactor * flops, total = t.forward_s + t.backward_s;
   auto rate = [](double fl, double s) { return s > 0 ? fl / s / 1e9 : 0.0; };
   return {{"command", "run"},
@@ -322,7 +326,8 @@ nlohmann::json run_json(const RunOptions& o, const GlobalProblem& p, const World
           {"backward_flops", bflops},
           {"gflops_per_s", rate(flops, t.forward_s)},
           {"backward_gflops_per_s", rate(bflops, t.backward_s)},
-          {"total_gflops_per_s", rate(flops + bflops, total)}};
+          {"total_gflops_per_s", rate(flops + bflops, total)},
+          {"flags", flags_json(cl)}};
 }
 
 // The slowest rank's `dt` (collective).
@@ -348,25 +353,21 @@ int load_phase(const RunOptions& o, World& w, ProblemSetup& setup, LocalProblem&
   int code = kExitOk;
   std::string error;
   try {
-    if (w.rank == 0) check_run_outputs(o);  // only rank 0 writes; its verdict is shared below
-    setup = setup_problem(o.problem);
+    setup = prepare_run(o, w.rank, w.size);
     bs.layout = setup.layout;  // --do is read in the inputs' layout
-    GlobalProblem& p = setup.problem;
-    validate_problem(p, w.size);
-    resolve_sharding(o.problem, p, w.size);
-    if (w.size > 1 && !p.is_ring())
-      fail_arg("--backward over {} ranks runs the ring backward, which needs self-attention (q_len == kv_len, "
-               "q_offset 0); got q_len={}, kv_len={}, q_offset={}: run a decode's backward on one process",
-               w.size, p.q_len, p.kv_len, p.resolved_q_offset());
-    check_fault_for(p, w.size);
+    const GlobalProblem& p = setup.problem;
     if (w.rank == 0)
       spdlog::info("problem: {}; forward and backward over {} rank(s), {}", problem_line(p), w.size, w.transport_name);
     local = load_local(p, *setup.source, *w.backend, w.rank, w.size);
     if (o.check_finite) error = check_inputs_finite(p, local, *w.backend, w.rank, *setup.source);
-    if (!error.empty())
-      code = kExitError;
-    else
+    if (error.empty()) {
       g = make_backward(p, local, *w.backend, bs);
+      if (o.check_finite) {
+        const DoutSource ds = dout_source(p, bs);
+        error = check_dout_finite(p, local, g.dout, *w.backend, w.rank, *ds.src, ds.which);
+      }
+    }
+    if (!error.empty()) code = kExitError;
   } catch (const InvalidArgument& e) {
     error = e.what();
     code = kExitError;
@@ -382,6 +383,17 @@ std::vector<float> out_as_float(const GlobalProblem& p, const HostResult& r) {
 }
 
 }  // namespace
+
+void check_backward_setup(const RunOptions& o, const ProblemSetup& setup, int world) {
+  const GlobalProblem& p = setup.problem;
+  if (world > 1 && !p.is_ring())
+    fail_arg("--backward over {} ranks runs the ring backward, which needs self-attention (q_len == kv_len, "
+             "q_offset 0); got q_len={}, kv_len={}, q_offset={}: run a decode's backward on one process",
+             world, p.q_len, p.kv_len, p.resolved_q_offset());
+  // The --do file: a regular file in the shape of q (its header; the rows are read by the run).
+  dout_source(p, BackwardSetup{o.problem.seed, o.do_file, o.deterministic, o.problem.tile_q, o.problem.tile_k,
+                               setup.layout});
+}
 
 DoutSource dout_source(const GlobalProblem& p, const BackwardSetup& s) {
   DoutSource d;
@@ -539,8 +551,9 @@ void write_grad_files(const RunOptions& o, const GlobalProblem& p, const GlobalG
 }
 
 // Rank 0: the check, the report, the JSON and the gradient files; returns the exit code.
-int finish_on_rank0(const RunOptions& o, const ProblemSetup& setup, const BackwardSetup& bs, const GlobalGrads& gg,
+int finish_on_rank0(const CommandLine& cl, const ProblemSetup& setup, const BackwardSetup& bs, const GlobalGrads& gg,
                     const Timings& tm, int64_t bad, int64_t bad_fwd, bool sampled, World& w) {
+  const RunOptions& o = cl.run;
   const GlobalProblem& p = setup.problem;
   int code = kExitOk;
   GradCheck c;
@@ -559,7 +572,7 @@ int finish_on_rank0(const RunOptions& o, const ProblemSetup& setup, const Backwa
     code = kExitError;
   }
   std::FILE* f = o.json_file == "-" ? stderr : stdout;
-  print_report(f, p, w, tm, o.check ? &c : nullptr, o.deterministic);
+  print_report(f, cl, p, w, tm, o.check ? &c : nullptr);
   if (bad + bad_fwd > 0) {
     spdlog::error("non-finite results: {} in the forward's output and lse, {} in the gradients (a NaN or Inf in q, "
                   "k, v or dO; --check-finite names the first such input)", bad_fwd, bad);
@@ -568,7 +581,7 @@ int finish_on_rank0(const RunOptions& o, const ProblemSetup& setup, const Backwa
   if (o.check && !c.pass()) code = std::max(code, kExitCheckFailed);
   try {
     if (!o.json_file.empty()) {
-      nlohmann::json j = run_json(o, p, w, tm);
+      nlohmann::json j = run_json(cl, p, w, tm);
       if (o.check) j["check"] = grads_json(c);
       write_json(o.json_file, j);
     }
@@ -582,7 +595,8 @@ int finish_on_rank0(const RunOptions& o, const ProblemSetup& setup, const Backwa
 
 }  // namespace
 
-int backward_on(const RunOptions& o, World& w) {
+int backward_on(const CommandLine& cl, World& w) {
+  const RunOptions& o = cl.run;
   Transport& t = *w.transport;
   ProblemSetup setup;
   LocalProblem local;
@@ -603,7 +617,7 @@ int backward_on(const RunOptions& o, World& w) {
   const int64_t bad = sum_over_ranks(t, count_nonfinite(h)), bad_fwd = sum_over_ranks(t, count_nonfinite(p, fwd));
   const bool sampled = o.check && sampled_check(p, o.problem.check_rows);
   const GlobalGrads gg = gather_grads(o, p, h, fwd, sampled, w);
-  const int code = w.rank == 0 ? finish_on_rank0(o, setup, bs, gg, tm, bad, bad_fwd, sampled, w) : kExitOk;
+  const int code = w.rank == 0 ? finish_on_rank0(cl, setup, bs, gg, tm, bad, bad_fwd, sampled, w) : kExitOk;
   const int written = write_global_outputs(p, local, fwd, t, o.out_file, o.lse_file, setup.layout);
   return agree_exit_code(t, written != 0 ? std::max(code, int(kExitError)) : code);
 }

@@ -42,6 +42,11 @@ struct DoutSource {
 };
 DoutSource dout_source(const GlobalProblem& p, const BackwardSetup& s);
 
+// What `run --backward` refuses beyond the forward's checks, on every rank alike: a decode
+// problem over several ranks, and a --do file that is missing or not in the shape of q. Throws
+// InvalidArgument. Part of prepare_run (run.hpp), so the dry run refuses it too.
+void check_backward_setup(const RunOptions& o, const ProblemSetup& setup, int world);
+
 // Allocates this rank's dO (its rows of the global dO, drawn or read, by `local.q_layout`) and
 // the gradients, poisoned with NaN so that anything the backward does not write shows up.
 BackwardBuffers make_backward(const GlobalProblem& p, const LocalProblem& local, Backend& b, const BackwardSetup& s);
@@ -60,6 +65,6 @@ HostGrads copy_grads(const BackwardBuffers& g, Backend& b);
 int64_t count_nonfinite(const HostGrads& g);
 
 // `ringattn run --backward` on any world.
-int backward_on(const RunOptions& o, World& w);
+int backward_on(const CommandLine& cl, World& w);
 
 }  // namespace ringattn::cli

@@ -11,6 +11,7 @@
 
 #include "cli/backward.hpp"
 #include "cli/check.hpp"
+#include "cli/flags.hpp"
 #include "cli/outputs.hpp"
 #include "cli/problem.hpp"
 #include "cli/report.hpp"
@@ -152,7 +153,9 @@ SizeResult bench_size(const BenchOptions& o, GlobalProblem p, InputSource& src, 
 // length of a self-attention problem.
 bool decode_sweep(const BenchOptions& o) { return o.problem.kv_seq.has_value(); }
 
-void print_header(std::FILE* f, const BenchOptions& o, const GlobalProblem& p, const World& w, const std::vector<RankReport>& ranks) {
+void print_header(std::FILE* f, const CommandLine& cl, const GlobalProblem& p, const World& w,
+                  const std::vector<RankReport>& ranks) {
+  const BenchOptions& o = cl.bench;
   fmt::print(f, "# ringattn bench: impl {}, device {}, transport {}, world {}\n", o.impl, o.problem.device,
              w.transport_name, w.size);
   const std::string sweep =
@@ -170,6 +173,7 @@ void print_header(std::FILE* f, const BenchOptions& o, const GlobalProblem& p, c
     fmt::print(f, "# window {},{}: rates count visible pairs only\n", p.window.left, p.window.right);
   fmt::print(f, "# hops: ring hops taken (the ring stops after the last one that computes); sent: K/V bytes all ranks "
              "sent in one call\n");
+  fmt::print(f, "# flags: {}\n", given_flags_line(cl));
   fmt::print(f, "# check: {}\n", o.check ? "fp64 naive reference (all rows when small, a seeded sample when large)"
                                        : "off (non-finite values still counted)");
   fmt::print(f, "# time: {}\n", o.timer == "batch"
@@ -291,8 +295,9 @@ void check_bench(const BenchOptions& o, const World& w) {
 }
 
 // The footer and the JSON record (rank 0). Returns the exit code.
-int finish_sweep(std::FILE* f, const BenchOptions& o, const World& w, const GlobalProblem& p,
+int finish_sweep(std::FILE* f, const CommandLine& cl, const World& w, const GlobalProblem& p,
                  const std::vector<RankReport>& ranks, const nlohmann::json& rows, bool all_ok, bool any_checked) {
+  const BenchOptions& o = cl.bench;
   fmt::print(f, "# Out of tolerance or non-finite results: {}\n",
              !all_ok        ? "some (see the check column)"
              : any_checked ? "none"
@@ -306,7 +311,7 @@ int finish_sweep(std::FILE* f, const BenchOptions& o, const World& w, const Glob
                       {"sweep", decode_sweep(o) ? "decode" : "ring"},
                       {"iters", o.iters},    {"warmup", o.warmup},   {"timer", o.timer}, {"sizes", rows},
                       {"ranks", ranks_json(ranks)},    {"pass", all_ok},
-                      {"checked", any_checked}};
+                      {"checked", any_checked}, {"flags", flags_json(cl)}};
   for (const char* k : {"q_len", "kv_len", "q_offset"}) j["problem"].erase(k);  // per size, in "sizes"
   try {
     write_json(o.json_file, j);
@@ -317,7 +322,8 @@ int finish_sweep(std::FILE* f, const BenchOptions& o, const World& w, const Glob
   return code;
 }
 
-int bench_on(const BenchOptions& o, World& w) {
+int bench_on(const CommandLine& cl, World& w) {
+  const BenchOptions& o = cl.bench;
   Transport& t = *w.transport;
   check_bench(o, w);
   std::string error;
@@ -339,7 +345,7 @@ int bench_on(const BenchOptions& o, World& w) {
   const auto ranks = gather_reports(t, me);
   // With --json - the record owns stdout; the table moves to stderr.
   std::FILE* f = o.json_file == "-" ? stderr : stdout;
-  if (w.rank == 0) print_header(f, o, setup.problem, w, ranks);
+  if (w.rank == 0) print_header(f, cl, setup.problem, w, ranks);
 
   bool all_ok = true, any_checked = false;
   nlohmann::json rows = nlohmann::json::array();
@@ -370,15 +376,15 @@ int bench_on(const BenchOptions& o, World& w) {
     }
   }
   int code = all_ok ? kExitOk : kExitCheckFailed;
-  if (w.rank == 0) code = finish_sweep(f, o, w, setup.problem, ranks, rows, all_ok, any_checked);
+  if (w.rank == 0) code = finish_sweep(f, cl, w, setup.problem, ranks, rows, all_ok, any_checked);
   return agree_exit_code(t, code);
 }
 
 }  // namespace
 
-int bench_command(const BenchOptions& o, MpiSession& mpi) {
-  World w = make_world(o.problem, mpi);
-  return run_guarded(w, [&] { return bench_on(o, w); });
+int bench_command(const CommandLine& cl, MpiSession& mpi) {
+  World w = make_world(cl.bench.problem, mpi);
+  return run_guarded(w, [&] { return bench_on(cl, w); });
 }
 
 }  // namespace ringattn::cli

@@ -10,6 +10,7 @@
 
 #include <fmt/format.h>
 
+#include "cli/flags.hpp"
 #include "core/error.hpp"
 #include "core/host.hpp"
 #include "core/timer.hpp"
@@ -19,8 +20,8 @@ namespace ringattn::cli {
 namespace {
 
 constexpr uint32_t kMagic = 0x434d444c;  // "CMDL"
-constexpr uint32_t kVersion = 1;
-constexpr size_t kMaxFields = 40;
+constexpr uint32_t kVersion = 2;
+constexpr size_t kMaxFields = 64;
 
 // Fixed size and trivially copyable: one MPI_Iallgather of bytes, never truncated.
 struct Record {
@@ -42,48 +43,15 @@ std::string fitted(const std::string& v, size_t room) {
   return fmt::format("{}...#{:08x}", v.substr(0, room - 13), uint32_t(std::hash<std::string>{}(v)));
 }
 
-std::string yes_no(bool b) { return b ? "yes" : "no"; }
-std::string opt_text(const std::optional<int64_t>& v) { return v ? std::to_string(*v) : std::string("default"); }
-
-void add_problem_fields(CommandFields& f, const ProblemOptions& o, bool with_seq) {
-  f.insert(f.end(), {{"--batch", std::to_string(o.batch)}, {"--heads", std::to_string(o.heads)},
-                     {"--kv-heads", std::to_string(o.kv_heads)}, {"--dim", std::to_string(o.dim)},
-                     {"--seed", std::to_string(o.seed)}, {"--causal", yes_no(o.causal)}, {"--device", o.device},
-                     {"--dtype", o.dtype.empty() ? "default" : o.dtype}, {"--tile-q", std::to_string(o.tile_q)},
-                     {"--tile-k", std::to_string(o.tile_k)}, {"--shard", o.shard}, {"--transport", o.transport},
-                     {"--check-rows", std::to_string(o.check_rows)}});
-  if (with_seq)
-    f.insert(f.end(), {{"--seq", std::to_string(o.seq)}, {"--kv-seq", opt_text(o.kv_seq)},
-                       {"--q-offset", opt_text(o.q_offset)}, {"--q", o.q_file}, {"--k", o.k_file},
-                       {"--v", o.v_file}, {"--layout", o.layout.empty() ? "default" : o.layout},
-                       {"--doc-lens", o.doc_lens}, {"--cu-seqlens", o.cu_seqlens_file}});
-  f.push_back({"--window", o.window.empty() ? "none" : o.window});
-}
-
 }  // namespace
 
 CommandFields command_fields(const CommandLine& cl) {
   CommandFields f;
-  if (cl.command == "run") {
-    const RunOptions& o = cl.run;
-    f = {{"--dry-run", yes_no(o.dry_run)}, {"--check", yes_no(o.check)}, {"--check-finite", yes_no(o.check_finite)},
-         // Only rank 0 writes, but every rank takes part in gathering what it writes.
-         {"--out given", yes_no(!o.out_file.empty())}, {"--lse given", yes_no(!o.lse_file.empty())},
-         {"--json given", yes_no(!o.json_file.empty())}, {"--backward", yes_no(o.backward)}};
-    add_problem_fields(f, o.problem, true);
-  } else if (cl.command == "bench") {
-    const BenchOptions& o = cl.bench;
-    f = {{"--seq-min", std::to_string(o.seq_min)}, {"--seq-max", std::to_string(o.seq_max)},
-         {"--seq-factor", fmt::format("{}", o.seq_factor)}, {"--iters", std::to_string(o.iters)},
-         {"--warmup", std::to_string(o.warmup)}, {"--impl", o.impl}, {"--no-check", yes_no(!o.check)},
-         {"--json given", yes_no(!o.json_file.empty())}, {"--kv-seq", opt_text(o.problem.kv_seq)},
-         {"--q-offset", opt_text(o.problem.q_offset)}, {"--backward", yes_no(o.backward)}};
-    add_problem_fields(f, o.problem, false);
-  } else if (cl.command == "plan") {
-    const PlanOptions& o = cl.plan;
-    f = {{"--seq", std::to_string(o.seq)}, {"--ranks", std::to_string(o.ranks)}, {"--shard", o.shard},
-         {"--causal", yes_no(o.causal)}, {"--batch", std::to_string(o.batch)}, {"--heads", std::to_string(o.heads)},
-         {"--dim", std::to_string(o.dim)}};
+  const unsigned cmd = command_bit(cl.command);
+  for (const Flag* row : flags_of(cmd)) {
+    if (row->agree == Agree::Local || row->alias_of != nullptr) continue;  // an alias fills its target's slot
+    const std::string name = flag_name(*row) + (row->agree == Agree::Given ? " given" : "");
+    f.emplace_back(name, flag_text(*row, cl, Cmd(cmd)));
   }
   return f;
 }

@@ -1,6 +1,7 @@
 // The first collective of every ringattn process that a launcher started with others: one
-// fixed-size record per rank, carrying the subcommand and every flag that changes what the ranks
-// compute or which collectives they call. Ranks started with different subcommands or flags
+// fixed-size record per rank, carrying the subcommand and, for every row of the flag table
+// (cli/flags.hpp) that is not rank-local, its value (Agree::Value) or whether it was given
+// (Agree::Given). Ranks started with different subcommands or flags
 // (MPMD launches, edited scripts) stop here with one message naming the ranks and the field,
 // before any collective whose size depends on the flags could truncate or hang.
 #pragma once
@@ -14,7 +15,7 @@
 
 namespace ringattn::cli {
 
-// The subcommand's fields as (name, value) text, in a fixed order.
+// The subcommand's fields as (name, value) text, in table order (derived from the flag table).
 using CommandFields = std::vector<std::pair<std::string, std::string>>;
 CommandFields command_fields(const CommandLine& cl);
 

@@ -12,6 +12,7 @@
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
+#include "cli/flags.hpp"
 #include "cli/outputs.hpp"
 #include "cli/problem.hpp"
 #include "cli/report.hpp"
@@ -103,7 +104,8 @@ std::string ring_exchange(World& w) {
 
 }  // namespace
 
-int dry_run_on(const RunOptions& o, World& w) {
+int dry_run_on(const CommandLine& cl, World& w) {
+  const RunOptions& o = cl.run;
   Transport& t = *w.transport;
   const RankInfo mine = my_info(w);
   std::vector<RankInfo> all(size_t(w.size));
@@ -130,11 +132,7 @@ int dry_run_on(const RunOptions& o, World& w) {
   std::string error;
   int code = kExitOk;
   try {
-    if (w.rank == 0) check_run_outputs(o);  // only rank 0 writes; its verdict is shared below
-    setup = setup_problem(o.problem);
-    validate_problem(setup.problem, w.size);
-    resolve_sharding(o.problem, setup.problem, w.size);
-    check_fault_for(setup.problem, w.size);
+    setup = prepare_run(o, w.rank, w.size);  // everything the run checks before it computes
   } catch (const InvalidArgument& e) {
     error = e.what();
     code = kExitError;
@@ -158,12 +156,15 @@ int dry_run_on(const RunOptions& o, World& w) {
       if (r == 0 || q_layout.tokens() < tmin) tmin = q_layout.tokens();
       if (r == 0 || q_layout.tokens() > tmax) tmax = q_layout.tokens();
     }
-    fmt::print(f, "problem  ok: {}\n", problem_line(p));
+    fmt::print(f, "problem  ok: {}{}\n", problem_line(p), o.backward ? ", forward and backward" : "");
+    fmt::print(f, "flags    ok: {}\n", given_flags_line(cl));
     fmt::print(f, "shards   ok: {} over {} ranks, {} query tokens per rank\n",
                p.is_ring() ? fmt::format("{} sharding", sharding_name(p.sharding)) : std::string("decode KV split"),
                w.size, tmin == tmax ? std::to_string(tmin) : fmt::format("{} to {}", tmin, tmax));
-    fmt::print(f, "agree    ok: every rank describes the same problem and loaded the same libraries\n");
-    if (!o.out_file.empty() || !o.lse_file.empty() || (!o.json_file.empty() && o.json_file != "-"))
+    fmt::print(f, "agree    ok: every rank was started with the same flags, describes the same problem and loaded "
+               "the same libraries\n");
+    if (!o.out_file.empty() || !o.lse_file.empty() || !o.dq_file.empty() || !o.dk_file.empty() ||
+        !o.dv_file.empty() || (!o.json_file.empty() && o.json_file != "-"))
       fmt::print(f, "outputs  ok: every output file can be created and names a file of its own\n");
     fmt::print(f, "ring     ok: {}\n", w.size > 1 ? fmt::format("one exchange around the ring of {} ranks", w.size)
                                                : std::string("a world of one (no exchange)"));

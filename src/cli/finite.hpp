@@ -1,4 +1,4 @@
-// --check-finite: the first NaN or Inf of a rank's inputs (before the run, so bad input never
+// --check-finite: the first NaN or Inf of a rank's inputs (q, k, v and, with --backward, dO) (before the run, so bad input never
 // reaches a kernel) or outputs (after it), named by rank, tensor and global index.
 #pragma once
 
@@ -15,6 +15,11 @@ namespace ringattn::cli {
 // (`src` rebuilds the element in fp32).
 std::string check_inputs_finite(const GlobalProblem& p, const LocalProblem& l, Backend& b, int rank,
                                 InputSource& src);
+
+// The same for this rank's rows of dO (the backward's upstream gradient, in `dout`), drawn from
+// `src`'s `which` (the seed's InputTensor::DO or the --do file's rows).
+std::string check_dout_finite(const GlobalProblem& p, const LocalProblem& l, const DeviceBuffer& dout, Backend& b,
+                              int rank, InputSource& src, InputTensor which);
 
 // The same for this rank's out and lse (copied to the host by copy_result).
 std::string check_outputs_finite(const GlobalProblem& p, const LocalProblem& l, const HostResult& r, int rank);

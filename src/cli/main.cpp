@@ -132,7 +132,7 @@ int main(int argc, char** argv) {
     if (cl.command == "plan")
       code = rank == 0 ? plan_command(cl.plan) : 0;
     else
-      code = cl.command == "run" ? run_command(cl.run, *mpi) : bench_command(cl.bench, *mpi);
+      code = cl.command == "run" ? run_command(cl, *mpi) : bench_command(cl, *mpi);
     mpi->finish();
     return code;
   } catch (const CollectiveError& e) {

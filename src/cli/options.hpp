@@ -1,10 +1,12 @@
-// The flags of `ringattn run` and `ringattn bench`, parsed by CLI11 into plain structs.
+// The flags of `ringattn run`, `bench` and `plan`, parsed by CLI11 into plain structs (the flags
+// themselves, their checks and what is derived from them: cli/flags.hpp).
 #pragma once
 
 #include <cstdint>
 #include <memory>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include <CLI/CLI.hpp>
 
@@ -78,13 +80,6 @@ struct PlanOptions {
   std::string dtype = "fp32";  // scales the bytes column
 };
 
-// Registers the problem flags on a subcommand. `with_seq` is false for bench (its sizes come
-// from the sweep flags).
-void add_problem_flags(CLI::App& app, ProblemOptions& o, bool with_seq);
-void add_run_flags(CLI::App& app, RunOptions& o);
-void add_bench_flags(CLI::App& app, BenchOptions& o);
-void add_plan_flags(CLI::App& app, PlanOptions& o);
-
 // The whole command line: every subcommand's options after parsing. parse_command_line fills it
 // without running anything (the fuzz test calls it with random argv).
 struct CommandLine {
@@ -93,6 +88,7 @@ struct CommandLine {
   PlanOptions plan;
   bool show_version = false;
   std::string command;  // "run", "bench", "plan" or "" (none: help, or --version)
+  std::vector<std::string> given;  // the flags given on the command line (cli/flags.hpp names), table order
 };
 
 // The default command line: `ringattn` alone is `ringattn run --causal --check`.

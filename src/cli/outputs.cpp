@@ -3,6 +3,7 @@
 #include <filesystem>
 #include <system_error>
 
+#include "cli/flags.hpp"
 #include "ringattn/atomic_file.hpp"
 #include "core/error.hpp"
 
@@ -43,13 +44,37 @@ void check_output_paths(const NamedPaths& outputs, const NamedPaths& inputs) {
   }
 }
 
-void check_run_outputs(const RunOptions& o) {
-  check_output_paths({{"--out", o.out_file}, {"--lse", o.lse_file}, {"--json", o.json_file}, {"--dq", o.dq_file},
-                      {"--dk", o.dk_file}, {"--dv", o.dv_file}},
-                     {{"--q", o.problem.q_file}, {"--k", o.problem.k_file}, {"--v", o.problem.v_file},
-                      {"--do", o.do_file}});
+namespace {
+
+// The (flag, path) pairs of the table's rows of `cmd` that write (or read) files, as given.
+void paths_of(const CommandLine& cl, Cmd cmd, NamedPaths& outputs, NamedPaths& inputs) {
+  for (const Flag* f : flags_of(cmd)) {
+    if (f->io == Io::None) continue;
+    const nlohmann::json v = flag_json(*f, cl, cmd);
+    const std::string path = v.is_string() ? v.get<std::string>() : std::string();
+    const bool out = f->io == Io::OutputTensor || f->io == Io::OutputFile;
+    (out ? outputs : inputs).emplace_back(flag_name(*f), path);
+  }
 }
 
-void check_bench_outputs(const BenchOptions& o) { check_output_paths({{"--json", o.json_file}}, {}); }
+void check_command_outputs(const CommandLine& cl, Cmd cmd) {
+  NamedPaths outputs, inputs;
+  paths_of(cl, cmd, outputs, inputs);
+  check_output_paths(outputs, inputs);
+}
+
+}  // namespace
+
+void check_run_outputs(const RunOptions& o) {
+  CommandLine cl;
+  cl.run = o;
+  check_command_outputs(cl, kRun);
+}
+
+void check_bench_outputs(const BenchOptions& o) {
+  CommandLine cl;
+  cl.bench = o;
+  check_command_outputs(cl, kBench);
+}
 
 }  // namespace ringattn::cli

@@ -8,6 +8,7 @@
 #include "cli/backward.hpp"
 #include "cli/check.hpp"
 #include "cli/finite.hpp"
+#include "cli/flags.hpp"
 #include "cli/gather.hpp"
 #include "cli/outputs.hpp"
 #include "cli/problem.hpp"
@@ -20,9 +21,10 @@
 namespace ringattn::cli {
 namespace {
 
-void print_run_report(std::FILE* f, const GlobalProblem& p, const World& w, const std::vector<RankReport>& all,
-                      const Summary& s, bool checked) {
+void print_run_report(std::FILE* f, const CommandLine& cl, const GlobalProblem& p, const World& w,
+                      const std::vector<RankReport>& all, const Summary& s, bool checked) {
   fmt::print(f, "# ringattn run: {}\n", problem_line(p));
+  fmt::print(f, "# flags: {}\n", given_flags_line(cl));
   fmt::print(f, "# world {}, transport {}\n", w.size, w.transport_name);
   fmt::print(f, "# {:>4}  {:<16} {:<18} {:>9} {:>9} {:>11} {:>11} {:>8} {:>11} {:>11} {:>11}\n", "rank", "host", "device",
              "setup_ms", "wall_ms", "compute_ms", "exposed_ms", "hidden%", "sent", "peak_rss", "workspace");
@@ -63,6 +65,16 @@ std::string nonfinite_message(const Summary& s) {
 }
 
 }  // namespace
+
+ProblemSetup prepare_run(const RunOptions& o, int rank, int world) {
+  if (rank == 0) check_run_outputs(o);  // only rank 0 writes; the callers share its verdict
+  ProblemSetup setup = setup_problem(o.problem);
+  validate_problem(setup.problem, world);
+  resolve_sharding(o.problem, setup.problem, world);
+  if (o.backward) check_backward_setup(o, setup, world);
+  check_fault_for(setup.problem, world);
+  return setup;
+}
 
 namespace {
 
@@ -106,11 +118,7 @@ int load_phase(const RunOptions& o, World& w, ProblemSetup& setup, LocalProblem&
   int code = kExitOk;
   std::string error;
   try {
-    if (w.rank == 0) check_run_outputs(o);  // only rank 0 writes; its verdict is shared below
-    setup = setup_problem(o.problem);
-    validate_problem(setup.problem, w.size);
-    resolve_sharding(o.problem, setup.problem, w.size);
-    check_fault_for(setup.problem, w.size);
+    setup = prepare_run(o, w.rank, w.size);
     if (w.rank == 0) spdlog::info("problem: {}; world {} over {}", problem_line(setup.problem), w.size, w.transport_name);
     local = load_local(setup.problem, *setup.source, *w.backend, w.rank, w.size);
     if (o.check_finite) {
@@ -125,8 +133,9 @@ int load_phase(const RunOptions& o, World& w, ProblemSetup& setup, LocalProblem&
   return agree_on_errors(*w.transport, code, error);
 }
 
-nlohmann::json run_json(const RunOptions& o, const GlobalProblem& p, const World& w, const std::vector<RankReport>& all,
-                        const Summary& s, bool check_ok) {
+nlohmann::json run_json(const CommandLine& cl, const GlobalProblem& p, const World& w,
+                        const std::vector<RankReport>& all, const Summary& s, bool check_ok) {
+  const RunOptions& o = cl.run;
   const double flops = attention_flops(p);
   nlohmann::json j = {{"command", "run"},
                       {"problem", problem_json(p)},
@@ -143,7 +152,8 @@ nlohmann::json run_json(const RunOptions& o, const GlobalProblem& p, const World
                       {"bytes_sent", s.bytes_sent},
                       {"hops", s.hops},
                       {"hidden_fraction", s.hidden},
-                      {"ranks", ranks_json(all)}};
+                      {"ranks", ranks_json(all)},
+                      {"flags", flags_json(cl)}};
   if (o.check)
     j["check"] = {{"rows_checked", s.rows_checked}, {"rows_total", s.rows_total}, {"max_abs_error", s.max_abs},
                   {"max_rel_error", s.max_rel},       {"max_lse_abs_error", s.max_lse_abs},
@@ -175,7 +185,8 @@ CheckResult check_phase(const RunOptions& o, const GlobalProblem& p, ProblemSetu
   return chk;
 }
 
-int run_on(const RunOptions& o, World& w, double world_s) {
+int run_on(const CommandLine& cl, World& w, double world_s) {
+  const RunOptions& o = cl.run;
   Transport& t = *w.transport;
   ProblemSetup setup;
   LocalProblem local;
@@ -219,10 +230,10 @@ int run_on(const RunOptions& o, World& w, double world_s) {
 
   if (w.rank == 0) {
     // With --json - the record owns stdout; the table moves to stderr.
-    print_run_report(o.json_file == "-" ? stderr : stdout, p, w, all, s, o.check);
+    print_run_report(o.json_file == "-" ? stderr : stdout, cl, p, w, all, s, o.check);
     if (!o.json_file.empty()) {
       try {
-        write_json(o.json_file, run_json(o, p, w, all, s, check_ok));
+        write_json(o.json_file, run_json(cl, p, w, all, s, check_ok));
       } catch (const std::exception& e) {
         spdlog::error("{}", e.what());
         code = std::max(code, kExitError);
@@ -236,12 +247,13 @@ int run_on(const RunOptions& o, World& w, double world_s) {
 
 }  // namespace
 
-int run_command(const RunOptions& o, MpiSession& mpi) {
+int run_command(const CommandLine& cl, MpiSession& mpi) {
+  const RunOptions& o = cl.run;
   const auto t0 = std::chrono::steady_clock::now();
   World w = make_world(o.problem, mpi);
   const double world_s = mpi.init_seconds() + seconds_since(t0);
   return run_guarded(w, [&] {
-    return o.dry_run ? dry_run_on(o, w) : o.backward ? backward_on(o, w) : run_on(o, w, world_s);
+    return o.dry_run ? dry_run_on(cl, w) : o.backward ? backward_on(cl, w) : run_on(cl, w, world_s);
   });
 }
 

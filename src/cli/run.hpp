@@ -3,6 +3,7 @@
 #pragma once
 
 #include "cli/options.hpp"
+#include "cli/problem.hpp"
 #include "cli/world.hpp"
 
 namespace ringattn::cli {
@@ -11,10 +12,15 @@ inline constexpr int kExitOk = 0;
 inline constexpr int kExitError = 1;
 inline constexpr int kExitCheckFailed = 2;
 
-int run_command(const RunOptions& o, MpiSession& mpi);
+int run_command(const CommandLine& cl, MpiSession& mpi);
+// Everything `run` checks on this rank before it loads or computes, shared by the run, the
+// backward and the dry run: the output paths (rank 0 only: it alone writes), the problem from the
+// flags or the files' headers and its validation over `world` ranks, --shard auto, the backward's
+// limits and its --do file, the fault plan. Throws InvalidArgument; the callers agree on it.
+ProblemSetup prepare_run(const RunOptions& o, int rank, int world);
 // `run --dry-run` on a world already made (dry_run.cpp).
-int dry_run_on(const RunOptions& o, World& w);
-int bench_command(const BenchOptions& o, MpiSession& mpi);
+int dry_run_on(const CommandLine& cl, World& w);
+int bench_command(const CommandLine& cl, MpiSession& mpi);
 // No MPI: prints the schedule of every rank of a ring of o.ranks.
 int plan_command(const PlanOptions& o);
 
