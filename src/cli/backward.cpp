@@ -98,21 +98,16 @@ void check_all(const GlobalProblem& p, InputSource& src, const DoutSource& ds, c
   bp.v = bhtd_view(v.data(), p.dtype, B, Hk, S, D);
   bp.dout = bhtd_view(dout.data(), p.dtype, B, Hq, T, D);
   bp.scale = p.resolved_scale();
-  const std::vector<int64_t> bounds = p.doc_bounds();
-  std::vector<std::pair<int64_t, int64_t>> docs;  // (start, length); one without documents
-  if (bounds.size() < 2) docs.push_back({0, T});
-  for (size_t i = 0; i + 1 < bounds.size(); ++i) docs.push_back({bounds[i], bounds[i + 1] - bounds[i]});
-  for (const auto& [a, n] : docs) {
+  const bool documents = p.doc_bounds().size() >= 2;
+  for (const auto& [a, n, mask] : oracle_parts(p)) {
     BackwardParams dp = bp;
-    if (bounds.size() >= 2) {
+    if (documents) {
       dp.q = bp.q.rows(a, n);
       dp.k = bp.k.rows(a, n);
       dp.v = bp.v.rows(a, n);
       dp.dout = bp.dout.rows(a, n);
-      dp.mask = band_mask(p.causal, p.window, 0, 1);
-    } else {
-      dp.mask = p.mask();
     }
+    dp.mask = mask;
     const cpu::GradReference r = cpu::naive_backward(dp);
     const int64_t Td = dp.q.len, Sd = dp.k.len;
     auto cmp = [&](GradError& e, const std::vector<float>& got, const std::vector<double>& ref, int64_t H, int64_t len,
@@ -533,26 +528,27 @@ GlobalGrads gather_grads(const RunOptions& o, const GlobalProblem& p, const Host
   return gg;
 }
 
-// --dq/--dk/--dv in `layout` (the shapes of q, k and v in it): each file whole or not at all, and
-// all of them finished before any is moved into place.
-void write_grad_files(const RunOptions& o, const GlobalProblem& p, const GlobalGrads& gg, FileLayout layout) {
+// --dq/--dk/--dv in `layout` (the shapes of q, k and v in it), finished into `staged`, which moves
+// them into place with the run's other outputs.
+void write_grad_files(const RunOptions& o, const GlobalProblem& p, const GlobalGrads& gg, FileLayout layout,
+                      FileSet& staged) {
   const int64_t B = p.batch, D = p.head_dim;
-  std::vector<std::unique_ptr<NpyWriter>> files;
   for (const auto& [path, heads, len, data] : {std::tuple{&o.dq_file, p.q_heads, p.q_len, &gg.dq},
                                                std::tuple{&o.dk_file, p.kv_heads, p.kv_len, &gg.dk},
                                                std::tuple{&o.dv_file, p.kv_heads, p.kv_len, &gg.dv}}) {
     if (path->empty()) continue;
-    files.push_back(std::make_unique<NpyWriter>(*path, file_shape(layout, B, heads, len, D), DType::F32));
+    NpyWriter file(*path, file_shape(layout, B, heads, len, D), DType::F32);
     const std::vector<float> x = to_file_order(layout, data->data(), B, heads, len, D);
-    files.back()->write(x.data(), int64_t(x.size()));
-    files.back()->finish();
+    file.write(x.data(), int64_t(x.size()));
+    staged.add(file.release_finished());
   }
-  for (auto& file : files) file->close();
 }
 
-// Rank 0: the check, the report, the JSON and the gradient files; returns the exit code.
+// Rank 0: the check, the report, and the JSON and the gradient files staged (`write_failed` when
+// one could not be written); returns the exit code.
 int finish_on_rank0(const CommandLine& cl, const ProblemSetup& setup, const BackwardSetup& bs, const GlobalGrads& gg,
-                    const Timings& tm, int64_t bad, int64_t bad_fwd, bool sampled, World& w) {
+                    const Timings& tm, int64_t bad, int64_t bad_fwd, bool sampled, World& w, FileSet& staged,
+                    bool& write_failed) {
   const RunOptions& o = cl.run;
   const GlobalProblem& p = setup.problem;
   int code = kExitOk;
@@ -583,12 +579,12 @@ int finish_on_rank0(const CommandLine& cl, const ProblemSetup& setup, const Back
     if (!o.json_file.empty()) {
       nlohmann::json j = run_json(cl, p, w, tm);
       if (o.check) j["check"] = grads_json(c);
-      write_json(o.json_file, j);
+      stage_json(staged, o.json_file, j);
     }
-    write_grad_files(o, p, gg, setup.layout);
+    write_grad_files(o, p, gg, setup.layout, staged);
   } catch (const std::exception& e) {
     spdlog::error("{}", e.what());
-    code = std::max(code, kExitError);
+    write_failed = true;
   }
   return code;
 }
@@ -617,9 +613,18 @@ int backward_on(const CommandLine& cl, World& w) {
   const int64_t bad = sum_over_ranks(t, count_nonfinite(h)), bad_fwd = sum_over_ranks(t, count_nonfinite(p, fwd));
   const bool sampled = o.check && sampled_check(p, o.problem.check_rows);
   const GlobalGrads gg = gather_grads(o, p, h, fwd, sampled, w);
-  const int code = w.rank == 0 ? finish_on_rank0(cl, setup, bs, gg, tm, bad, bad_fwd, sampled, w) : kExitOk;
-  const int written = write_global_outputs(p, local, fwd, t, o.out_file, o.lse_file, setup.layout);
-  return agree_exit_code(t, written != 0 ? std::max(code, int(kExitError)) : code);
+  // Every output of the run (--json, --dq/--dk/--dv, --out, --lse) moves into place together, or
+  // none does.
+  FileSet staged;
+  bool write_failed = false;
+  int code = w.rank == 0 ? finish_on_rank0(cl, setup, bs, gg, tm, bad, bad_fwd, sampled, w, staged, write_failed)
+                         : kExitOk;
+  write_failed = agree_exit_code(t, write_failed ? 1 : 0) != 0;
+  if (!write_failed && write_global_outputs(p, local, fwd, t, o.out_file, o.lse_file, setup.layout, staged) != 0)
+    write_failed = true;
+  if (!write_failed) write_failed = commit_outputs(staged) != 0;
+  if (write_failed) code = std::max(code, int(kExitError));
+  return agree_exit_code(t, code);
 }
 
 }  // namespace ringattn::cli

@@ -26,22 +26,64 @@ namespace {
 // Sweeps longer than this print a progress line before each size.
 constexpr double kProgressAfterS = 2.0;
 
-// The fp64 oracle as an implementation, for the flash-vs-naive comparison; writes the same
-// (out, lse) a run would.
+// `got` [B, H, n, D] (or [B, H, n] with D 1) of an oracle part into rows [a, a + n) of `dst`.
+template <class Store>
+void scatter_part(const std::vector<double>& got, int64_t B, int64_t H, int64_t n, int64_t D, Store&& store) {
+  for (int64_t bh = 0; bh < B * H; ++bh)
+    for (int64_t t = 0; t < n; ++t)
+      for (int64_t d = 0; d < D; ++d) store(bh / H, bh % H, t, d, got[size_t((bh * n + t) * D + d)]);
+}
+
+// The fp64 oracle as an implementation, for the flash-vs-naive comparison: per packed document
+// (each a problem of its own, as the check sees it); writes the same (out, lse) a run would.
 RankStats run_naive(const GlobalProblem& p, const LocalProblem& l) {
-  FlashParams fp;
-  fp.q = l.views.q;
-  fp.k = l.views.k;
-  fp.v = l.views.v;
-  fp.scale = p.resolved_scale();
-  fp.mask = p.mask();
-  const auto t0 = std::chrono::steady_clock::now();
-  const cpu::Reference ref = cpu::naive_attention(fp);
+  const bool documents = p.doc_bounds().size() >= 2;
+  const TensorView out = l.views.out;
+  const int64_t T = p.q_len;
   RankStats s;
+  const auto t0 = std::chrono::steady_clock::now();
+  for (const auto& [a, n, mask] : oracle_parts(p)) {
+    FlashParams fp;
+    fp.q = documents ? l.views.q.rows(a, n) : l.views.q;
+    fp.k = documents ? l.views.k.rows(a, n) : l.views.k;
+    fp.v = documents ? l.views.v.rows(a, n) : l.views.v;
+    fp.scale = p.resolved_scale();
+    fp.mask = mask;
+    const cpu::Reference ref = cpu::naive_attention(fp);
+    const int64_t rows = fp.q.len, H = p.q_heads;
+    scatter_part(ref.o, p.batch, H, rows, p.head_dim, [&](int64_t b, int64_t h, int64_t t, int64_t d, double x) {
+      store_from_float(out.data, p.dtype, out.offset(b, h, a + t) + d, float(x));
+    });
+    scatter_part(ref.lse, p.batch, H, rows, 1, [&](int64_t b, int64_t h, int64_t t, int64_t, double x) {
+      l.views.lse[size_t((b * H + h) * T + a + t)] = float(x);
+    });
+  }
   s.compute_s = seconds_since(t0);
-  for (size_t i = 0; i < ref.o.size(); ++i) store_from_float(l.views.out.data, p.dtype, int64_t(i), float(ref.o[i]));
-  for (size_t i = 0; i < ref.lse.size(); ++i) l.views.lse[i] = float(ref.lse[i]);
   return s;
+}
+
+// The oracle's backward (--impl naive --backward), per packed document like its forward: dq, dk
+// and dv of g's dO into g's gradient buffers (host memory: the oracle runs on one CPU process).
+void run_naive_backward(const GlobalProblem& p, const BackwardBuffers& g) {
+  const bool documents = p.doc_bounds().size() >= 2;
+  const BackwardParams& bp = g.params;
+  for (const auto& [a, n, mask] : oracle_parts(p)) {
+    BackwardParams dp = bp;
+    if (documents) {
+      for (auto [dst, src] : {std::pair{&dp.q, &bp.q}, {&dp.k, &bp.k}, {&dp.v, &bp.v}, {&dp.dout, &bp.dout}})
+        *dst = src->rows(a, n);
+    }
+    dp.mask = mask;
+    const cpu::GradReference r = cpu::naive_backward(dp);
+    for (auto [got, view, H, rows] : {std::tuple{&r.dq, bp.dq, p.q_heads, dp.q.len},
+                                      std::tuple{&r.dk, bp.dk, p.kv_heads, dp.k.len},
+                                      std::tuple{&r.dv, bp.dv, p.kv_heads, dp.k.len}}) {
+      auto* f = static_cast<float*>(view.data);
+      scatter_part(*got, p.batch, H, rows, p.head_dim, [&](int64_t b, int64_t h, int64_t t, int64_t d, double x) {
+        f[view.offset(b, h, a + t) + d] = float(x);
+      });
+    }
+  }
 }
 
 // Bytes of K and V that one call reads once: what bounds a decode, whose rate is K/V bandwidth.
@@ -139,7 +181,12 @@ SizeResult bench_size(const BenchOptions& o, GlobalProblem p, InputSource& src, 
     const BackwardBuffers g = make_backward(p, local, *w.backend,
                                             {o.problem.seed, "", o.deterministic, o.problem.tile_q, o.problem.tile_k});
     grad_transport(w);  // collective: made before the timing
-    r.backward_s = time_calls(o, w, [&] { run_backward(p, local, g, w, ro); });
+    r.backward_s = time_calls(o, w, [&] {
+      if (impl == "naive")
+        run_naive_backward(p, g);
+      else
+        run_backward(p, local, g, w, ro);
+    });
     int64_t bad = count_nonfinite(copy_grads(g, *w.backend));
     std::vector<int64_t> all(static_cast<size_t>(w.size), 0);
     t.allgather(&bad, all.data(), sizeof(int64_t));

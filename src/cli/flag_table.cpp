@@ -23,6 +23,9 @@ const std::vector<const char*> kDtypes = {"fp32", "fp16", "bf16"};
 constexpr const char* kShardHelp =
     "sequence sharding over ranks (auto: the best balanced for the mask and documents; doc-zigzag: zigzag inside "
     "every document)";
+constexpr const char* kDocLensHelp =
+    "packed documents: their lengths, comma-separated, summing to the sequence; each attends only to itself (causal "
+    "within it with --causal)";
 constexpr const char* kWindowHelp =
     "sliding window LEFT,RIGHT: key j visible to query i when pos(i) - LEFT <= pos(j) <= pos(i) + RIGHT; -1 leaves "
     "a side unbounded; with --causal RIGHT is 0 or -1 (e.g. --window 4096,0)";
@@ -61,9 +64,7 @@ std::vector<Flag> problem_rows() {
                "[batch, heads, seq, dim] (default) or bshd [batch, seq, heads, dim] (--lse [batch, seq, heads])",
        .check = Check::Layout, .unset = "default", .samples = {"bhsd", "bshd"}},
       {.names = "--doc-lens", .commands = kRun, .target = RA_PROBLEM(doc_lens), .json_key = "doc_lens",
-       .help = "packed documents: their lengths, comma-separated, summing to the sequence; each attends only to "
-               "itself (causal within it with --causal)",
-       .samples = {"32,32", "16,48"}},
+       .help = kDocLensHelp, .samples = {"32,32", "16,48"}},
       {.names = "--cu-seqlens", .commands = kRun, .target = RA_PROBLEM(cu_seqlens_file), .io = Io::InputFile,
        .json_key = "cu_seqlens",
        .help = "packed documents as a .npy of int32 or int64 boundaries: 0, then the running sums of the lengths",
@@ -211,6 +212,8 @@ std::vector<Flag> plan_rows() {
       {.names = "--causal", .commands = kPlan, .target = RA_PLAN(causal), .json_key = "causal", .help = "causal mask"},
       {.names = "--window", .commands = kPlan, .target = RA_PLAN(window), .json_key = "window", .help = kWindowHelp,
        .samples = {"4,0", "8,0"}},
+      {.names = "--doc-lens", .commands = kPlan, .target = RA_PLAN(doc_lens), .json_key = "doc_lens",
+       .help = kDocLensHelp, .samples = {"4096,4096", "1024,7168"}},
       {.names = "--batch", .commands = kPlan, .target = RA_PLAN(batch), .json_key = "batch",
        .help = "batch size (scales the FLOP and byte columns)", .check = Check::Range, .lo = 1, .samples = {"1", "2"}},
       {.names = "--heads", .commands = kPlan, .target = RA_PLAN(heads), .json_key = "heads",

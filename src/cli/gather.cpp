@@ -44,12 +44,11 @@ class OutputFiles {
     if (lse_) lse_->write(l_batch_.data(), T_ * H_);
   }
 
-  // Both files finished before either is moved into place: a failure leaves neither half-made.
-  void finish() {
-    if (out_) out_->finish();
-    if (lse_) lse_->finish();
-    if (out_) out_->close();
-    if (lse_) lse_->close();
+  // Both files finished and handed to `staged`, which moves them into place with the run's other
+  // outputs: a failure leaves none half-made.
+  void finish(FileSet& staged) {
+    if (out_) staged.add(out_->release_finished());
+    if (lse_) staged.add(lse_->release_finished());
   }
 
  private:
@@ -101,7 +100,8 @@ struct HeadGather {
 }  // namespace
 
 int write_global_outputs(const GlobalProblem& p, const LocalProblem& l, const HostResult& r, Transport& t,
-                         const std::string& out_file, const std::string& lse_file, FileLayout layout) {
+                         const std::string& out_file, const std::string& lse_file, FileLayout layout,
+                         FileSet& staged) {
   if (out_file.empty() && lse_file.empty()) return 0;
   const int P = t.size(), me = t.rank();
   OutputFiles files(layout, p.q_heads, p.q_len, p.head_dim);
@@ -128,8 +128,18 @@ int write_global_outputs(const GlobalProblem& p, const LocalProblem& l, const Ho
       hg.gather(t, r, b, h, l.q_layout.tokens());
       if (me == 0) guarded([&] { files.add(h, hg.o_row.data(), hg.l_row.data()); });
     }
-  guarded([&] { files.finish(); });
+  if (me == 0) guarded([&] { files.finish(staged); });
   return agree_exit_code(t, code);
+}
+
+int commit_outputs(FileSet& staged) {
+  try {
+    staged.commit();
+  } catch (const std::exception& e) {
+    spdlog::error("{}", e.what());
+    return 1;
+  }
+  return 0;
 }
 
 std::vector<float> gather_rows(Transport& t, const std::vector<ShardLayout>& layouts, int64_t bh, int64_t len,

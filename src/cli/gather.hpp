@@ -7,6 +7,7 @@
 
 #include "cli/check.hpp"
 #include "cli/problem.hpp"
+#include "ringattn/atomic_file.hpp"
 
 namespace ringattn::cli {
 
@@ -15,11 +16,16 @@ namespace ringattn::cli {
 // Empty file names are skipped. Output and LSE are <f4 in `layout` (cli/file_layout.hpp): bhsd
 // [batch, heads, q_len, dim] and [batch, heads, q_len]; bshd [batch, q_len, heads, dim] and
 // [batch, q_len, heads]; thd (packed inputs, batch 1) [q_len, heads, dim] and [q_len, heads]. The
-// token-major layouts are assembled in rank 0's memory one batch at a time. Returns 0, or 1 when
-// rank 0 could not write (message logged).
+// token-major layouts are assembled in rank 0's memory one batch at a time. The finished files
+// go into rank 0's `staged`, which the caller moves into place with the run's other outputs.
+// Returns 0, or 1 when rank 0 could not write (message logged).
 int write_global_outputs(const GlobalProblem& p, const LocalProblem& l, const HostResult& r, Transport& t,
-                         const std::string& out_file, const std::string& lse_file,
-                         FileLayout layout = FileLayout::Bhsd);
+                         const std::string& out_file, const std::string& lse_file, FileLayout layout,
+                         FileSet& staged);
+
+// Moves every staged output into place (rank 0's files; nothing elsewhere). Returns 0, or 1 when
+// a file could not be moved (message logged).
+int commit_outputs(FileSet& staged);
 
 // The global [bh, len, width] fp32 tensor on rank 0 (empty elsewhere) from every rank's local
 // rows: `mine` is [bh, layouts[rank].tokens(), width], its rows in that layout's order (any

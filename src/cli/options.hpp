@@ -77,6 +77,7 @@ struct PlanOptions {
   std::string shard = "auto";
   bool causal = false;
   std::string window;        // "LEFT,RIGHT", as for run
+  std::string doc_lens;      // packed documents, as for run
   std::string dtype = "fp32";  // scales the bytes column
 };
 

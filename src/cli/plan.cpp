@@ -62,11 +62,12 @@ struct PairStats {
   int64_t min_tokens = 0, max_tokens = 0;  // shards may be uneven (by one token per chunk)
 };
 
-PairStats pair_stats(Sharding s, int64_t seq, bool causal, int world, Window w = {}) {
+PairStats pair_stats(Sharding s, int64_t seq, bool causal, int world, Window w = {}, Documents docs = {}) {
   PairStats st;
   for (int r = 0; r < world; ++r) {
-    const ShardLayout l = shard_layout(s, seq, r, world);
-    const PairCount v = w.none() ? rank_pairs(l, seq, causal) : RingSchedule(s, seq, causal, r, world, {}, w).visible_pairs();
+    const ShardLayout l = shard_layout(s, seq, r, world, docs);
+    const PairCount v = w.none() && docs.none() ? rank_pairs(l, seq, causal)
+                                                : RingSchedule(s, seq, causal, r, world, docs, w).visible_pairs();
     if (r == 0 || l.tokens() < st.min_tokens) st.min_tokens = l.tokens();
     if (r == 0 || l.tokens() > st.max_tokens) st.max_tokens = l.tokens();
     if (r == 0 || v > st.max) st.max = v, st.max_rank = r;
@@ -86,7 +87,9 @@ double share_percent(PairCount v, PairCount total) { return total > 0 ? 100.0 * 
 // One row per rank: tokens, kernel calls, GFLOP, the hops (of those the ring takes) that only
 // forward, the share of the pairs, the K/V bytes it sends (ring_bytes_sent: what a run reports).
 void print_rank_rows(const GlobalProblem& p, int ranks, PairCount total, double flop_per_pair) {
-  const RingRoutes ring = ring_routes(p.sharding, p.q_len, p.causal, ranks, {}, p.window);
+  const std::vector<int64_t> bounds = p.doc_bounds();
+  const Documents docs = documents_of(bounds);
+  const RingRoutes ring = ring_routes(p.sharding, p.q_len, p.causal, ranks, docs, p.window);
   const std::vector<char>& routes = ring.carried;
   const std::vector<int64_t> tokens = ring.shipped_tokens();
   const uint64_t token_bytes = 2ull * uint64_t(p.batch * p.kv_heads * p.head_dim) * uint64_t(dtype_size(p.dtype));
@@ -97,7 +100,7 @@ void print_rank_rows(const GlobalProblem& p, int ranks, PairCount total, double 
              "share", "sent", "segments");
   uint64_t all_bytes = 0;
   for (int r = 0; r < ranks; ++r) {
-    const RingSchedule s(p.sharding, p.q_len, p.causal, r, ranks, {}, p.window);  // one rank at a time: O(P) memory
+    const RingSchedule s(p.sharding, p.q_len, p.causal, r, ranks, docs, p.window);  // one rank at a time: O(P) memory
     int skipped = 0;  // hops taken that only forward the block
     for (int h = 0; h < hops; ++h) skipped += s.hops()[size_t(h)].calls.empty();
     const PairCount pairs = s.visible_pairs();
@@ -122,9 +125,8 @@ void print_summary(const PlanOptions& o, const PairStats& st, double flop_per_pa
   fmt::print("  share per rank: max {:.4f}%, min {:.4f}%\n", share_percent(st.max, st.sum), share_percent(st.min, st.sum));
 }
 
-}  // namespace
-
-int plan_command(const PlanOptions& o) {
+// The problem of `plan`'s flags, checked as the runner checks the window and the documents.
+GlobalProblem plan_problem(const PlanOptions& o) {
   check_shardable(Sharding::Zigzag, o.seq, o.ranks);
   GlobalProblem p;
   p.batch = o.batch;
@@ -135,37 +137,50 @@ int plan_command(const PlanOptions& o) {
   p.dtype = parse_dtype(o.dtype);
   p.causal = o.causal;
   p.window = parse_window(o.window);
+  p.doc_lens = parse_doc_lens(o.doc_lens);
   validate_window(p.window, p.causal);  // plan counts pairs in 128 bits: no other limit applies
+  check_documents(p);
+  if ((!p.window.none() || !p.doc_lens.empty()) && o.ranks > kPlanRowRanks)
+    fail_arg("plan {} builds every rank's schedule: up to {} ranks (got --ranks {})",
+             p.doc_lens.empty() ? "--window" : "--doc-lens", kPlanRowRanks, o.ranks);
+  return p;
+}
+
+// --shard auto: the runner's rule (pick_balanced; with a window or documents, best_sharding with
+// its hops), from the closed-form counts otherwise.
+Sharding plan_sharding(const PlanOptions& o, const GlobalProblem& p, Documents docs) {
+  if (o.shard != "auto") return parse_sharding(o.shard);
+  if (!p.window.none() || !docs.none()) return best_sharding(o.seq, o.causal, o.ranks, docs, p.window);
+  double imb[kShardings];
+  for (int i = 0; i < kShardings; ++i) imb[i] = imbalance(pair_stats(kAutoOrder[i], o.seq, o.causal, o.ranks), o.ranks);
+  return pick_balanced(imb);
+}
+
+}  // namespace
+
+int plan_command(const PlanOptions& o) {
+  GlobalProblem p = plan_problem(o);
+  const std::vector<int64_t> bounds = p.doc_bounds();
+  const Documents docs = documents_of(bounds);
   const Window w = p.window;
-  if (!w.none() && o.ranks > kPlanRowRanks)
-    fail_arg("plan --window builds every rank's schedule: up to {} ranks (got --ranks {})", kPlanRowRanks, o.ranks);
-  // --shard auto: the runner's rule (pick_balanced; with a window, best_sharding with its hops),
-  // from the closed-form counts without a window.
-  Sharding sharding = Sharding::Zigzag;
-  if (o.shard == "auto" && !w.none()) {
-    sharding = best_sharding(o.seq, o.causal, o.ranks, {}, w);
-  } else if (o.shard == "auto") {
-    double imb[kShardings];
-    for (int i = 0; i < kShardings; ++i) imb[i] = imbalance(pair_stats(kAutoOrder[i], o.seq, o.causal, o.ranks), o.ranks);
-    sharding = pick_balanced(imb);
-  } else {
-    sharding = parse_sharding(o.shard);
-  }
-  p.sharding = sharding;
+  const Sharding sharding = p.sharding = plan_sharding(o, p, docs);
   const double flop_per_pair = 4.0 * double(o.batch) * double(o.heads) * double(o.dim);
-  fmt::print("# ringattn plan: seq {} over {} ranks, {} sharding{}, {}{}; batch {} heads {}/{} dim {}\n", o.seq,
+  fmt::print("# ringattn plan: seq {} over {} ranks, {} sharding{}, {}{}{}; batch {} heads {}/{} dim {}\n", o.seq,
              o.ranks, sharding_name(sharding), o.shard == "auto" ? " (auto: the best balanced)" : "",
-             o.causal ? "causal" : "full", w.none() ? "" : fmt::format(", window {},{}", w.left, w.right), o.batch,
-             o.heads, o.kv_heads, o.dim);
-  const PairStats mine = pair_stats(sharding, o.seq, o.causal, o.ranks, w);
+             o.causal ? "causal" : "full", w.none() ? "" : fmt::format(", window {},{}", w.left, w.right),
+             docs.none() ? "" : fmt::format(", {} packed documents", p.doc_lens.size()), o.batch, o.heads, o.kv_heads,
+             o.dim);
+  const PairStats mine = pair_stats(sharding, o.seq, o.causal, o.ranks, w, docs);
   if (o.ranks <= kPlanRowRanks)
     print_rank_rows(p, o.ranks, mine.sum, flop_per_pair);
   else
     print_summary(o, mine, flop_per_pair);
   fmt::print("# balance (max / mean visible pairs per rank; 1.00 is perfect):");
-  for (Sharding s : {Sharding::Contiguous, Sharding::Zigzag, Sharding::Striped})
+  for (Sharding s : {Sharding::Contiguous, Sharding::Zigzag, Sharding::Striped, Sharding::DocZigzag}) {
+    if (s == Sharding::DocZigzag && docs.none()) continue;  // zigzag without documents
     fmt::print(" {} {:.2f}", sharding_name(s),
-               imbalance(s == sharding ? mine : pair_stats(s, o.seq, o.causal, o.ranks, w), o.ranks));
+               imbalance(s == sharding ? mine : pair_stats(s, o.seq, o.causal, o.ranks, w, docs), o.ranks));
+  }
   fmt::print("\n");
   return kExitOk;
 }

@@ -144,22 +144,27 @@ Window parse_window(const std::string& text) {
 
 // The document lengths of --doc-lens or --cu-seqlens (empty when neither is given). The sum is
 // checked against the sequence by validate_problem.
+std::vector<int64_t> parse_doc_lens(const std::string& text) {
+  std::vector<int64_t> lens;
+  for (size_t at = 0; !text.empty();) {
+    const size_t comma = text.find(',', at);
+    const std::string item = text.substr(at, comma == std::string::npos ? std::string::npos : comma - at);
+    int64_t n = 0;
+    const auto [end, ec] = std::from_chars(item.data(), item.data() + item.size(), n);
+    if (item.empty() || ec != std::errc() || end != item.data() + item.size() || n < 1)
+      fail_arg("--doc-lens '{}': document {} is '{}', but every length must be a decimal integer >= 1 (e.g. "
+               "--doc-lens 1000,3000,517)", text, lens.size(), item);
+    lens.push_back(n);
+    if (comma == std::string::npos) break;
+    at = comma + 1;
+  }
+  return lens;
+}
+
 std::vector<int64_t> document_lengths(const ProblemOptions& o) {
   std::vector<int64_t> lens;
   if (!o.doc_lens.empty()) {
-    size_t at = 0;
-    for (;;) {
-      const size_t comma = o.doc_lens.find(',', at);
-      const std::string item = o.doc_lens.substr(at, comma == std::string::npos ? std::string::npos : comma - at);
-      int64_t n = 0;
-      const auto [end, ec] = std::from_chars(item.data(), item.data() + item.size(), n);
-      if (item.empty() || ec != std::errc() || end != item.data() + item.size() || n < 1)
-        fail_arg("--doc-lens '{}': document {} is '{}', but every length must be a decimal integer >= 1 (e.g. "
-                 "--doc-lens 1000,3000,517)", o.doc_lens, lens.size(), item);
-      lens.push_back(n);
-      if (comma == std::string::npos) break;
-      at = comma + 1;
-    }
+    lens = parse_doc_lens(o.doc_lens);
   } else if (!o.cu_seqlens_file.empty()) {
     expect_regular_file("--cu-seqlens", o.cu_seqlens_file);
     const std::vector<int64_t> cu = read_npy_int_vector(o.cu_seqlens_file);
@@ -195,7 +200,20 @@ std::vector<int64_t> generate_documents(const std::string& spec, int64_t n, uint
   return lens;
 }
 
+std::vector<OraclePart> oracle_parts(const GlobalProblem& p) {
+  const std::vector<int64_t> bounds = p.doc_bounds();
+  if (bounds.size() < 2) return {{0, p.q_len, p.mask()}};
+  std::vector<OraclePart> parts;
+  for (size_t i = 0; i + 1 < bounds.size(); ++i)
+    parts.push_back({bounds[i], bounds[i + 1] - bounds[i], band_mask(p.causal, p.window, 0, 1)});
+  return parts;
+}
+
 void resolve_sharding(const ProblemOptions& o, GlobalProblem& p, int world) {
+  if (!p.is_ring() && o.shard != "auto")
+    fail_arg("--shard {}: a decode (q_len {}, kv_len {}, q_offset {}) has no query sharding: every rank holds "
+             "every query and a contiguous part of the keys; drop --shard", o.shard, p.q_len, p.kv_len,
+             p.resolved_q_offset());
   if (o.shard != "auto" || !p.is_ring()) return;
   const std::vector<int64_t> bounds = p.doc_bounds();
   p.sharding = best_sharding(p.q_len, p.causal, world, documents_of(bounds), p.window);

@@ -52,8 +52,17 @@ struct ProblemSetup {
 };
 ProblemSetup setup_problem(const ProblemOptions& o);
 
+// The problem as the fp64 oracle sees it: one part per packed document, each a problem of its own
+// (rows and keys [start, start + len), its own mask), or the whole sequence under p.mask().
+struct OraclePart {
+  int64_t start, len;
+  MaskSpec mask;
+};
+std::vector<OraclePart> oracle_parts(const GlobalProblem& p);
+
 // --shard auto (the default): a ring problem takes the best balanced sharding over `world` ranks
-// for its mask and documents (best_sharding); an explicit --shard is kept. Call after
+// for its mask and documents (best_sharding); an explicit --shard is kept, and refused for a decode
+// (which shards only its keys, contiguously). Call after
 // validate_problem. Every rank resolves the same.
 void resolve_sharding(const ProblemOptions& o, GlobalProblem& p, int world);
 
@@ -80,6 +89,9 @@ double visible_pairs(const GlobalProblem& p);
 // or >= 0. Throws InvalidArgument naming the text; validate_problem checks the window against
 // the mask.
 Window parse_window(const std::string& text);
+// "1000,3000,517": the lengths of --doc-lens (empty text: none). Throws InvalidArgument naming the
+// bad item.
+std::vector<int64_t> parse_doc_lens(const std::string& text);
 
 // Document lengths for a sequence of n tokens from `spec` (bench --docs): "uniform:MAX" draws
 // lengths uniformly in [1, MAX] from `seed` until the sequence is full, "fixed:L" repeats L; the

@@ -105,16 +105,25 @@ std::string rate_string(double flops, double seconds) {
   return fmt::format("{:.2f} GFLOP/s", r / 1e9);
 }
 
-void write_json(const std::string& path, const nlohmann::json& j) {
+void stage_json(FileSet& files, const std::string& path, const nlohmann::json& j) {
   if (path == "-") {
     std::cout << j.dump() << std::endl;
     return;
   }
   try {
-    write_file_atomically(path, j.dump() + "\n");
+    auto f = std::make_unique<AtomicFile>(path);
+    const std::string text = j.dump() + "\n";
+    f->write(text.data(), text.size());
+    files.add(std::move(f));
   } catch (const std::exception& e) {
     fail_runtime("--json: {}", e.what());
   }
+}
+
+void write_json(const std::string& path, const nlohmann::json& j) {
+  FileSet files;
+  stage_json(files, path, j);
+  files.commit();
 }
 
 nlohmann::json problem_json(const GlobalProblem& p) {

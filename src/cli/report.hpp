@@ -10,6 +10,7 @@
 
 #include "cli/check.hpp"
 #include "cli/world.hpp"
+#include "ringattn/atomic_file.hpp"
 
 namespace ringattn::cli {
 
@@ -55,6 +56,9 @@ std::string rate_string(double flops, double seconds);  // "12.3 GFLOP/s" or "1.
 
 // Writes `j` to `path` ('-': stdout), one line. Throws on failure.
 void write_json(const std::string& path, const nlohmann::json& j);
+// The same into `files`, which moves it into place with the run's other outputs ('-': printed
+// now). Throws on failure.
+void stage_json(FileSet& files, const std::string& path, const nlohmann::json& j);
 nlohmann::json problem_json(const GlobalProblem& p);
 nlohmann::json ranks_json(const std::vector<RankReport>& all);
 

@@ -228,20 +228,26 @@ int run_on(const CommandLine& cl, World& w, double world_s) {
     code = std::max(code, kExitCheckFailed);
   }
 
+  // Every output of the run (--json, --out, --lse) moves into place together, or none does.
+  FileSet staged;
+  bool write_failed = false;
   if (w.rank == 0) {
     // With --json - the record owns stdout; the table moves to stderr.
     print_run_report(o.json_file == "-" ? stderr : stdout, cl, p, w, all, s, o.check);
     if (!o.json_file.empty()) {
       try {
-        write_json(o.json_file, run_json(cl, p, w, all, s, check_ok));
+        stage_json(staged, o.json_file, run_json(cl, p, w, all, s, check_ok));
       } catch (const std::exception& e) {
         spdlog::error("{}", e.what());
-        code = std::max(code, kExitError);
+        write_failed = true;
       }
     }
   }
-  if (write_global_outputs(p, local, result, t, o.out_file, o.lse_file, setup.layout) != 0)
-    code = std::max(code, kExitError);
+  write_failed |= agree_exit_code(t, write_failed ? 1 : 0) != 0;
+  if (!write_failed && write_global_outputs(p, local, result, t, o.out_file, o.lse_file, setup.layout, staged) != 0)
+    write_failed = true;
+  if (!write_failed) write_failed = commit_outputs(staged) != 0;
+  if (write_failed) code = std::max(code, kExitError);
   return agree_exit_code(t, code);
 }
 

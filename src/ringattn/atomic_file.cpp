@@ -1,6 +1,7 @@
 #include "ringattn/atomic_file.hpp"
 
 #include <fcntl.h>
+#include <signal.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -9,6 +10,7 @@
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
+#include <mutex>
 #include <system_error>
 
 #include <fmt/format.h>
@@ -36,6 +38,51 @@ std::string path_problem(const std::string& path) {
     return S_ISDIR(st.st_mode) ? std::string("it is a directory")
                                : std::string("it exists and is not a regular file (a device or pipe)");
   return "";
+}
+
+// The temporary files open now, for the signal handler: a fixed table of pointers into the
+// AtomicFiles' own names (a handler may not allocate); beyond kSlots files at once the rest are
+// not removed on a signal.
+constexpr int kSlots = 64;
+std::atomic<const char*> g_partials[kSlots];
+constexpr int kSignals[] = {SIGTERM, SIGINT, SIGHUP};
+struct sigaction g_previous[3];
+
+void remove_partials_and_pass_on(int sig) {
+  for (auto& slot : g_partials)
+    if (const char* name = slot.exchange(nullptr)) ::unlink(name);
+  for (int i = 0; i < 3; ++i)
+    if (kSignals[i] == sig) ::sigaction(sig, &g_previous[i], nullptr);
+  ::raise(sig);
+}
+
+void install_signal_cleanup() {
+  static std::once_flag once;
+  std::call_once(once, [] {
+    for (int i = 0; i < 3; ++i) {
+      struct sigaction now {};
+      ::sigaction(kSignals[i], nullptr, &g_previous[i]);
+      if (g_previous[i].sa_handler == SIG_IGN) continue;  // an ignored signal stays ignored
+      now.sa_handler = remove_partials_and_pass_on;
+      sigemptyset(&now.sa_mask);
+      ::sigaction(kSignals[i], &now, nullptr);
+    }
+  });
+}
+
+void track_partial(const char* name) {
+  install_signal_cleanup();
+  for (auto& slot : g_partials) {
+    const char* expected = nullptr;
+    if (slot.compare_exchange_strong(expected, name)) return;
+  }
+}
+
+void untrack_partial(const char* name) {
+  for (auto& slot : g_partials) {
+    const char* expected = name;
+    if (slot.compare_exchange_strong(expected, nullptr)) return;
+  }
 }
 
 }  // namespace
@@ -74,6 +121,7 @@ AtomicFile::AtomicFile(std::string path) : path_(std::move(path)) {
     if (fd_ < 0 && (errno != EEXIST || attempt > 100))
       fail_arg("cannot write '{}': creating '{}' failed: {}", path_, tmp_, std::strerror(errno));
   }
+  track_partial(tmp_.c_str());
 }
 
 AtomicFile::~AtomicFile() {
@@ -83,7 +131,10 @@ AtomicFile::~AtomicFile() {
 void AtomicFile::discard() noexcept {
   if (fd_ >= 0) ::close(fd_);
   fd_ = -1;
-  if (!tmp_.empty()) ::unlink(tmp_.c_str());
+  if (!tmp_.empty()) {
+    untrack_partial(tmp_.c_str());
+    ::unlink(tmp_.c_str());
+  }
   tmp_.clear();
 }
 
@@ -126,7 +177,18 @@ void AtomicFile::commit() {
     discard();
     fail_runtime("writing '{}' failed: renaming the finished temporary file onto it: {}", path_, std::strerror(err));
   }
+  untrack_partial(tmp_.c_str());
   committed_ = true;
+}
+
+void FileSet::add(std::unique_ptr<AtomicFile> finished) {
+  finished->finish();
+  files_.push_back(std::move(finished));
+}
+
+void FileSet::commit() {
+  for (auto& f : files_) f->commit();
+  files_.clear();
 }
 
 void write_file_atomically(const std::string& path, const std::string& text) {

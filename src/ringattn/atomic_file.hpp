@@ -2,11 +2,15 @@
 // (same directory, so the final rename is atomic), which commit() flushes to disk, closes and
 // renames over the destination. A destination that is a symbolic link is followed: the file it
 // links to is replaced, never the link itself. Until then nothing at the destination changes; an AtomicFile
-// destroyed without commit() removes its temporary file.
+// destroyed without commit() removes its temporary file, and so does a SIGTERM, SIGINT or SIGHUP
+// that ends the process before commit() (the handler removes every open temporary file, then
+// passes the signal on to the handler that was there before).
 #pragma once
 
 #include <cstddef>
+#include <memory>
 #include <string>
+#include <vector>
 
 namespace ringattn {
 
@@ -32,6 +36,20 @@ class AtomicFile {
   std::string path_, target_, tmp_;  // target_: path_ with its links followed
   int fd_ = -1;
   bool committed_ = false;
+};
+
+// The files of one job that appear together or not at all: each is finished (its bytes on disk
+// in its temporary file) when added; commit() moves them all into place, and a FileSet
+// destroyed without commit() removes them all. (A rename that fails half-way through commit()
+// leaves the files before it in place: renames in one directory do not fail in practice.)
+class FileSet {
+ public:
+  void add(std::unique_ptr<AtomicFile> finished);
+  void commit();
+  bool empty() const { return files_.empty(); }
+
+ private:
+  std::vector<std::unique_ptr<AtomicFile>> files_;
 };
 
 // Why `path` cannot be an output file, "" when it can: its directory is missing, not a directory

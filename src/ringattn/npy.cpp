@@ -384,6 +384,11 @@ void NpyWriter::close() {
   file_.reset();
 }
 
+std::unique_ptr<AtomicFile> NpyWriter::release_finished() {
+  finish();
+  return std::move(file_);
+}
+
 NpyWriter::~NpyWriter() = default;
 
 void write_npy(const std::string& path, const std::vector<int64_t>& shape, DType dtype, const void* data) {

@@ -86,6 +86,9 @@ class NpyWriter {
   // finish(), then moves the file into place. Until then `path` is untouched; a writer destroyed
   // without close() leaves nothing behind (written whole or not at all, see atomic_file.hpp).
   void close();
+  // finish(), then hands the finished file over (to a FileSet that moves it into place with the
+  // run's other outputs); the writer is closed.
+  std::unique_ptr<AtomicFile> release_finished();
 
  private:
   std::string path_;

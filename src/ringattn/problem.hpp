@@ -63,8 +63,11 @@ Documents documents_of(std::vector<int64_t>&& bounds) = delete;
 void validate_problem(const GlobalProblem& p, int world);
 
 // The window alone: each side -1 (unbounded) or >= 0; with causal, right is 0 or -1. (Part of
-// validate_problem; `plan` checks only this and the sharding.)
+// validate_problem; `plan` checks only this, the documents and the sharding.)
 void validate_window(const Window& w, bool causal);
+// Packed documents: self-attention only, every length >= 1, the lengths summing to q_len. (Part
+// of validate_problem.)
+void check_documents(const GlobalProblem& p);
 
 // Allgathers a fixed-size description of `p` (shape, dtype, causal, sharding, q_offset, scale,
 // operation, version, world size) and compares. When any rank differs, every rank throws

@@ -161,6 +161,8 @@ void check_positions(const GlobalProblem& p) {
   checked_product({p.batch, p.q_heads, p.q_len, p.kv_len}, "the query-key pairs (batch x heads x q_len x kv_len)");
 }
 
+}  // namespace
+
 // Packed documents: self-attention only, every length >= 1, the lengths summing to q_len.
 void check_documents(const GlobalProblem& p) {
   if (p.doc_lens.empty()) return;
@@ -181,8 +183,6 @@ void check_documents(const GlobalProblem& p) {
     fail_arg("the {} document lengths add up to {}, but the sequence has {} tokens: they must add up to it",
              p.doc_lens.size(), sum, p.q_len);
 }
-
-}  // namespace
 
 void validate_window(const Window& w, bool causal) {
   for (const auto& [side, v] : {std::pair{"left", w.left}, std::pair{"right", w.right}})

@@ -56,3 +56,7 @@ if(NOT timer STREQUAL "batch")
 endif()
 step(EXPECT_RC 0 COMMAND ${RINGATTN} bench -b 64 -e 64 -n 1 -w 0 STDOUT "# time: per-call: barrier")
 step(EXPECT_RC 1 COMMAND ${RINGATTN} bench -b 64 -e 64 --timer events STDERR "--timer: events not in")
+# The naive oracle honours packed documents (each its own problem, as the check sees it) and times
+# its own backward.
+step(EXPECT_RC 0 COMMAND ${RINGATTN} bench -b 64 -e 64 -n 1 -w 0 --impl both --docs fixed:16 --backward
+     STDOUT "\n +64 +naive [^\n]+\n# seq 64: backward [^\n]+non-finite gradients 0\n" "flash is [0-9.]+x the naive reference")

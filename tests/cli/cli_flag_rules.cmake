@@ -70,3 +70,7 @@ step(EXPECT_RC 2 COMMAND ${RINGATTN} run --q q.npy --k k.npy --v k.npy --causal 
 step(EXPECT_RC 0 COMMAND ${RINGATTN} bench -b 64 -e 128 -n 1 -w 0 --no-check
      STDOUT "\n +64 +flash +[0-9.]+ +[0-9.]+ +GFLOP/s +[0-9.na/]+ +[0-9]+ +[0-9.]+ [KMG]?i?B +- +- +0 +[^\n]+ +-\n" "# Result: not checked")
 step(EXPECT_RC 0 COMMAND ${RINGATTN} bench --help STDOUT "write the sweep as one JSON record")
+# A decode shards only its keys (contiguously): an explicit --shard is refused, not ignored.
+step(EXPECT_RC 1 COMMAND ${RINGATTN} run --seq 4 --kv-seq 100 --shard striped
+     STDERR "--shard striped: a decode \\(q_len 4, kv_len 100, q_offset 96\\) has no query sharding: every rank holds every query")
+step(EXPECT_RC 0 COMMAND ${RINGATTN} run --seq 4 --kv-seq 100 --shard auto --check)

@@ -121,7 +121,9 @@ TEST(FileLayout, OutputsAreTheTransposes) {
     for (FileLayout l : {FileLayout::Bhsd, FileLayout::Bshd, FileLayout::Thd}) {
       if (l == FileLayout::Thd && batch != 1) continue;
       const std::string o = dir + "/o.npy", lse = dir + "/l.npy";
-      ASSERT_EQ(write_global_outputs(p, local, r, *t, o, lse, l), 0);
+      FileSet staged;
+      ASSERT_EQ(write_global_outputs(p, local, r, *t, o, lse, l, staged), 0);
+      ASSERT_EQ(commit_outputs(staged), 0);
       const NpyArray of = load_npy(o), lf = load_npy(lse);
       EXPECT_EQ(of.header.shape, file_shape(l, B, H, T, D)) << file_layout_name(l);
       EXPECT_EQ(lf.header.shape, file_shape(l, B, H, T)) << file_layout_name(l);

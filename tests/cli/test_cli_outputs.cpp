@@ -2,6 +2,8 @@
 // (check_output_paths), and the ranks' start-up agreement on the command line.
 #include <gtest/gtest.h>
 
+#include <signal.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <filesystem>
@@ -65,6 +67,57 @@ TEST(AtomicFile, NothingAppearsUntilCommit) {
   f.commit();
   EXPECT_EQ(slurp(path), "new contents");
   EXPECT_EQ(d.entries(), 1u);
+}
+
+// The outputs of one run appear together or not at all: a set destroyed before commit() (a later
+// output failed) leaves none of its files, not even the finished ones.
+TEST(FileSet, AllOrNone) {
+  TempDir d("set");
+  {
+    FileSet set;
+    NpyWriter a(d / "dq.npy", {2}, DType::F32);
+    const float x[2] = {1, 2};
+    a.write(x, 2);
+    set.add(a.release_finished());
+    auto j = std::make_unique<AtomicFile>(d / "r.json");
+    j->write("{}", 2);
+    set.add(std::move(j));
+    EXPECT_EQ(d.entries(), 2u);  // two finished temporary files, nothing at the destinations
+    EXPECT_FALSE(fs::exists(d / "dq.npy"));
+  }
+  EXPECT_EQ(d.entries(), 0u);
+  FileSet set;
+  auto j = std::make_unique<AtomicFile>(d / "r.json");
+  j->write("{}", 2);
+  set.add(std::move(j));
+  set.commit();
+  EXPECT_EQ(slurp(d / "r.json"), "{}");
+  EXPECT_EQ(d.entries(), 1u);
+}
+
+// A SIGTERM (or SIGINT, SIGHUP) that ends the process while a file is being written, finished or
+// not, leaves no temporary file behind, and the process still dies of the signal.
+TEST(AtomicFile, ASignalLeavesNoPartialFile) {
+  for (const int sig : {SIGTERM, SIGINT, SIGHUP}) {
+    TempDir d("signal");
+    const pid_t child = fork();
+    ASSERT_GE(child, 0);
+    if (child == 0) {
+      AtomicFile open_one(d / "a.npy");
+      open_one.write("abc", 3);
+      auto finished = std::make_unique<AtomicFile>(d / "b.npy");
+      finished->write("abc", 3);
+      FileSet set;
+      set.add(std::move(finished));
+      ::raise(sig);
+      _exit(0);  // not reached
+    }
+    int status = 0;
+    ASSERT_EQ(waitpid(child, &status, 0), child);
+    EXPECT_TRUE(WIFSIGNALED(status)) << "signal " << sig << ": status " << status;
+    if (WIFSIGNALED(status)) EXPECT_EQ(WTERMSIG(status), sig);
+    EXPECT_EQ(d.entries(), 0u) << "signal " << sig;
+  }
 }
 
 TEST(AtomicFile, RefusesMissingDirectoriesAndDevices) {
