@@ -31,6 +31,7 @@
 #include "kernels/cuda/cuda_check.hpp"
 #include "kernels/cuda/cuda_kernels.hpp"
 #include "kernels/cuda/device_common.cuh"
+#include "kernels/cuda/exact_row.cuh"
 #include "kernels/cuda/online_softmax.cuh"
 
 namespace ringattn::cuda {
@@ -123,13 +124,36 @@ __device__ __forceinline__ BlockTiles block_tiles(const DecodeKernelParams& a, i
   return bt;
 }
 
+// The slow path of a packed row whose partial is not finite (exact_row.cuh): packed row R's
+// partial over the split's own tiles (bt, tiles of kKeys keys), recomputed exactly over the keys
+// its position sees, and written in place of the fast one. Called by a whole warp.
+template <typename T, int D, int kKeys>
+__device__ __forceinline__ void redo_partial(const DecodeKernelParams& a, const BlockTiles& bt, int64_t split, int64_t b,
+                                             int64_t hk, int64_t group, int64_t R) {
+  const FlashParams& f = a.f;
+  const PackedRow pr = packed_row(R, group);
+  const int64_t h = hk * group + pr.g, row = (b * f.q.heads + h) * f.q.len + pr.t, S = gridDim.x;
+  const SplitPartials& out = a.out;
+  redo_row_tiles<T, D / 32>(static_cast<const T*>(f.q.data) + view_offset(f.q, b, h, pr.t),
+                            static_cast<const T*>(f.k.data) + view_offset(f.k, b, hk, 0), f.k.stride_t,
+                            static_cast<const T*>(f.v.data) + view_offset(f.v, b, hk, 0), f.v.stride_t, D, f.scale,
+                            visible_range(f.mask, pr.t, f.k.len), a.key0 + (split + bt.j0 * S) * kKeys, S * kKeys,
+                            kKeys, bt.n_tiles, out.o + (split * out.rows + row) * out.dim, out.lse + split * out.rows + row);
+}
+
+// Whether a written partial (its lse, and o element x) is not finite: an lse of -inf is the empty
+// partial.
+__device__ __forceinline__ bool partial_not_finite(float lse, float x) {
+  return not_finite(x) || (not_finite(lse) && lse != neg_inf());
+}
+
 // The 4 warps saw disjoint keys of the same rows: combines their (m, l, acc) through shared
 // memory (`scratch`, the K stages, free once every warp is past the key loop) so that each
 // split writes one partial per row (the merge then reads 4x less).
-template <typename T, int D>
-__device__ __forceinline__ void combine_warps(const DecodeKernelParams& a, float* scratch, int tid, int warp, int lane,
-                                              int64_t group, int64_t len_q, int64_t packed_rows, int64_t row0,
-                                              int64_t split, int64_t b, int64_t hk, const float (&m)[2],
+template <typename T, int D, int kKeys>
+__device__ __forceinline__ void combine_warps(const DecodeKernelParams& a, const BlockTiles& bt, float* scratch, int tid,
+                                              int warp, int lane, int64_t group, int64_t len_q, int64_t packed_rows,
+                                              int64_t row0, int64_t split, int64_t b, int64_t hk, const float (&m)[2],
                                               const float (&l)[2], const float (&acc)[D / 8][4]) {
   constexpr int kDT = D / 8;
   const FlashParams& f = a.f;
@@ -160,6 +184,7 @@ __device__ __forceinline__ void combine_warps(const DecodeKernelParams& a, float
   const SplitPartials& out = a.out;
   // Only the block's packed rows (4 of the 16 at batch-1 decode with 4 query heads a group).
   const int valid_rows = packed_rows - row0 < 16 ? int(packed_rows - row0) : 16;
+  bool bad = false;
   for (int i = tid; i < valid_rows * D; i += kThreads) {
     const int r = i / D, d = i % D;
     const PackedRow pr = packed_row(row0 + r, group);
@@ -177,25 +202,40 @@ __device__ __forceinline__ void combine_warps(const DecodeKernelParams& a, float
       }
     }
     const int64_t row = (b * f.q.heads + hk * group + pr.g) * len_q + pr.t;
-    const bool seen = total_l > 0.f;
-    out.o[(split * out.rows + row) * out.dim + d] = seen ? total_o / total_l : 0.f;
+    const float x = total_l == 0.f ? 0.f : total_o / total_l;  // NaN stays NaN
+    bad |= not_finite(x) || not_finite(total_l);
+    out.o[(split * out.rows + row) * out.dim + d] = x;
     if (d == 0) out.lse[split * out.rows + row] = lse_from_stats_log2(mx, total_l);
+  }
+  // Rows whose partial is not finite (a non-finite key or value, seen or masked): each warp
+  // rereads its rows' partials (written above by the block) and recomputes the bad ones.
+  if (__syncthreads_or(bad)) {
+    for (int r = warp; r < valid_rows; r += kWarps) {
+      const PackedRow pr = packed_row(row0 + r, group);
+      const int64_t row = (b * f.q.heads + hk * group + pr.g) * len_q + pr.t;
+      const float lse = out.lse[split * out.rows + row];
+      bool row_bad = false;
+      for (int d = lane; d < D; d += 32) row_bad |= partial_not_finite(lse, out.o[(split * out.rows + row) * out.dim + d]);
+      if (__any_sync(0xffffffffu, row_bad)) redo_partial<T, D, kKeys>(a, bt, split, b, hk, group, row0 + r);
+    }
   }
 }
 
 // The wide variant's end: each warp owns its 16 rows over all of the split's keys, so it writes
 // their partial itself (o normalized, lse; rows past the last packed row are not written).
-template <int D>
-__device__ __forceinline__ void store_warp_rows(const DecodeKernelParams& a, int lane, int64_t group, int64_t len_q,
-                                                int64_t packed_rows, int64_t wrow0, int64_t split, int64_t b,
-                                                int64_t hk, const float (&m)[2], const float (&l)[2],
+template <typename T, int D>
+__device__ __forceinline__ void store_warp_rows(const DecodeKernelParams& a, const BlockTiles& bt, int lane, int64_t group,
+                                                int64_t len_q, int64_t packed_rows, int64_t wrow0, int64_t split,
+                                                int64_t b, int64_t hk, const float (&m)[2], const float (&l)[2],
                                                 const float (&acc)[D / 8][4]) {
   const SplitPartials& out = a.out;
+  bool bad[2];
 #pragma unroll
   for (int half = 0; half < 2; ++half) {
     const float sum = quad_sum(l[half]);
     const int64_t R = wrow0 + (lane >> 2) + half * 8;
-    if (R >= packed_rows) continue;
+    bad[half] = R < packed_rows && quad_row_not_finite(acc, half, sum);
+    if (R >= packed_rows || bad[half]) continue;
     const PackedRow pr = packed_row(R, group);
     const int64_t row = (b * a.f.q.heads + hk * group + pr.g) * len_q + pr.t;
     const float inv = sum > 0.f ? 1.f / sum : 0.f;
@@ -205,6 +245,9 @@ __device__ __forceinline__ void store_warp_rows(const DecodeKernelParams& a, int
       *reinterpret_cast<float2*>(dst + n * 8) = make_float2(acc[n][half * 2] * inv, acc[n][half * 2 + 1] * inv);
     if ((lane & 3) == 0) out.lse[split * out.rows + row] = lse_from_stats_log2(m[half], sum);
   }
+  // Rows whose partial is not finite: recomputed exactly (exact_row.cuh).
+  for (unsigned rows = redo_mask(bad); rows != 0u; rows &= rows - 1u)
+    redo_partial<T, D, kTileKeys>(a, bt, split, b, hk, group, wrow0 + __ffs(rows) - 1);
 }
 
 // The warp's scores of one tile: s = Q K^T for its 16 rows (Q fragments in registers, or
@@ -409,11 +452,11 @@ __global__ void __launch_bounds__(kThreads) decode_mma_kernel(const DecodeKernel
   pdl_allow_dependent_launch();
   cp_async_wait<0>();
   if constexpr (kWide) {
-    store_warp_rows<D>(a, lane, group, len_q, packed_rows, wrow0, split, b, hk, m, l, acc);
+    store_warp_rows<T, D>(a, bt, lane, group, len_q, packed_rows, wrow0, split, b, hk, m, l, acc);
   } else {
     __syncthreads();  // every warp is done with the K/V tiles: their memory becomes the scratch
-    combine_warps<T, D>(a, reinterpret_cast<float*>(sK), tid, warp, lane, group, len_q, packed_rows, row0, split, b,
-                        hk, m, l, acc);
+    combine_warps<T, D, kTileKeys>(a, bt, reinterpret_cast<float*>(sK), tid, warp, lane, group, len_q, packed_rows,
+                                   row0, split, b, hk, m, l, acc);
   }
 }
 
@@ -513,8 +556,8 @@ __global__ void __launch_bounds__(kThreads) decode_phased_kernel(const DecodeKer
   pdl_allow_dependent_launch();
   cp_async_wait<0>();
   __syncthreads();  // every warp is done with the buffers: they become the combine's scratch
-  combine_warps<T, D>(a, reinterpret_cast<float*>(sB), tid, warp, lane, group, len_q, packed_rows, row0, split, b, hk,
-                      m, l, acc);
+  combine_warps<T, D, kPhasedKeys>(a, bt, reinterpret_cast<float*>(sB), tid, warp, lane, group, len_q, packed_rows, row0,
+                                   split, b, hk, m, l, acc);
 }
 
 template <typename T, int D, int kBufs>

@@ -17,6 +17,7 @@
 #include "kernels/cuda/cuda_check.hpp"
 #include "kernels/cuda/cuda_kernels.hpp"
 #include "kernels/cuda/device_common.cuh"
+#include "kernels/cuda/exact_row.cuh"  // to_float
 #include "kernels/cuda/flash_bwd_common.cuh"
 
 namespace ringattn::cuda {
@@ -28,10 +29,6 @@ constexpr int kKeysPerCta = kWarps * kKeysPerWarp;
 constexpr int64_t kRowTile = 64;  // query rows classified against the CTA's keys at once
 
 __device__ __forceinline__ int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
-
-__device__ __forceinline__ float to_float(float x) { return x; }
-__device__ __forceinline__ float to_float(__nv_bfloat16 x) { return __bfloat162float(x); }
-__device__ __forceinline__ float to_float(__half x) { return __half2float(x); }
 
 // r[e] = row[lane + 32 e] widened to fp32 (0 past the head dim).
 template <typename T, int kPer>

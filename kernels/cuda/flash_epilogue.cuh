@@ -4,6 +4,7 @@
 #pragma once
 
 #include "kernels/cuda/device_common.cuh"
+#include "kernels/cuda/exact_row.cuh"
 
 namespace ringattn::cuda {
 
@@ -17,18 +18,28 @@ struct RowPtr {
 // scaled scores and l the thread's partial sum of 2^(x - m). row_at(r) maps the warp's row
 // r in [0, 16) to its state row. Write: rows that saw no key get the empty state (o = 0,
 // lse = -inf). Fold: state := merge(state, this result), rows that saw no key stay unchanged.
-template <int kDT, typename RowAt>
+// A row whose result is not finite is not stored: redo(r) recomputes it exactly (ExactRow,
+// exact_row.cuh) and stores it, called by the whole warp.
+template <int kDT, typename RowAt, typename Redo>
 __device__ __forceinline__ void finish_rows(StateMode mode, int lane, const float (&acc)[kDT][4], const float (&m)[2],
-                                            const float (&l)[2], RowAt row_at) {
+                                            const float (&l)[2], RowAt row_at, Redo redo) {
   float inv[2], lse_new[2], lse_old[2] = {0.f, 0.f};
   RowPtr rp[2];
+  bool bad[2];
 #pragma unroll
   for (int half = 0; half < 2; ++half) {
     const float sum = quad_sum(l[half]);
+    bad[half] = quad_row_not_finite(acc, half, sum);
     inv[half] = sum > 0.f ? 1.f / sum : 0.f;
     lse_new[half] = lse_from_stats_log2(m[half], sum);
     rp[half] = row_at((lane >> 2) + half * 8);
     if (mode == StateMode::Fold && rp[half].o != nullptr) lse_old[half] = *rp[half].lse;
+  }
+  const unsigned redo_rows = redo_mask(bad);
+  if (redo_rows != 0u) {
+#pragma unroll
+    for (int half = 0; half < 2; ++half)
+      if (bad[half]) rp[half].o = nullptr;
   }
   // The four lanes of a quad read the row's old lse before lane 0 of the quad overwrites it.
   __syncwarp();
@@ -60,6 +71,7 @@ __device__ __forceinline__ void finish_rows(StateMode mode, int lane, const floa
     }
     if ((lane & 3) == 0) *rp[half].lse = merged;
   }
+  for (unsigned rows = redo_rows; rows != 0u; rows &= rows - 1u) redo(__ffs(rows) - 1);
 }
 
 }  // namespace ringattn::cuda

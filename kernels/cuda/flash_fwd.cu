@@ -255,6 +255,12 @@ __global__ void __launch_bounds__(32 * kWarps) flash_fwd_mma_kernel(const FlashP
       const int64_t row = r0 + r;
       if (row >= len_q) return RowPtr{};
       return RowPtr{state_o_row(p.state, b, h, row), state_lse_at(p.state, b, h, row)};
+    }, [&](int r) {  // a row whose result is not finite: recomputed over its visible keys only
+      const int64_t row = r0 + r;
+      if (row >= len_q) return;
+      redo_row<T, D / 32>(q_base + row * p.q.stride_t, k_base, p.k.stride_t, v_base, p.v.stride_t, D, p.scale,
+                          visible_range(mask, row, len_k), p.mode == StateMode::Fold, state_o_row(p.state, b, h, row),
+                          state_lse_at(p.state, b, h, row), static_cast<float*>(nullptr));
     });
   }
 }

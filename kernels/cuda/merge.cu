@@ -111,8 +111,13 @@ __global__ void __launch_bounds__(kSplitThreads) merge_splits_kernel(const Merge
 
   // The warps' states against the row's max mx.
   float mx = neg_inf();
+  bool poisoned = false;  // a NaN partial (its lse NaN): fmaxf drops it from mx, its sum l is NaN
 #pragma unroll
-  for (int w = 0; w < kSplitWarps; ++w) mx = fmaxf(mx, warp_m[w]);
+  for (int w = 0; w < kSplitWarps; ++w) {
+    mx = fmaxf(mx, warp_m[w]);
+    poisoned |= warp_l[w] != warp_l[w];
+  }
+  if (mx == neg_inf() && poisoned) mx = 0.f;  // only NaN partials: the row comes out NaN (0 * NaN) below
   if (mx == neg_inf()) {  // no partial saw a key: the state is empty (Write) or unchanged (Fold)
     if (p.mode == StateMode::Write) {
       for (int64_t d = tid; d < dim; d += kSplitThreads) o[d] = 0.f;
@@ -129,9 +134,9 @@ __global__ void __launch_bounds__(kSplitThreads) merge_splits_kernel(const Merge
     sum += c[w] * warp_l[w];
   }
 
-  const float lse_b = lse_from_stats(mx, sum);  // sum >= 1: some partial has lse == mx
+  const float lse_b = lse_from_stats(mx, sum);  // sum >= 1 (some partial has lse == mx), or NaN
   float wa = 0.f, wb = 1.f, merged = lse_b;
-  if (p.mode == StateMode::Fold) merge_weights(lse_old, lse_b, wa, wb, merged);  // lse_b finite: true
+  if (p.mode == StateMode::Fold) merge_weights(lse_old, lse_b, wa, wb, merged);  // lse_b not -inf: true
   const bool a_empty = p.mode == StateMode::Write || lse_old == neg_inf();
   const float scale = wb / sum;
   for (int64_t d = tid; d < dim; d += kSplitThreads) {

@@ -11,6 +11,7 @@
 #include "kernels/cuda/cuda_check.hpp"
 #include "kernels/cuda/hopper/hopper_flash_kernel.cuh"
 #include "kernels/cuda/hopper/hopper_launch.hpp"
+#include "kernels/cuda/hopper/hopper_redo.cuh"
 
 namespace ringattn::cuda::hopper_detail {
 namespace {
@@ -94,6 +95,30 @@ int* tile_counters(cudaStream_t stream) {
 
 // How many clusters of configuration C fit on the current device at once (0 when none: the
 // plan then refuses the configuration), asked once per device.
+// The slow rows' list of a stream (hopper_redo.cuh) with room for `entries`: grown in stream
+// order (the old one freed after the stream's earlier calls), its two counters zero.
+int* redo_list(cudaStream_t stream, int entries) {
+  struct List {
+    int* buf = nullptr;
+    int capacity = 0;
+  };
+  static std::mutex mu;
+  static std::map<std::pair<int, cudaStream_t>, List> lists;
+  int device = 0;
+  RA_CHECK_CUDA(cudaGetDevice(&device));
+  const std::lock_guard<std::mutex> lock(mu);
+  List& l = lists[{device, stream}];
+  if (l.capacity < entries) {
+    int* fresh = nullptr;
+    RA_CHECK_CUDA(cudaMallocAsync(reinterpret_cast<void**>(&fresh), (4 + 4 * size_t(entries)) * sizeof(int), stream));
+    RA_CHECK_CUDA(cudaMemsetAsync(fresh, 0, 4 * sizeof(int), stream));
+    if (l.buf != nullptr) RA_CHECK_CUDA(cudaFreeAsync(l.buf, stream));
+    l.buf = fresh;
+    l.capacity = entries;
+  }
+  return l.buf;
+}
+
 template <typename C>
 int active_clusters() {
   static std::mutex mu;
@@ -127,6 +152,8 @@ void launch_config(HopperParams hp, int sms, cudaStream_t stream) {
   static std::atomic<uint64_t> configured{0};
   set_dynamic_smem_once(kernel, C::kSmemBytes, configured);
   hp.tile_counter = tile_counters(stream);
+  hp.redo_capacity = hp.num_tiles * C::kConsumers * 4;  // one entry per consumer warp and tile at most
+  hp.redo = redo_list(stream, hp.redo_capacity);
   // Programmatic: a CTA's launch and prologue overlap the tail of the kernel ahead (the previous
   // call, whose CTAs free their SMs one by one); the kernel waits for it before touching memory.
   if constexpr (C::kCluster == 1) {
@@ -141,6 +168,8 @@ void launch_config(HopperParams hp, int sms, cudaStream_t stream) {
     RA_CHECK_CUDA(launch_programmatic_clusters(kernel, dim3(unsigned(clusters * C::kCluster)), dim3(C::kThreads),
                                                size_t(C::kSmemBytes), stream, unsigned(C::kCluster), hp));
   }
+  RA_CHECK_CUDA(launch_programmatic(hopper::hopper_redo_kernel<T, C::kHeadDim>, dim3(unsigned(sms)),
+                                    dim3(hopper::kRedoThreads), 0, stream, hp));
 }
 
 template <typename T>

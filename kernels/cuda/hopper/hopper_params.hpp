@@ -46,6 +46,16 @@ struct HopperParams {
   // could encode; else the epilogue stores from registers (store_state).
   int staged_out;
   CUtensorMap tm_out;  // the output's, boxes of 64 x 64 rows (read when staged_out)
+  // The slow rows (hopper_redo.cuh): rows whose result is not finite while their row sum is (a
+  // non-finite value in V, at a key they see or at one their tile masks), listed by the consumers
+  // and recomputed exactly by the kernel launched after this one from q, k and v as plain views.
+  // redo: [0] entries listed, [1] CTAs of the redo kernel done (both 0 at launch: the redo kernel's
+  // last CTA resets them), then redo_capacity entries of 4 ints (b, h, the warp's first row, its
+  // 16 rows as a bit mask); one list per stream (hopper_flash.cu). Last, for the same reason as
+  // the staged output's fields.
+  TensorView q, k, v;
+  int* redo;
+  int redo_capacity;
 };
 
 }  // namespace hopper

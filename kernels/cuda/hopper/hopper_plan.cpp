@@ -147,6 +147,9 @@ HopperParams kernel_params(const FlashParams& p, const TileInfo& ti, bool lazy, 
   const TensorView &q = p.q, &o = p.out;
   HopperParams hp{};
   hp.state = p.state;
+  hp.q = p.q;
+  hp.k = p.k;
+  hp.v = p.v;
   hp.out = o.data;
   hp.out_stride_b = o.stride_b;
   hp.out_stride_h = o.stride_h;

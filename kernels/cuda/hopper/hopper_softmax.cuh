@@ -12,6 +12,7 @@
 
 #include <cstdint>
 
+#include "kernels/cuda/exact_row.cuh"
 #include "kernels/cuda/hopper/hopper_config.cuh"
 #include "kernels/cuda/hopper/hopper_ptx.cuh"
 
@@ -117,6 +118,26 @@ __device__ __forceinline__ void put2(const HopperParams& p, float* orow, int b, 
   }
 }
 
+// Whether row r (0: row0, 1: row0 + 8) of this thread's quad needs the slow path: its accumulators
+// (unnormalized) are not finite while its row sum l is, the same on the quad's four lanes. (A NaN
+// l comes from a visible score only, masked scores being -inf: the fast result, NaN, is then the
+// exact one. A non-finite value in V reaches o through P V even at a masked key, p = 0.)
+template <int N>
+__device__ __forceinline__ bool row_needs_redo(const float (&o)[N], int r, float l) {
+  float z = 0.f;
+#pragma unroll
+  for (int i = 0; i < N; ++i)
+    if (((i >> 1) & 1) == r) z += o[i];
+  return l == l && (not_finite(quad_sum(z)) || not_finite(l));
+}
+
+// Lists the warp's rows `rows` (bit r: row warp_row0 + r) for the redo kernel (hopper_redo.cuh).
+__device__ __forceinline__ void list_redo_rows(const HopperParams& p, int b, int h, int warp_row0, unsigned rows) {
+  if (threadIdx.x % 32 != 0) return;
+  const int e = atomicAdd(p.redo, 1);
+  if (e < p.redo_capacity) reinterpret_cast<int4*>(p.redo + 4)[e] = make_int4(b, h, warp_row0, int(rows));
+}
+
 // Writes (Write) or folds (Fold, the merge of kernels/cpu/merge.cpp merge_row) this thread's
 // part of rows row0 and row0 + 8 of the tile. o holds D/2 accumulators (unnormalized).
 template <typename T, int D>
@@ -124,21 +145,24 @@ __device__ __forceinline__ void store_state(const HopperParams& p, const float (
                                             int row0, int t) {
   const StateView& sv = p.state;
   float lse_new[2], inv[2], lse_old[2];
-  bool in_range[2];
+  bool in_range[2], redo[2];
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
     const float l = quad_sum(st.l[r]);
     in_range[r] = row0 + 8 * r >= 0 && row0 + 8 * r < p.q_len;  // a shifted first tile starts before row 0
+    redo[r] = in_range[r] && row_needs_redo(o, r, l);
     lse_new[r] = lse_from_stats(st.m[r] * p.scale, l);  // m is in raw score units
     inv[r] = l > 0.f ? 1.f / l : 0.f;
     lse_old[r] = 0.f;
     if (p.fold && in_range[r]) lse_old[r] = sv.lse[b * sv.lse_stride_b + h * sv.lse_stride_h + row0 + 8 * r];
   }
+  const unsigned redo_rows = redo_mask(redo);
+  if (redo_rows != 0u) list_redo_rows(p, b, h, row0 - (threadIdx.x % 32) / 4, redo_rows);
   // Every lane of the quad has read the old lse before lane 0 overwrites it.
   __syncwarp();
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
-    if (!in_range[r]) continue;
+    if (!in_range[r] || redo[r]) continue;  // a listed row's state stays as it was for the redo
     const int row = row0 + 8 * r;
     float* orow = sv.o + b * sv.o_stride_b + h * sv.o_stride_h + (long long)row * sv.o_stride_t;
     float* lse = sv.lse + b * sv.lse_stride_b + h * sv.lse_stride_h + row;
@@ -184,14 +208,20 @@ __device__ __forceinline__ void store_output_staged(const HopperParams& p, const
   if (issuer) bulk_wait_read<0>();
   named_sync(bar, kWarpgroupThreads);  // the previous tile's copies are done reading the buffer
   float inv[2];
+  bool redo[2];
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
     const float l = quad_sum(st.l[r]);
     inv[r] = l > 0.f ? 1.f / l : 0.f;
     const int row = row0 + 8 * r;
+    redo[r] = row >= 0 && row < p.q_len && row_needs_redo(o, r, l);
     if (tq == 0 && row >= 0 && row < p.q_len)
       p.state.lse[t.b * p.state.lse_stride_b + t.h * p.state.lse_stride_h + row] = lse_from_stats(st.m[r] * p.scale, l);
   }
+  // Listed rows are stored here all the same (Write, no fold): the redo kernel, after this one,
+  // overwrites them.
+  const unsigned redo_rows = redo_mask(redo);
+  if (redo_rows != 0u) list_redo_rows(p, t.b, t.h, row0 - g, redo_rows);
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
     const int rr = warp_in_wg * 16 + g + 8 * r;  // the row within the consumer's 64
