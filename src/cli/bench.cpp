@@ -378,10 +378,13 @@ int bench_on(const CommandLine& cl, World& w) {
   std::vector<GlobalProblem> problems;
   try {
     if (w.rank == 0) check_bench_outputs(o);  // only rank 0 writes; its verdict is shared below
-    // Every size of a ring sweep is a ring run; a decode sweep has no hops to fault.
-    check_fault_plan(fault_plan(), w.size, decode_sweep(o) ? "a distributed decode (bench --kv-seq)" : "");
     setup = setup_problem(o.problem);
     for (const int64_t n : sweep_sizes(o)) problems.push_back(problem_at(o, setup.problem, n, w.size));
+    // A plan fires in the first ring run, the first size's (a decode sweep has no hops to fault,
+    // the naive oracle no ring).
+    if (o.impl == "naive" && fault_plan().active())
+      fail_arg("{} applies to ring runs; bench --impl naive runs the oracle only", fault_plan().text());
+    if (!problems.empty()) check_fault_plan(fault_plan(), problems.front(), w.size, o.backward);
   } catch (const InvalidArgument& e) {
     error = e.what();
   }

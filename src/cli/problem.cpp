@@ -344,13 +344,8 @@ double visible_pairs(const GlobalProblem& p) {
   return count_visible<double>(p.mask(), 0, T, S);
 }
 
-void check_fault_for(const GlobalProblem& p, int world) {
-  std::string not_ring;
-  if (p.q_len != p.kv_len)
-    not_ring = fmt::format("a distributed decode (q_len {} != kv_len {})", p.q_len, p.kv_len);
-  else if (!p.is_ring())
-    not_ring = fmt::format("a distributed decode (q_offset {} != 0)", p.resolved_q_offset());
-  check_fault_plan(fault_plan(), world, not_ring);
+void check_fault_for(const GlobalProblem& p, int world, bool backward) {
+  check_fault_plan(fault_plan(), p, world, backward);
 }
 
 double attention_flops(const GlobalProblem& p) {

@@ -72,7 +72,7 @@ ProblemSetup prepare_run(const RunOptions& o, int rank, int world) {
   validate_problem(setup.problem, world);
   resolve_sharding(o.problem, setup.problem, world);
   if (o.backward) check_backward_setup(o, setup, world);
-  check_fault_for(setup.problem, world);
+  check_fault_for(setup.problem, world, o.backward);
   return setup;
 }
 

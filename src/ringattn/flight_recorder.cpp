@@ -21,13 +21,31 @@ const char* hop_event_name(HopEvent e) {
   return "?";
 }
 
+const char* ring_phase_name(RingPhase p) { return p == RingPhase::Backward ? "backward" : "forward"; }
+
 FlightRecorder::FlightRecorder(size_t capacity) : ring_(capacity ? capacity : 1), t0_(now_s()) {}
 
 void FlightRecorder::record(int hop, HopEvent what, int peer, uint64_t bytes) {
   std::lock_guard<std::mutex> lock(mu_);
-  ring_[next_] = FlightEvent{now_s() - t0_, hop, what, peer, bytes};
+  ring_[next_] = FlightEvent{now_s() - t0_, hop, phase_, what, peer, bytes};
   next_ = (next_ + 1) % ring_.size();
   if (count_ < ring_.size()) ++count_;
+}
+
+void FlightRecorder::begin_pass(RingPhase phase) {
+  std::lock_guard<std::mutex> lock(mu_);
+  phase_ = phase;
+  ++pass_;
+}
+
+RingPhase FlightRecorder::phase() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return phase_;
+}
+
+uint64_t FlightRecorder::pass() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return pass_;
 }
 
 std::vector<FlightEvent> FlightRecorder::events() const {
@@ -42,7 +60,8 @@ std::vector<FlightEvent> FlightRecorder::events() const {
 std::string FlightRecorder::dump() const {
   std::string s;
   for (const FlightEvent& e : events()) {
-    s += fmt::format("  t={:.6f}s hop {} {}", e.t, e.hop, hop_event_name(e.what));
+    s += fmt::format("  t={:.6f}s {}hop {} {}", e.t, e.phase == RingPhase::Backward ? "backward " : "", e.hop,
+                     hop_event_name(e.what));
     if (e.peer >= 0) s += fmt::format(" peer {}", e.peer);
     if (e.bytes) s += fmt::format(" {} bytes", e.bytes);
     s += '\n';

@@ -12,9 +12,14 @@ namespace ringattn {
 
 enum class HopEvent : uint8_t { Posted, Completed, Computed, Failed };
 
+// Which ring a hop belongs to: the forward's, or the ring backward's (whose K/V and dK/dV
+// exchanges share its hop numbers).
+enum class RingPhase : uint8_t { Forward, Backward };
+
 struct FlightEvent {
   double t = 0;      // seconds since the recorder started
   int hop = 0;
+  RingPhase phase = RingPhase::Forward;
   HopEvent what = HopEvent::Posted;
   int peer = -1;     // the other rank involved (receive source for Completed), -1 when none
   uint64_t bytes = 0;
@@ -24,6 +29,12 @@ class FlightRecorder {
  public:
   explicit FlightRecorder(size_t capacity = 64);
   void record(int hop, HopEvent what, int peer = -1, uint64_t bytes = 0);
+  // A ring run begins (the runners call it before their first hop): later events belong to
+  // `phase`, and pass() counts up, so that an observer (the fault decorators,
+  // ringattn/fault_injection.hpp) knows where one run's hops start even when it posts no exchange.
+  void begin_pass(RingPhase phase);
+  RingPhase phase() const;
+  uint64_t pass() const;
   // Oldest first; at most `capacity` of them.
   std::vector<FlightEvent> events() const;
   // One line per event, oldest first.
@@ -34,6 +45,8 @@ class FlightRecorder {
   mutable std::mutex mu_;
   std::vector<FlightEvent> ring_;
   size_t next_ = 0, count_ = 0;
+  RingPhase phase_ = RingPhase::Forward;
+  uint64_t pass_ = 0;
   double t0_;
 };
 
@@ -41,5 +54,6 @@ class FlightRecorder {
 FlightRecorder& flight_recorder();
 
 const char* hop_event_name(HopEvent e);
+const char* ring_phase_name(RingPhase p);  // "forward", "backward"
 
 }  // namespace ringattn

@@ -172,6 +172,7 @@ RankStats run_ring_attention(const GlobalProblem& p, const LocalTensors& x, Back
   // blocks.
   st.hops.reserve(size_t(ring.hops()));
   st.transfer_s = ring.hops() > 1 ? 0.0 : -1.0;
+  flight_recorder().begin_pass(RingPhase::Forward);
   for (int s = 0; s < ring.hops(); ++s)
     add_hop(st, run_hop(s, sched.hops()[size_t(s)], base, x, ring, rows, b, flight_recorder()), ring.exchanges(s));
 

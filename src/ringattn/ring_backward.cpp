@@ -176,6 +176,7 @@ RankStats run_attention_backward(const GlobalProblem& p, const LocalTensors& x, 
 
   const BackwardParams base = base_params(p, x, g, opt);
   st.transfer_s = -1.0;  // the two rings overlap: their exchange times do not add up
+  flight_recorder().begin_pass(RingPhase::Backward);
   for (int s = 0; s < P; ++s)
     if (s < kv.hops() || grads.exchanges(s))
       st.add_hop(run_backward_hop(s, sched.hops()[size_t(s)], base, g, Rings{kv, grads}, b, flight_recorder()));

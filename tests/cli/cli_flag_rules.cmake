@@ -28,16 +28,16 @@ step(EXPECT_RC 1 COMMAND ${CMAKE_COMMAND} -E env RINGATTN_MPI_TIMEOUT_S=0x10 ${R
      STDERR "RINGATTN_MPI_TIMEOUT_S='0x10' must be a number of seconds")
 # A malformed RINGATTN_FAULT is refused in one process too, not only under mpirun.
 step(EXPECT_RC 1 COMMAND ${CMAKE_COMMAND} -E env RINGATTN_FAULT=garbage ${RINGATTN} run --seq 64
-     STDERR "RINGATTN_FAULT='garbage' is not RANK:HOP:KIND")
+     STDERR "RINGATTN_FAULT='garbage' is not RANK:HOP:KIND\\[:PHASE\\] with RANK, HOP >= 0, KIND one of exit, hang, corrupt, error, throw and PHASE one of forward \\(the default\\), backward")
 step(EXPECT_RC 1 COMMAND ${CMAKE_COMMAND} -E env RINGATTN_FAULT=010:0:exitt ${RINGATTN} bench -b 64 -e 64
      STDERR "RINGATTN_FAULT='010:0:exitt'")
 # A RINGATTN_FAULT that could never fire is refused, naming the value and the allowed range.
 step(EXPECT_RC 1 COMMAND ${CMAKE_COMMAND} -E env RINGATTN_FAULT=1:0:exit ${RINGATTN} run --seq 64
      STDERR "RINGATTN_FAULT=1:0:exit names rank 1, but the world has 1 rank \\(0..0\\)")
 step(EXPECT_RC 1 COMMAND ${CMAKE_COMMAND} -E env RINGATTN_FAULT=0:0:exit ${RINGATTN} run --seq 64
-     STDERR "RINGATTN_FAULT=0:0:exit names hop 0, but a ring of 1 rank has no exchange hops \\(kind throw: 0..0\\)")
+     STDERR "RINGATTN_FAULT=0:0:exit can never fire: rank 0 posts no exchange at hop 0 of the forward ring \\(this problem's ring takes 1 hop over 1 rank\\); on rank 0, exit can fire at no hop\n")
 step(EXPECT_RC 1 COMMAND ${CMAKE_COMMAND} -E env RINGATTN_FAULT=0:1:throw ${RINGATTN} bench -b 64 -e 64
-     STDERR "RINGATTN_FAULT=0:1:throw names hop 1")
+     STDERR "RINGATTN_FAULT=0:1:throw can never fire: rank 0 computes on no block at hop 1 of the forward ring \\(this problem's ring takes 1 hop over 1 rank\\); on rank 0, throw can fire at hop 0\n")
 step(EXPECT_RC 1 COMMAND ${CMAKE_COMMAND} -E env RINGATTN_FAULT=0:0:throw ${RINGATTN} run --seq 4 --kv-seq 64 --dry-run
      STDERR "RINGATTN_FAULT=0:0:throw applies to ring runs; this is a distributed decode \\(q_len 4 != kv_len 64\\)")
 # Flags a combination would silently ignore.

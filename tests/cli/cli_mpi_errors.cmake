@@ -18,7 +18,7 @@ step(EXPECT_RC nonzero COMMAND ${MPIRUN} ${RINGATTN} run --q qfifo --k q.npy --v
 step(EXPECT_RC nonzero COMMAND ${MPIRUN} -x RINGATTN_FAULT=5:0:exit ${RINGATTN} run --seq 64
      STDERR "RINGATTN_FAULT=5:0:exit names rank 5, but the world has 2 ranks \\(0..1\\)")
 step(EXPECT_RC nonzero COMMAND ${MPIRUN} -x RINGATTN_FAULT=1:1:exit ${RINGATTN} run --seq 64
-     STDERR "RINGATTN_FAULT=1:1:exit names hop 1, but a ring of 2 ranks has exchange hops 0..0 \\(kind throw: 0..1\\)")
+     STDERR "RINGATTN_FAULT=1:1:exit can never fire: rank 1 posts no exchange at hop 1 of the forward ring \\(this problem's ring takes 2 hops over 2 ranks\\); on rank 1, exit can fire at hop 0\n")
 step(EXPECT_RC nonzero COMMAND ${MPIRUN} -x RINGATTN_FAULT=1:0:exit ${RINGATTN} run --seq 4 --kv-seq 64
      STDERR "applies to ring runs; this is a distributed decode \\(q_len 4 != kv_len 64\\)")
 # --backward under mpirun runs the ring backward, which needs self-attention: a decode problem is

@@ -19,8 +19,26 @@ TEST(FaultPlan, ParsesEveryKind) {
   EXPECT_EQ(parse_fault_plan("1:2:error").kind, FaultKind::Error);
 }
 
+TEST(FaultPlan, ParsesThePhase) {
+  const FaultPlan b = parse_fault_plan("1:0:throw:backward");
+  EXPECT_EQ(b.phase, RingPhase::Backward);
+  EXPECT_EQ(b.kind, FaultKind::Throw);
+  EXPECT_EQ(b.text(), "RINGATTN_FAULT=1:0:throw:backward");
+  EXPECT_EQ(parse_fault_plan("1:0:exit").phase, RingPhase::Forward);
+  const FaultPlan f = parse_fault_plan("1:0:exit:forward");
+  EXPECT_EQ(f.phase, RingPhase::Forward);
+  EXPECT_EQ(f.text(), "RINGATTN_FAULT=1:0:exit");
+  try {
+    parse_fault_plan("1:0:exit:sideways");
+    ADD_FAILURE() << "accepted an unknown phase";
+  } catch (const InvalidArgument& e) {
+    EXPECT_STREQ(e.what(), "RINGATTN_FAULT='1:0:exit:sideways' is not RANK:HOP:KIND[:PHASE]: unknown phase 'sideways' "
+                           "(allowed: forward, the default, and backward)");
+  }
+}
+
 TEST(FaultPlan, RejectsMalformedText) {
-  for (const char* bad : {"1:2", "a:1:exit", "1:-2:exit", "1:2:explode", "1:2:exit:4", "::exit", "1:2:"}) {
+  for (const char* bad : {"1:2", "a:1:exit", "1:-2:exit", "1:2:explode", "1:2:exit:4", "::exit", "1:2:", "1:2:exit:"}) {
     try {
       parse_fault_plan(bad);
       ADD_FAILURE() << "accepted '" << bad << "'";
@@ -29,6 +47,62 @@ TEST(FaultPlan, RejectsMalformedText) {
       EXPECT_NE(std::string(e.what()).find(bad), std::string::npos) << e.what();
     }
   }
+}
+
+GlobalProblem ring_problem(int64_t n, bool causal, Sharding s, Window w = {}) {
+  GlobalProblem p;
+  p.batch = 1, p.q_heads = 2, p.kv_heads = 1, p.head_dim = 16, p.q_len = p.kv_len = n;
+  p.causal = causal;
+  p.sharding = s;
+  p.window = w;
+  return p;
+}
+
+std::string refusal(const char* plan, const GlobalProblem& p, int world, bool backward = false) {
+  try {
+    check_fault_plan(parse_fault_plan(plan), p, world, backward);
+  } catch (const InvalidArgument& e) {
+    return e.what();
+  }
+  return "";
+}
+
+// A plan is refused unless the rank does, at that hop of that ring, what the kind hooks into:
+// posts an exchange (exit, hang, error), sends a block (corrupt), computes (throw). Issue 39's
+// repros, each with the hops the plan could fire at.
+TEST(FaultPlan, RefusesPlansThatCanNeverFire) {
+  const GlobalProblem windowed = ring_problem(512, true, Sharding::Contiguous, Window{16, 0});
+  EXPECT_EQ(refusal("2:2:exit", windowed, 4),
+            "RINGATTN_FAULT=2:2:exit can never fire: rank 2 posts no exchange at hop 2 of the forward ring (this "
+            "problem's ring takes 2 hops over 4 ranks); on rank 2, exit can fire at hop 0");
+  EXPECT_EQ(refusal("2:0:exit", windowed, 4), "");
+  EXPECT_EQ(refusal("2:1:throw", windowed, 4), "");  // the last hop of a short ring computes
+  EXPECT_EQ(refusal("0:1:throw:backward", windowed, 4, true),
+            "RINGATTN_FAULT=0:1:throw:backward can never fire: rank 0 computes on no block at hop 1 of the backward "
+            "ring (this problem's ring takes 2 hops over 4 ranks); on rank 0, throw can fire at hop 0");
+  const GlobalProblem causal = ring_problem(512, true, Sharding::Contiguous);
+  EXPECT_EQ(refusal("0:1:throw", causal, 2),
+            "RINGATTN_FAULT=0:1:throw can never fire: rank 0 computes on no block at hop 1 of the forward ring (this "
+            "problem's ring takes 2 hops over 2 ranks); on rank 0, throw can fire at hop 0");
+  EXPECT_EQ(refusal("1:1:throw", causal, 2), "");
+  // Causal contiguous: rank 1's block is needed by no other rank, so it sends nothing at hop 0.
+  EXPECT_EQ(refusal("1:0:corrupt", causal, 2),
+            "RINGATTN_FAULT=1:0:corrupt can never fire: rank 1 sends no block at hop 0 of the forward ring (this "
+            "problem's ring takes 2 hops over 2 ranks); on rank 1, corrupt can fire at no hop");
+  EXPECT_EQ(refusal("0:0:corrupt", causal, 2), "");
+  const GlobalProblem full = ring_problem(64, false, Sharding::Zigzag);
+  EXPECT_EQ(refusal("3:2:hang", full, 4), "");
+  EXPECT_EQ(refusal("3:3:hang", full, 4),
+            "RINGATTN_FAULT=3:3:hang can never fire: rank 3 posts no exchange at hop 3 of the forward ring (this "
+            "problem's ring takes 4 hops over 4 ranks); on rank 3, hang can fire at hops 0..2");
+  EXPECT_EQ(refusal("0:0:exit", full, 1),
+            "RINGATTN_FAULT=0:0:exit can never fire: rank 0 posts no exchange at hop 0 of the forward ring (this "
+            "problem's ring takes 1 hop over 1 rank); on rank 0, exit can fire at no hop");
+  EXPECT_EQ(refusal("0:0:throw:backward", full, 1, true), "");
+  EXPECT_EQ(refusal("1:0:exit:backward", full, 2),
+            "RINGATTN_FAULT=1:0:exit:backward names the backward ring, but this run has none (the phase backward "
+            "needs --backward)");
+  EXPECT_EQ(refusal("4:0:exit", full, 4), "RINGATTN_FAULT=4:0:exit names rank 4, but the world has 4 ranks (0..3)");
 }
 
 TEST(FlightRecorder, KeepsTheLastEventsInOrder) {
@@ -48,6 +122,25 @@ TEST(FlightRecorder, KeepsTheLastEventsInOrder) {
   EXPECT_EQ(d.find("hop 1 "), std::string::npos) << d;
   r.clear();
   EXPECT_TRUE(r.events().empty());
+}
+
+// A pass names its phase: the events after begin_pass carry it, and the dump says which ring.
+TEST(FlightRecorder, PassesNameTheirRing) {
+  FlightRecorder r(8);
+  const uint64_t before = r.pass();
+  r.begin_pass(RingPhase::Forward);
+  r.record(1, HopEvent::Posted, 2, 10);
+  r.begin_pass(RingPhase::Backward);
+  r.record(1, HopEvent::Failed);
+  EXPECT_EQ(r.pass(), before + 2);
+  EXPECT_EQ(r.phase(), RingPhase::Backward);
+  const auto ev = r.events();
+  ASSERT_EQ(ev.size(), 2u);
+  EXPECT_EQ(ev[0].phase, RingPhase::Forward);
+  EXPECT_EQ(ev[1].phase, RingPhase::Backward);
+  const std::string d = r.dump();
+  EXPECT_NE(d.find("s hop 1 posted peer 2 10 bytes\n"), std::string::npos) << d;
+  EXPECT_NE(d.find("s backward hop 1 failed\n"), std::string::npos) << d;
 }
 
 }  // namespace

@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cstdlib>
 #include <cstring>
+#include <functional>
 #include <random>
 
 #include "comm/staging_transport.hpp"
@@ -171,8 +172,35 @@ TEST(BlockRing, TwoRingsAtOnceKeepTheirOwnBlocks) {
   EXPECT_EQ(t2.exchanges(), world - 1);
 }
 
+// The message of the RuntimeError that `run` ends with ("" when it runs through).
+std::string runtime_error_of(const std::function<void()>& run) {
+  try {
+    run();
+  } catch (const RuntimeError& e) {
+    return e.what();
+  }
+  return "";
+}
+
+// What an injected throw or error at `hop` must have said: a throw names the hop's compute on the
+// block it holds (`computing`: the runner's words), an error the post and the plan; the last hop
+// posts nothing, so an error there never fires.
+void expect_injected(const std::string& m, const std::string& kind, int rank, int hop, int world,
+                     const char* computing, const std::string& plan) {
+  const std::string at = fmt::format("hop {} of {}: ", hop, world);
+  if (kind == "throw") {
+    EXPECT_NE(m.find(at + fmt::format("{} the block of rank {} failed: std::bad_alloc", computing,
+                                      (rank + world - hop) % world)), std::string::npos) << m;
+  } else if (hop + 1 == world) {
+    EXPECT_EQ(m, "") << "the last hop posts nothing";
+  } else {
+    EXPECT_NE(m.find(at + "posting the exchange"), std::string::npos) << m;
+    EXPECT_NE(m.find(fmt::format("injected transport error ({})", plan)), std::string::npos) << m;
+  }
+}
+
 // The decorators carry out error, corrupt and throw at every hop of a run, with the runner's
-// messages; without a plan they install nothing.
+// messages.
 TEST(FaultInjection, DecoratorsFollowTheHopsOfARun) {
   const uint64_t seed = test::fresh_seed();
   std::mt19937_64 rng(seed);
@@ -190,28 +218,51 @@ TEST(FaultInjection, DecoratorsFollowTheHopsOfARun) {
         auto* inner = static_cast<FaultyTransport*>(t.get());
         std::unique_ptr<Backend> b = make_cpu_backend();
         install_fault_injection(t, b, parse_fault_plan(fmt::format("{}:{}:{}", rank, hop, kind)));
-        std::string m;
-        try {
-          run_ring_attention(p, x, *b, *t);
-        } catch (const RuntimeError& e) {
-          m = e.what();
-        }
-        const std::string at = fmt::format("hop {} of {}: ", hop, world);
-        if (std::string(kind) == "throw") {
-          EXPECT_NE(m.find(at + fmt::format("computing on the block of rank {} failed: std::bad_alloc",
-                                            (rank + world - hop) % world)), std::string::npos) << m;
-        } else if (hop + 1 == world) {
-          EXPECT_EQ(m, "") << "the last hop posts nothing";
-        } else if (std::string(kind) == "error") {
-          EXPECT_NE(m.find(at + "posting the exchange"), std::string::npos) << m;
-          EXPECT_NE(m.find(fmt::format("injected transport error (RINGATTN_FAULT={}:{}:error)", rank, hop)),
-                    std::string::npos) << m;
-        } else {  // corrupt: half a block sent at that hop, the others whole
+        const std::string m = runtime_error_of([&] { run_ring_attention(p, x, *b, *t); });
+        if (std::string(kind) != "corrupt") {
+          expect_injected(m, kind, rank, hop, world, "computing on",
+                          fmt::format("RINGATTN_FAULT={}:{}:error", rank, hop));
+        } else {  // corrupt: half a block sent at that hop, the others whole (none at the last)
           EXPECT_EQ(m, "");
-          EXPECT_EQ(inner->bytes_sent(), uint64_t(world - 1) * 2048 - 1024);
+          EXPECT_EQ(inner->bytes_sent(), uint64_t(world - 1) * 2048 - (hop + 1 < world ? 1024 : 0));
         }
       }
   }
+}
+
+// A backward plan leaves the forward alone and fires in the ring backward: a throw from the
+// backward calls of its hop, an error when posting that hop's K/V exchange (the last hop posts
+// none).
+TEST(FaultInjection, BackwardPlansFireInTheBackwardRing) {
+  const uint64_t seed = test::fresh_seed();
+  std::mt19937_64 rng(seed);
+  for (int world : {2, 3}) {
+    const int rank = 1;
+    const GlobalProblem p = test::small_ring_problem(world);
+    const int64_t T = shard_layout(p.sharding, p.q_len, rank, world).tokens();
+    test::HostTensor q(DType::F32, 1, 2, T, 16, rng), k(DType::F32, 1, 1, T, 16, rng),
+        v(DType::F32, 1, 1, T, 16, rng), out(DType::F32, 1, 2, T, 16, rng), dout(DType::F32, 1, 2, T, 16, rng),
+        dq(DType::F32, 1, 2, T, 16, rng), dk(DType::F32, 1, 1, T, 16, rng), dv(DType::F32, 1, 1, T, 16, rng);
+    std::vector<float> lse(size_t(2 * T), 0.f);
+    const LocalTensors x{q.view, k.view, v.view, out.view, lse.data()};
+    const BackwardTensors g{dout.view, dq.view, dk.view, dv.view};
+    for (const char* kind : {"throw", "error"})
+      for (int hop = 0; hop < world; ++hop) {
+        SCOPED_TRACE(testing::Message() << "seed " << seed << ", P=" << world << ", " << kind << " at hop " << hop);
+        std::unique_ptr<Transport> t = std::make_unique<FaultyTransport>(rank, world, TransportFault::None, -1);
+        FaultyTransport grad_t(rank, world, TransportFault::None, -1);
+        std::unique_ptr<Backend> b = make_cpu_backend();
+        install_fault_injection(t, b, parse_fault_plan(fmt::format("{}:{}:{}:backward", rank, hop, kind)));
+        EXPECT_NO_THROW(run_ring_attention(p, x, *b, *t)) << "a backward plan fired in the forward";
+        const std::string m = runtime_error_of([&] { run_attention_backward(p, x, g, *b, *t, grad_t); });
+        expect_injected(m, kind, rank, hop, world, "the backward on",
+                        fmt::format("RINGATTN_FAULT={}:{}:error:backward", rank, hop));
+      }
+  }
+}
+
+// The decorators without a plan install nothing.
+TEST(FaultInjection, NoPlanInstallsNothing) {
   std::unique_ptr<Transport> t = std::make_unique<FaultyTransport>(0, 2, TransportFault::None, -1);
   Transport* before = t.get();
   std::unique_ptr<Backend> b = make_cpu_backend();
