@@ -156,3 +156,14 @@ def test_return_lse_false_returns_the_output_only():
     q = make((1, 4, 2, 8), F32)
     out = rt.attention(q, q, q)
     assert isinstance(out, torch.Tensor) and out.shape == q.shape
+
+
+def test_concurrent_calls_from_threads():
+    """The op holds no shared mutable state: calls from several threads give each call's own result."""
+    from concurrent.futures import ThreadPoolExecutor
+    inputs = [[make((1, 33, 4, 32), F32), make((1, 33, 2, 32), F32), make((1, 33, 2, 32), F32)] for _ in range(4)]
+    alone = [rt.attention(*x, causal=True) for x in inputs]
+    with ThreadPoolExecutor(4) as pool:
+        together = list(pool.map(lambda x: rt.attention(*x, causal=True), inputs * 2))
+    for i, out in enumerate(together):
+        assert torch.equal(out, alone[i % 4])
