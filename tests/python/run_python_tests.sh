@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The Python package's tests (python/tests), as a user gets the package: a virtual environment with
-# torch and pytest from PyPI (kept between runs in $RINGATTN_VENV, default ~/.cache/ringattn/venv-pyX.Y,
+# torch, pytest and numpy from PyPI (kept between runs in $RINGATTN_VENV, default ~/.cache/ringattn/venv-pyX.Y,
 # so that torch downloads once per machine), the package built and installed by the README's
 # command (`pip install .`, scikit-build-core running the project's CMake) into a folder of this
 # build tree, then pytest. Exits 77 (ctest: skipped) with a "skipped: REASON" line only where it
@@ -24,13 +24,13 @@ PY=$(command -v python3) || skip "no python3 on PATH"
 "$PY" -c 'import sys; sys.exit(sys.version_info < (3, 9))' || skip "$("$PY" --version) is older than 3.9"
 ver=$("$PY" -c 'import sys; print(f"{sys.version_info[0]}.{sys.version_info[1]}")')
 VENV=${RINGATTN_VENV:-${XDG_CACHE_HOME:-$HOME/.cache}/ringattn/venv-py$ver}
-if ! "$VENV/bin/python" -c 'import torch, pytest' 2>/dev/null; then
+if ! "$VENV/bin/python" -c 'import torch, pytest, numpy' 2>/dev/null; then
   echo "creating $VENV with torch and pytest from PyPI"
   rm -rf "$VENV"
   mkdir -p "$(dirname "$VENV")"
   "$PY" -m venv "$VENV" || skip "python3 -m venv failed (Debian: apt-get install python3-venv)"
-  "$VENV/bin/pip" install --quiet --progress-bar off torch pytest ||
-    skip "pip install torch pytest failed (is PyPI reachable?)"
+  "$VENV/bin/pip" install --quiet --progress-bar off torch pytest numpy ||
+    skip "pip install torch pytest numpy failed (is PyPI reachable?)"
 fi
 "$VENV/bin/python" -c 'import torch; print("torch", torch.__version__)' || exit 1
 
