@@ -7,7 +7,7 @@ set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 BUILD_DIR="${BUILD_DIR:-$ROOT/build}"
 PACKAGES=(cmake ninja-build g++ libopenmpi-dev openmpi-bin libspdlog-dev libfmt-dev libgtest-dev libcli11-dev
-          nlohmann-json3-dev)
+          nlohmann-json3-dev python3 python3-venv)
 
 source "$ROOT/launch/packages.sh"
 install_missing_packages "${PACKAGES[@]}" || exit 1

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Builds ringattn and runs the whole test suite (labels: unit, cli, mpi, gpu, slurm; GPU tests skip
+# Builds ringattn and runs the whole test suite (labels: unit, cli, mpi, gpu, slurm, python; GPU tests skip
 # without a GPU, Slurm tests where no local Slurm cluster can start: they need root, see
 # launch/local_slurm.sh). Extra arguments go to ctest, e.g. `bash launch/test.sh -L unit`.
 set -euo pipefail

@@ -1,0 +1,247 @@
+"""The PyTorch op: `ringattn.torch.attention`, FlashAttention's interface over ringattn's kernels.
+
+Two custom ops, ``ringattn::attention_fwd`` and ``ringattn::attention_bwd`` (torch.library, each
+with a fake implementation, so torch.compile traces them without a graph break), the backward
+registered as the forward's autograd formula. They call the C ABI (capi/ringattn_c.h) through
+ctypes with DLPack-style descriptors of the tensors: no libtorch at build time, one build for
+every torch from 2.4 on."""
+
+import ctypes
+import math
+from typing import Optional, Tuple
+
+import torch
+
+from . import _lib
+
+__all__ = ["attention"]
+
+_FLOATS = (torch.bfloat16, torch.float16, torch.float32)
+_CODES = {
+    torch.float32: (2, 32), torch.float16: (2, 16), torch.bfloat16: (4, 16),
+    torch.int32: (0, 32), torch.int64: (0, 64),
+}
+_ERROR_BYTES = 1024
+
+
+class _Descs:
+    """Descriptors of tensors, kept alive (with their shape and stride arrays) for one call."""
+
+    def __init__(self):
+        self._keep = []
+
+    def __call__(self, t):
+        if t is None:
+            return None
+        n = t.dim()
+        shape, strides = (ctypes.c_int64 * n)(*t.shape), (ctypes.c_int64 * n)(*t.stride())
+        device = _lib.Device(_lib.CPU, 0) if t.device.type == "cpu" else _lib.Device(_lib.CUDA, t.device.index or 0)
+        code, bits = _CODES[t.dtype]
+        d = _lib.Tensor(t.data_ptr(), device, n, _lib.DType(code, bits, 1), shape, strides, 0)
+        self._keep += [t, shape, strides, d]
+        return ctypes.pointer(d)
+
+
+def _args(descs, cu_seqlens, causal, window_left, window_right, softmax_scale, max_seqlen, deterministic):
+    a = _lib.Args()
+    a.abi_version = _lib.ABI_VERSION
+    a.causal = int(causal)
+    a.window_left, a.window_right = window_left, window_right
+    a.has_softmax_scale, a.softmax_scale = 1, softmax_scale
+    a.cu_seqlens = descs(cu_seqlens) if cu_seqlens is not None else None
+    a.max_seqlen = max_seqlen
+    a.deterministic = int(deterministic)
+    a.stream = None
+    a.allocator = None
+    return a
+
+
+def _head_dim_contiguous(t):
+    """The kernels take any strides but the head dim's (which must be 1): others are copied once."""
+    return t if t.size(-1) <= 1 or t.stride(-1) == 1 else t.contiguous()
+
+
+def _lse_shape(q, packed):
+    return (q.size(1), q.size(0)) if packed else (q.size(0), q.size(2), q.size(1))
+
+
+@torch.library.custom_op("ringattn::attention_fwd", mutates_args=())
+def attention_fwd(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu_seqlens: Optional[torch.Tensor],
+                  causal: bool, window_left: int, window_right: int, softmax_scale: float, max_seqlen: int,
+                  deterministic: bool, lse_grad: bool) -> Tuple[torch.Tensor, torch.Tensor]:
+    q, k, v = (_head_dim_contiguous(t) for t in (q, k, v))
+    out = torch.empty(q.shape, dtype=q.dtype, device=q.device)
+    lse = torch.empty(_lse_shape(q, cu_seqlens is not None), dtype=torch.float32, device=q.device)
+    d = _Descs()
+    a = _args(d, cu_seqlens, causal, window_left, window_right, softmax_scale, max_seqlen, deterministic)
+    err = ctypes.create_string_buffer(_ERROR_BYTES)
+    rc = _lib.lib().ringattn_attention_fwd(ctypes.byref(a), d(q), d(k), d(v), d(out), d(lse), err, _ERROR_BYTES)
+    _lib.check(rc, err)
+    return out, lse
+
+
+@attention_fwd.register_fake
+def _(q, k, v, cu_seqlens, causal, window_left, window_right, softmax_scale, max_seqlen, deterministic, lse_grad):
+    return torch.empty(q.shape, dtype=q.dtype, device=q.device), q.new_empty(
+        _lse_shape(q, cu_seqlens is not None), dtype=torch.float32)
+
+
+@torch.library.custom_op("ringattn::attention_bwd", mutates_args=())
+def attention_bwd(dout: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torch.Tensor,
+                  lse: torch.Tensor, cu_seqlens: Optional[torch.Tensor], causal: bool, window_left: int,
+                  window_right: int, softmax_scale: float, max_seqlen: int,
+                  deterministic: bool) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    dout, q, k, v, out = (_head_dim_contiguous(t) for t in (dout, q, k, v, out))
+    lse = lse if lse.size(-1) <= 1 or lse.stride(-1) == 1 else lse.contiguous()
+    dq, dk, dv = (torch.empty(t.shape, dtype=t.dtype, device=t.device) for t in (q, k, v))
+    d = _Descs()
+    a = _args(d, cu_seqlens, causal, window_left, window_right, softmax_scale, max_seqlen, deterministic)
+    err = ctypes.create_string_buffer(_ERROR_BYTES)
+    rc = _lib.lib().ringattn_attention_bwd(ctypes.byref(a), d(dout), d(q), d(k), d(v), d(out), d(lse), d(dq), d(dk),
+                                           d(dv), err, _ERROR_BYTES)
+    _lib.check(rc, err)
+    return dq, dk, dv
+
+
+@attention_bwd.register_fake
+def _(dout, q, k, v, out, lse, cu_seqlens, causal, window_left, window_right, softmax_scale, max_seqlen,
+      deterministic):
+    return tuple(torch.empty(t.shape, dtype=t.dtype, device=t.device) for t in (q, k, v))
+
+
+def _setup_context(ctx, inputs, output):
+    q, k, v, cu_seqlens, causal, window_left, window_right, softmax_scale, max_seqlen, deterministic, lse_grad = inputs
+    out, lse = output
+    ctx.save_for_backward(q, k, v, cu_seqlens, out, lse)
+    ctx.params = (causal, window_left, window_right, softmax_scale, max_seqlen, deterministic)
+    ctx.lse_grad = lse_grad
+    if not lse_grad:
+        ctx.mark_non_differentiable(lse)
+
+
+def _lse_rows(dlse, packed):
+    """dlse [B, H, T] (packed [H, T]) as a [B, T, H, 1] (packed [T, H, 1]) weight per query row."""
+    return (dlse.transpose(0, 1) if packed else dlse.transpose(1, 2)).unsqueeze(-1).float()
+
+
+def _backward(ctx, dout, dlse):
+    q, k, v, cu_seqlens, out, lse = ctx.saved_tensors
+    causal, wl, wr, scale, max_seqlen, deterministic = ctx.params
+    if dout is None:
+        dout = torch.zeros_like(out)
+    dq, dk, dv = attention_bwd(dout, q, k, v, out, lse, cu_seqlens, *ctx.params)
+    if ctx.lse_grad and dlse is not None:
+        # lse_i = ln sum_j exp(s_ij) with s_ij = scale q_i.k_j, so d lse_i / d s_ij = P_ij: dq_i gains
+        # scale dlse_i (P K)_i (attention with the keys as values), dk_j gains scale (P^T (dlse q))_j
+        # (the dv of a backward whose dout is dlse q; summed over each group like dv).
+        w = _lse_rows(dlse, cu_seqlens is not None)
+        pk, _ = attention_fwd(q, k, k, cu_seqlens, causal, wl, wr, scale, max_seqlen, deterministic, False)
+        _, _, ptq = attention_bwd((w * q.float()).to(q.dtype), q, k, v, out, lse, cu_seqlens, *ctx.params)
+        dq = (dq.float() + scale * w * pk.float()).to(q.dtype)
+        dk = (dk.float() + scale * ptq.float()).to(k.dtype)
+    return dq, dk, dv, None, None, None, None, None, None, None, None
+
+
+torch.library.register_autograd("ringattn::attention_fwd", _backward, setup_context=_setup_context)
+
+
+def _check_tensor(name, t):
+    if not isinstance(t, torch.Tensor):
+        raise TypeError(f"{name} must be a torch.Tensor (got {type(t).__name__})")
+    if t.dtype not in _FLOATS:
+        raise TypeError(f"{name} has dtype {t.dtype}; allowed are torch.bfloat16, torch.float16 and torch.float32")
+
+
+def _check_inputs(q, k, v, packed):
+    for name, t in (("q", q), ("k", k), ("v", v)):
+        _check_tensor(name, t)
+    for name, t in (("k", k), ("v", v)):
+        if t.dtype != q.dtype:
+            raise TypeError(f"{name} has dtype {t.dtype} but q has {q.dtype}; q, k and v must have one dtype")
+        if t.device != q.device:
+            raise ValueError(f"{name} is on {t.device} but q is on {q.device}; q, k and v must be on one device")
+    want = 3 if packed else 4
+    layout = "[total_tokens, heads, head_dim] with cu_seqlens" if packed else "[batch, seq_len, heads, head_dim]"
+    for name, t in (("q", q), ("k", k), ("v", v)):
+        if t.dim() != want:
+            raise ValueError(f"{name} has {t.dim()} dimensions (shape {list(t.shape)}); {name} must be {layout}")
+        if t.numel() == 0:
+            raise ValueError(f"{name} has shape {list(t.shape)}; every dimension must be >= 1")
+    if v.shape != k.shape:
+        raise ValueError(f"v has shape {list(v.shape)} but k has {list(k.shape)}; they must be equal")
+    if not packed and k.size(0) != q.size(0):
+        raise ValueError(f"k has batch {k.size(0)} but q has {q.size(0)}; they must be equal")
+    if packed and k.size(0) != q.size(0):
+        raise ValueError(f"k has {k.size(0)} tokens but q has {q.size(0)}; with cu_seqlens q, k and v hold the same "
+                         "packed documents (self-attention)")
+    if k.size(-1) != q.size(-1):
+        raise ValueError(f"k has head_dim {k.size(-1)} but q has {q.size(-1)}; they must be equal")
+    if q.size(-2) % k.size(-2) != 0:
+        raise ValueError(f"q has {q.size(-2)} heads and k has {k.size(-2)}; q_heads must be a multiple of kv_heads "
+                         "(grouped-query attention)")
+
+
+def _check_window(window, causal):
+    if (not isinstance(window, (tuple, list)) or len(window) != 2
+            or not all(isinstance(w, int) and not isinstance(w, bool) for w in window)):
+        raise ValueError(f"window={window!r}; it must be a pair of ints (left, right), -1 for an unbounded side")
+    left, right = window
+    for side, w in (("left", left), ("right", right)):
+        if w < -1:
+            raise ValueError(f"window={tuple(window)}: {side} {w} is out of range; a side is -1 (unbounded) or >= 0")
+    if causal and right > 0:
+        raise ValueError(f"window={tuple(window)} with causal=True: with causal the right edge is the diagonal, so "
+                         "right must be 0 or -1")
+    return left, right
+
+
+def _check_packing(q, cu_seqlens, max_seqlen):
+    """cu_seqlens' type and shape; its values are checked inside the op (so under torch.compile too)."""
+    if cu_seqlens is None:
+        if max_seqlen is not None:
+            raise ValueError(f"max_seqlen={max_seqlen!r} without cu_seqlens; it is only meaningful with packed "
+                             "documents")
+        return 0
+    if not isinstance(cu_seqlens, torch.Tensor):
+        raise TypeError(f"cu_seqlens must be a torch.Tensor (got {type(cu_seqlens).__name__})")
+    if cu_seqlens.dtype not in (torch.int32, torch.int64):
+        raise TypeError(f"cu_seqlens has dtype {cu_seqlens.dtype}; allowed are torch.int32 and torch.int64")
+    if cu_seqlens.dim() != 1 or cu_seqlens.size(0) < 2:
+        raise ValueError(f"cu_seqlens has shape {list(cu_seqlens.shape)}; it must be [docs + 1] with at least one "
+                         "document")
+    if cu_seqlens.device != q.device:
+        raise ValueError(f"cu_seqlens is on {cu_seqlens.device} but q is on {q.device}; they must be on one device")
+    if max_seqlen is None:
+        return 0
+    if not isinstance(max_seqlen, int) or isinstance(max_seqlen, bool) or max_seqlen < 1:
+        raise ValueError(f"max_seqlen={max_seqlen!r}; it must be None or an int >= 1")
+    return max_seqlen
+
+
+def _check_scale(softmax_scale, head_dim):
+    if softmax_scale is None:
+        return 1.0 / math.sqrt(head_dim)
+    if not isinstance(softmax_scale, (int, float)) or isinstance(softmax_scale, bool) \
+            or not math.isfinite(softmax_scale):
+        raise ValueError(f"softmax_scale={softmax_scale!r}; it must be None (1/sqrt(head_dim)) or a finite number")
+    return float(softmax_scale)
+
+
+def attention(q, k, v, *, causal=False, window=(-1, -1), softmax_scale=None, cu_seqlens=None, max_seqlen=None,
+              deterministic=False, return_lse=False):
+    """Attention in FlashAttention's layout: q [batch, q_len, q_heads, dim], k and v [batch, kv_len,
+    kv_heads, dim] (with cu_seqlens: [total_tokens, heads, dim], packed documents, self-attention).
+
+    window is FlashAttention's window_size (left, right), -1 unbounded; the queries are the last
+    positions (q_offset = kv_len - q_len). Returns out like q, and with return_lse=True also lse,
+    fp32 [batch, q_heads, q_len] ([q_heads, total_tokens] with cu_seqlens), natural log, scale
+    included. Differentiable in q, k and v (and through lse); deterministic=True gives bitwise
+    reproducible gradients."""
+    packed = cu_seqlens is not None
+    _check_inputs(q, k, v, packed)
+    left, right = _check_window(window, bool(causal))
+    max_len = _check_packing(q, cu_seqlens, max_seqlen)
+    scale = _check_scale(softmax_scale, q.size(-1))
+    out, lse = attention_fwd(q, k, v, cu_seqlens, bool(causal), left, right, scale, max_len, bool(deterministic),
+                             bool(return_lse))
+    return (out, lse) if return_lse else out
