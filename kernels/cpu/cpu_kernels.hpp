@@ -22,7 +22,8 @@ void flash_forward(const FlashParams& p);
 void online_softmax_step(float& m, float& l, float* acc, float* s, int64_t n, const float* v, int64_t D);
 
 // The softmax half of that step: updates m and l, rescales acc[D] by exp(m_old - m_new) and
-// overwrites s[0..n) with exp(s - m_new). A row whose scores are all -inf is left unchanged.
+// overwrites s[0..n) with exp(s - m_new). A row whose scores are all -inf is left unchanged; a NaN
+// score makes l NaN (and m, when no score before it was finite): it is never dropped.
 void softmax_rescale(float& m, float& l, float* acc, float* s, int64_t n, int64_t D);
 
 // Bytes of workspace flash_forward allocates for `p` with `threads` OpenMP threads. Depends on

@@ -100,6 +100,43 @@ void accumulate_pv(const float* p, int64_t ld, int64_t rb, int64_t n, const floa
 
 namespace {
 
+// acc[d] += sum_{c in [c0, c1)} p[c] v[c][d]: one row alone.
+void accumulate_row(const float* p, int64_t c0, int64_t c1, const float* v, int64_t D, float* acc) {
+  for (int64_t c = c0; c < c1; ++c) {
+    const float x = p[c];
+    const float* vr = v + c * D;
+#pragma omp simd
+    for (int64_t d = 0; d < D; ++d) acc[d] += x * vr[d];
+  }
+}
+
+}  // namespace
+
+void accumulate_ranges(const float* p, int64_t ld, int64_t rb, const int64_t* lo, const int64_t* hi, const float* v,
+                       int64_t D, float* acc) {
+  int64_t shared_lo = lo[0], shared_hi = hi[0];  // the keys of every row: [max lo, min hi)
+  for (int64_t r = 1; r < rb; ++r) {
+    shared_lo = std::max(shared_lo, lo[r]);
+    shared_hi = std::min(shared_hi, hi[r]);
+  }
+  if (shared_lo < shared_hi)
+    accumulate_pv(p + shared_lo, ld, rb, shared_hi - shared_lo, v + shared_lo * D, D, acc);
+  else
+    shared_lo = shared_hi = 0;  // no key in common: every row alone over its whole range
+  for (int64_t r = 0; r < rb; ++r) {
+    const float* pr = p + r * ld;
+    float* ar = acc + r * D;
+    if (shared_lo < shared_hi) {
+      accumulate_row(pr, lo[r], shared_lo, v, D, ar);
+      accumulate_row(pr, shared_hi, hi[r], v, D, ar);
+    } else {
+      accumulate_row(pr, lo[r], hi[r], v, D, ar);
+    }
+  }
+}
+
+namespace {
+
 thread_local size_t g_last_workspace = 0;
 constexpr float kNegInf = -std::numeric_limits<float>::infinity();
 struct Tiles {
@@ -163,13 +200,11 @@ void flash_tile(const FlashParams& p, const Tiles& t, int64_t b, int64_t h, int6
       }
       if (lim_max == 0) continue;
       score_rows(qf + r0 * D, rb, kt, ld, lim_max, D, s);
-      for (int64_t r = 0; r < rb; ++r) {
-        float* sr = s + r * ld;
-        softmax_rescale(m[r0 + r], l[r0 + r], acc + (r0 + r) * D, sr + lo[r], lim[r] - lo[r], D);
-        std::fill(sr, sr + lo[r], 0.f);               // keys before the row's window
-        std::fill(sr + lim[r], sr + lim_max, 0.f);  // masked keys contribute nothing below
-      }
-      accumulate_pv(s, ld, rb, lim_max, vf, D, acc + r0 * D);
+      for (int64_t r = 0; r < rb; ++r)
+        softmax_rescale(m[r0 + r], l[r0 + r], acc + (r0 + r) * D, s + r * ld + lo[r], lim[r] - lo[r], D);
+      // Each row over its own keys only: a masked key's score (and value) is never read.
+      if (full) accumulate_pv(s, ld, rb, nk, vf, D, acc + r0 * D);
+      else accumulate_ranges(s, ld, rb, lo, lim, vf, D, acc + r0 * D);
     }
   }
 
@@ -199,10 +234,17 @@ void softmax_rescale(float& m, float& l, float* acc, float* s, int64_t n, int64_
   float mt = kNegInf;
 #pragma omp simd reduction(max : mt)
   for (int64_t c = 0; c < n; ++c) mt = std::max(mt, s[c]);
-  const float m_new = std::max(m, mt);
-  if (m_new == kNegInf) {  // every score masked: nothing to add, and no (-inf) - (-inf)
-    std::fill(s, s + n, 0.f);
-    return;
+  float m_new = std::max(m, mt);  // a NaN score is dropped here, and reaches l through its exp
+  if (m_new == kNegInf) {
+    // Every score so far -inf: nothing to add, and no (-inf) - (-inf); unless one is NaN (std::max
+    // dropped it), which must reach the row: m becomes NaN, and so do l and acc.
+    bool nan = false;
+    for (int64_t c = 0; c < n; ++c) nan |= s[c] != s[c];
+    if (!nan) {
+      std::fill(s, s + n, 0.f);
+      return;
+    }
+    m_new = std::numeric_limits<float>::quiet_NaN();
   }
   const float alpha = rescale_factor(m, m_new, [](float x) { return std::exp(x); });
 #pragma omp simd

@@ -83,11 +83,29 @@ void load_key_block(const BackwardParams& p, const Work& w, int64_t b, int64_t h
   load_rows(p.k, b, hk, j0, nk, w.k);
 }
 
+// Keys [begin, end) of the tile [j0, j0 + nk), relative to j0, that query row i (its lse l)
+// takes part in: all of a fully visible tile, none for a row that saw no key (lse = -inf).
+KeyRange tile_keys_of_row(const BackwardParams& p, int64_t i, float l, int64_t j0, int64_t nk, bool full) {
+  if (l == kNegInf) return {0, 0};
+  if (full) return {0, nk};
+  const KeyRange keys = visible_range(p.mask, i, p.k.len);
+  const int64_t lo = std::clamp<int64_t>(keys.begin - j0, 0, nk);
+  return {lo, std::clamp<int64_t>(keys.end - j0, lo, nk)};
+}
+
+// Query rows [begin, end) of the block [i0, i0 + nq), relative to i0, that see key j.
+KeyRange block_rows_of_key(const BackwardParams& p, int64_t j, int64_t i0, int64_t nq) {
+  const KeyRange rows = visible_rows(p.mask, j, p.q.len);
+  const int64_t lo = std::clamp<int64_t>(rows.begin - i0, 0, nq);
+  return {lo, std::clamp<int64_t>(rows.end - i0, lo, nq)};
+}
+
 // The block of query rows [i0, i0 + nq) (w.q, w.dout, w.lse, w.delta loaded) against keys
 // [j0, j0 + nk) (loaded): P and scale * dS into w.p, w.ds ([nq][ldk]); zero where a key is masked
-// or the row's lse is -inf (a row that sees no key).
+// or the row's lse is -inf (a row that sees no key). The products below read P and dS only inside
+// each row's (or key's) range, so a masked entry is never multiplied, not even by 0.
 void block_grads(const BackwardParams& p, const Work& w, int64_t i0, int64_t nq, int64_t j0, int64_t nk, bool full) {
-  const int64_t S = p.k.len, D = p.q.dim;
+  const int64_t D = p.q.dim;
   for (int64_t r0 = 0; r0 < nq; r0 += kRows) {  // scores and dP = dout v^T, kRows rows at a time
     const int64_t rb = std::min(kRows, nq - r0);
     score_rows(w.q + r0 * D, rb, w.kt, w.ldk, nk, D, w.p + r0 * w.ldk);
@@ -97,14 +115,8 @@ void block_grads(const BackwardParams& p, const Work& w, int64_t i0, int64_t nq,
     float* pr = w.p + r * w.ldk;
     float* dsr = w.ds + r * w.ldk;
     const float l = w.lse[r], delta = w.delta[r];
-    int64_t lo = 0, hi = nk;
-    if (l == kNegInf) {
-      hi = 0;
-    } else if (!full) {
-      const KeyRange keys = visible_range(p.mask, i0 + r, S);
-      lo = std::clamp<int64_t>(keys.begin - j0, 0, nk);
-      hi = std::clamp<int64_t>(keys.end - j0, lo, nk);
-    }
+    const KeyRange keys = tile_keys_of_row(p, i0 + r, l, j0, nk, full);
+    const int64_t lo = keys.begin, hi = keys.end;
     std::fill(pr, pr + lo, 0.f);
     std::fill(dsr, dsr + lo, 0.f);
 #pragma omp simd
@@ -171,10 +183,21 @@ void key_tile(const BackwardParams& p, const Tiles& t, const std::vector<float>&
       block_grads(p, w, i0, nq, j0, nk, vis == BlockVisibility::Full);
       transpose(w.p, w.ldk, nq, nk, w.pt, w.ldq);
       transpose(w.ds, w.ldk, nq, nk, w.dst, w.ldq);
-      for (int64_t c0 = 0; c0 < nk; c0 += kRows) {  // kRows keys at a time, over the nq rows
+      for (int64_t c0 = 0; c0 < nk; c0 += kRows) {  // kRows keys at a time, each over the rows that see it
         const int64_t cb = std::min(kRows, nk - c0);
-        accumulate_pv(w.pt + c0 * w.ldq, w.ldq, cb, nq, w.dout, D, dv + c0 * D);
-        accumulate_pv(w.dst + c0 * w.ldq, w.ldq, cb, nq, w.q, D, dk + c0 * D);
+        if (vis == BlockVisibility::Full) {
+          accumulate_pv(w.pt + c0 * w.ldq, w.ldq, cb, nq, w.dout, D, dv + c0 * D);
+          accumulate_pv(w.dst + c0 * w.ldq, w.ldq, cb, nq, w.q, D, dk + c0 * D);
+          continue;
+        }
+        int64_t lo[kRows], hi[kRows];
+        for (int64_t c = 0; c < cb; ++c) {
+          const KeyRange rows = block_rows_of_key(p, j0 + c0 + c, i0, nq);
+          lo[c] = rows.begin;
+          hi[c] = rows.end;
+        }
+        accumulate_ranges(w.pt + c0 * w.ldq, w.ldq, cb, lo, hi, w.dout, D, dv + c0 * D);
+        accumulate_ranges(w.dst + c0 * w.ldq, w.ldq, cb, lo, hi, w.q, D, dk + c0 * D);
       }
     }
   store_grad(p.dk, p.mode, b, hk, j0, nk, dk);
@@ -198,8 +221,17 @@ void query_tile(const BackwardParams& p, const Tiles& t, const std::vector<float
     if (vis == BlockVisibility::Empty) continue;
     load_key_block(p, w, b, hk, j0, nk);
     block_grads(p, w, i0, nq, j0, nk, vis == BlockVisibility::Full);
-    for (int64_t r0 = 0; r0 < nq; r0 += kRows)
-      accumulate_pv(w.ds + r0 * w.ldk, w.ldk, std::min(kRows, nq - r0), nk, w.k, D, dq + r0 * D);
+    for (int64_t r0 = 0; r0 < nq; r0 += kRows) {  // each row over the keys it sees
+      const int64_t rb = std::min(kRows, nq - r0);
+      int64_t lo[kRows], hi[kRows];
+      for (int64_t r = 0; r < rb; ++r) {
+        const KeyRange keys =
+            tile_keys_of_row(p, i0 + r0 + r, w.lse[r0 + r], j0, nk, vis == BlockVisibility::Full);
+        lo[r] = keys.begin;
+        hi[r] = keys.end;
+      }
+      accumulate_ranges(w.ds + r0 * w.ldk, w.ldk, rb, lo, hi, w.k, D, dq + r0 * D);
+    }
   }
   store_grad(p.dq, p.mode, b, h, i0, nq, dq);
 }

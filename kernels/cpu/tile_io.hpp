@@ -30,18 +30,27 @@ int64_t padded(int64_t n);
 // kRows rows of s (ld apart) whatever rb is: s must have room for them.
 void score_rows(const float* q, int64_t rb, const float* kt, int64_t ld, int64_t n, int64_t D, float* s);
 
-// acc[r] += sum_c p[r][c] v[c] for rows r < rb; p rows are `ld` apart and zero past each row's
-// keys (rows >= rb are never read). Each block of kLanes output columns stays in registers over
-// all keys. D is a multiple of kLanes or the tail is done lane by lane.
+// acc[r] += sum_c p[r][c] v[c] for rows r < rb; p rows are `ld` apart (rows >= rb are never
+// read). Each block of kLanes output columns stays in registers over all keys. D is a multiple of
+// kLanes or the tail is done lane by lane. Every row reads all n keys: rows with different keys
+// go through accumulate_ranges.
 void accumulate_pv(const float* p, int64_t ld, int64_t rb, int64_t n, const float* v, int64_t D, float* acc);
+
+// acc[r] += sum_{c in [lo[r], hi[r])} p[r][c] v[c] for rows r < rb (lo[r] <= hi[r]): the keys
+// every row has in one register-blocked pass (accumulate_pv), each row's other keys row by row.
+// No row reads p or v outside its own range, so a NaN or Inf at a key the row does not see (a
+// masked key: its p is not even computed) never reaches it (0 x NaN would be NaN).
+void accumulate_ranges(const float* p, int64_t ld, int64_t rb, const int64_t* lo, const int64_t* hi, const float* v,
+                       int64_t D, float* acc);
 
 // exp(x) for x <= 0 in a form the compiler vectorizes (libm's expf is a scalar call): x = n ln2 + r
 // with |r| <= ln2/2, exp(r) by its Taylor polynomial to degree 7 (relative error < 2e-8, under one
-// fp32 ulp), times 2^n built in the exponent bits. Arguments below -87 give 0. (Small positive
-// arguments, a rounding above 0, are exact too.)
+// fp32 ulp), times 2^n built in the exponent bits. Arguments below -87 give 0 (-inf too), above 88
+// +inf (+inf too), and NaN gives NaN: a NaN score or lse is never turned into a finite weight.
+// (Small positive arguments, a rounding above 0, are exact too.)
 inline float exp_nonpositive(float x) {
   const float kLog2e = 1.44269504f, kLn2Hi = 0.693145752f, kLn2Lo = 1.42860677e-6f;
-  const float xc = std::max(x, -87.f);
+  const float xc = std::min(std::max(x, -87.f), 88.f);  // NaN stays NaN (both compare false)
   const float n = std::nearbyint(xc * kLog2e);
   const float r = (xc - n * kLn2Hi) - n * kLn2Lo;
   float p = 1.f / 5040.f;
@@ -52,10 +61,11 @@ inline float exp_nonpositive(float x) {
   p = p * r + 0.5f;
   p = p * r + 1.f;
   p = p * r + 1.f;
-  const int32_t bits = (static_cast<int32_t>(n) + 127) << 23;
+  const float nf = n == n ? n : 0.f;  // a NaN is not converted to an integer; p is NaN then
+  const int32_t bits = (static_cast<int32_t>(nf) + 127) << 23;
   float scale;
   std::memcpy(&scale, &bits, 4);
-  return x < -87.f ? 0.f : p * scale;
+  return x < -87.f ? 0.f : (x > 88.f ? INFINITY : p * scale);
 }
 
 }  // namespace ringattn::cpu

@@ -12,6 +12,9 @@
 //   npy_tool swap12 IN OUT                        axes 1 and 2 exchanged ([B, H, T, D] <-> [B, T, H, D],
 //                                                 [B, H, T] <-> [B, T, H]), in IN's dtype
 //   npy_tool reshape IN OUT D0 D1 ...             the same elements (C order) under another shape
+//   npy_tool nonfinite FILE                       prints "nonfinite tokens: A-B,C" (the tokens, axis 2
+//                                                 of [B, H, T, D] or axis 2 of [B, H, T], whose row
+//                                                 holds a NaN or Inf in some batch and head; "none")
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -113,6 +116,29 @@ int cmd_compare(char** a) {
   return d <= tol ? 0 : 1;
 }
 
+int cmd_nonfinite(char** a) {
+  const NpyArray x = load_npy(a[0]);
+  const auto& sh = x.header.shape;
+  if (sh.size() != 3 && sh.size() != 4) return usage();
+  const int64_t T = sh[2], D = sh.size() == 4 ? sh[3] : 1;
+  std::vector<char> bad(size_t(T), 0);
+  for (int64_t i = 0; i < x.header.numel(); ++i)
+    if (!std::isfinite(x.at(i))) bad[size_t(i / D % T)] = 1;
+  std::string out;
+  for (int64_t t = 0; t < T;) {
+    if (!bad[size_t(t)]) {
+      ++t;
+      continue;
+    }
+    int64_t e = t;
+    while (e + 1 < T && bad[size_t(e + 1)]) ++e;
+    out += (out.empty() ? "" : ",") + std::to_string(t) + (e > t ? "-" + std::to_string(e) : "");
+    t = e + 1;
+  }
+  std::printf("nonfinite tokens: %s\n", out.empty() ? "none" : out.c_str());
+  return 0;
+}
+
 int cmd_reference(char** a) {
   NpyArray q = load_npy(a[0]), k = load_npy(a[1]), v = load_npy(a[2]);
   const NpyArray out = load_npy(a[3]), lse = load_npy(a[4]);
@@ -207,6 +233,7 @@ int main(int argc, char** argv) {
     if (cmd == "reference" && argc == 9) return cmd_reference(argv + 2);
     if (cmd == "ints" && argc >= 4) return cmd_ints(argc - 2, argv + 2);
     if (cmd == "swap12" && argc == 4) return cmd_swap12(argv + 2);
+    if (cmd == "nonfinite" && argc == 3) return cmd_nonfinite(argv + 2);
     if (cmd == "reshape" && argc >= 5) return cmd_reshape(argc - 2, argv + 2);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "npy_tool: %s\n", e.what());
