@@ -234,7 +234,7 @@ __device__ __forceinline__ void store_warp_rows(const DecodeKernelParams& a, con
   for (int half = 0; half < 2; ++half) {
     const float sum = quad_sum(l[half]);
     const int64_t R = wrow0 + (lane >> 2) + half * 8;
-    bad[half] = R < packed_rows && quad_row_not_finite(acc, half, sum);
+    bad[half] = quad_row_not_finite(acc, half, sum) && R < packed_rows;  // every lane takes the quad's shuffles
     if (R >= packed_rows || bad[half]) continue;
     const PackedRow pr = packed_row(R, group);
     const int64_t row = (b * a.f.q.heads + hk * group + pr.g) * len_q + pr.t;

@@ -128,7 +128,8 @@ __device__ __forceinline__ bool row_needs_redo(const float (&o)[N], int r, float
 #pragma unroll
   for (int i = 0; i < N; ++i)
     if (((i >> 1) & 1) == r) z += o[i];
-  return l == l && (not_finite(quad_sum(z)) || not_finite(l));
+  const float zq = quad_sum(z);  // before any branch: the shuffle takes every lane of the warp
+  return l == l && (not_finite(zq) || not_finite(l));
 }
 
 // Lists the warp's rows `rows` (bit r: row warp_row0 + r) for the redo kernel (hopper_redo.cuh).
@@ -150,7 +151,7 @@ __device__ __forceinline__ void store_state(const HopperParams& p, const float (
   for (int r = 0; r < 2; ++r) {
     const float l = quad_sum(st.l[r]);
     in_range[r] = row0 + 8 * r >= 0 && row0 + 8 * r < p.q_len;  // a shifted first tile starts before row 0
-    redo[r] = in_range[r] && row_needs_redo(o, r, l);
+    redo[r] = row_needs_redo(o, r, l) && in_range[r];  // every lane takes the quad's shuffles
     lse_new[r] = lse_from_stats(st.m[r] * p.scale, l);  // m is in raw score units
     inv[r] = l > 0.f ? 1.f / l : 0.f;
     lse_old[r] = 0.f;
@@ -214,7 +215,7 @@ __device__ __forceinline__ void store_output_staged(const HopperParams& p, const
     const float l = quad_sum(st.l[r]);
     inv[r] = l > 0.f ? 1.f / l : 0.f;
     const int row = row0 + 8 * r;
-    redo[r] = row >= 0 && row < p.q_len && row_needs_redo(o, r, l);
+    redo[r] = row_needs_redo(o, r, l) && row >= 0 && row < p.q_len;  // every lane takes the quad's shuffles
     if (tq == 0 && row >= 0 && row < p.q_len)
       p.state.lse[t.b * p.state.lse_stride_b + t.h * p.state.lse_stride_h + row] = lse_from_stats(st.m[r] * p.scale, l);
   }
