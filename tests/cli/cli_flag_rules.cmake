@@ -62,10 +62,11 @@ step(EXPECT_RC 0 COMMAND ${NPY_TOOL} random q30.npy fp32 1 2 128 64 ${SEED} 30)
 step(EXPECT_RC 0 COMMAND ${NPY_TOOL} random k30.npy fp32 1 1 128 64 1${SEED} 30)
 step(EXPECT_RC 0 COMMAND ${NPY_TOOL} random v30.npy fp32 1 1 128 64 2${SEED})
 step(EXPECT_RC 0 COMMAND ${RINGATTN} run --q q30.npy --k k30.npy --v v30.npy --causal --check STDOUT "-> OK")
-# A NaN in q: the message says where the non-finite values are (the written output is finite).
+# A NaN in q (element 40: head 0, token 2): the message counts the non-finite values, the whole
+# output row that the query reaches (16 values) and its log-sum-exp.
 step(EXPECT_RC 0 COMMAND ${NPY_TOOL} poison q.npy 40 nan)
 step(EXPECT_RC 2 COMMAND ${RINGATTN} run --q q.npy --k k.npy --v k.npy --causal --out o.npy
-     STDERR "non-finite results: 0 in the output, 1 in the log-sum-exp \\(a NaN or Inf in q, k or v")
+     STDERR "non-finite results: 16 in the output, 1 in the log-sum-exp \\(a NaN or Inf in q, k or v")
 # bench --no-check shows that nothing was compared.
 step(EXPECT_RC 0 COMMAND ${RINGATTN} bench -b 64 -e 128 -n 1 -w 0 --no-check
      STDOUT "\n +64 +flash +[0-9.]+ +[0-9.]+ +GFLOP/s +[0-9.na/]+ +[0-9]+ +[0-9.]+ [KMG]?i?B +- +- +0 +[^\n]+ +-\n" "# Result: not checked")
