@@ -13,11 +13,12 @@
 #                     default: GPU when nvidia-smi sees one and the build has CUDA
 #   --no-table        skip the rank -> host -> GPU table (it costs one extra mpirun start)
 #   --mca K V         passed to mpirun (e.g. --mca btl_tcp_if_include eth0)
-# Environment: BUILD_DIR (default build/) or RINGATTN (the binary; it must be at the same path on
-# every node), MPIRUN (default mpirun), MPIRUN_ARGS (more mpirun options, word-split, e.g.
-# "-x LD_LIBRARY_PATH --map-by ppr:8:node"). NCCL_* and RINGATTN_* variables of this shell, and
-# OMP_NUM_THREADS when set, are exported to every rank (-x); NCCL_NVLS_ENABLE=0 is added unless
-# set, since NVLink SHARP multicast is off on the machines this was tested on.
+# Environment: BUILD_DIR (default build/, or build-cpu/ where only run.sh's CPU-only build is) or
+# RINGATTN (the binary; it must be at the same path on every node), MPIRUN (default mpirun),
+# MPIRUN_ARGS (more mpirun options, word-split, e.g. "-x LD_LIBRARY_PATH --map-by ppr:8:node").
+# NCCL_* and RINGATTN_* variables of this shell, and OMP_NUM_THREADS when set, are exported to
+# every rank (-x); NCCL_NVLS_ENABLE=0 is added unless set, since NVLink SHARP multicast is off on
+# the machines this was tested on.
 #
 # Binding: none (--bind-to none). ringattn picks its GPU from the local rank itself (rank i on a
 # host uses CUDA device i), and CPU ranks sharing a host split its cores between them when
@@ -29,6 +30,10 @@
 #   bash launch/mpirun.sh -np 8 run --seq 1048576 --causal --dry-run     # check the topology first
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+# build/ is launch/test.sh's (and run.sh's with a GPU); build-cpu/ is run.sh's without a GPU.
+if [ -z "${BUILD_DIR:-}" ] && [ ! -x "$ROOT/build/src/ringattn" ] && [ -x "$ROOT/build-cpu/src/ringattn" ]; then
+  BUILD_DIR="$ROOT/build-cpu"
+fi
 RINGATTN="${RINGATTN:-${BUILD_DIR:-$ROOT/build}/src/ringattn}"
 MPIRUN="${MPIRUN:-mpirun}"
 

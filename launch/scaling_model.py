@@ -27,8 +27,8 @@ Sources of the defaults (all bf16, batch 1, 32 query / 8 KV heads, head dim 128,
              (0.937 ms) and "1,32,8,32768,32768,128,causal,ours" (14.778 ms): one H200, measured
   --measured P = 1: /work/shared/notes/two-gpu-2026-11-30.md, "P=1, 8192 (one shard's length)"
              0.948 ms and "P=1, the whole 16384 on one GPU" 3.836 ms (ringattn bench, measured);
-             P = 2: README.md, "P = 2 over NCCL on two H200s", 16384 tokens 2.421 ms and 65536
-             tokens 30.8 ms (ringattn bench -n 20 -w 3, measured); 131072 tokens 119.1 ms from
+             P = 2: docs/performance.md, "2026-11-30, two H200s: P = 2 over NCCL", 16384 tokens
+             2.421 ms and 65536 tokens 30.8 ms (ringattn bench -n 20 -w 3, measured); 131072 tokens 119.1 ms from
              /work/shared/notes/two-gpu-2026-11-30.md ("ringattn: ... 119.1 ms (1182)", measured)
   --nvlink-* NVIDIA's H200 SXM specification: NVLink 900 GB/s per GPU, both directions together,
              so 450 GB/s each way (a specification, not measured here); latency assumed 5 us

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Shared by run.sh and test.sh: installs the missing Debian/Ubuntu packages (as root), then
 # configures and builds ringattn into $BUILD_DIR (default: build/ in the repository).
-#   RINGATTN_CMAKE_ARGS  extra configure flags, e.g. "-DRINGATTN_CUDA=OFF"
+#   RINGATTN_CMAKE_ARGS    extra configure flags, e.g. "-DRINGATTN_CUDA=OFF"
+#   RINGATTN_BUILD_TARGET  build this target only (run.sh: ringattn); default: everything
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -19,7 +20,7 @@ fi
 
 # shellcheck disable=SC2086
 cmake -S "$ROOT" -B "$BUILD_DIR" -G Ninja -DCMAKE_BUILD_TYPE=Release ${RINGATTN_CMAKE_ARGS:-}
-cmake --build "$BUILD_DIR" --parallel "$(nproc)"
+cmake --build "$BUILD_DIR" --parallel "$(nproc)" ${RINGATTN_BUILD_TARGET:+--target "$RINGATTN_BUILD_TARGET"}
 
 # mpirun as root refuses to start without these; oversubscribe lets 2 ranks share fewer cores.
 MPIRUN_FLAGS=(--oversubscribe --bind-to none)

@@ -21,10 +21,15 @@
 #   bash launch/srun.sh --cpu -n 2 run --seq 2048 --causal --check
 #   NODES=2 TASKS_PER_NODE=4 bash launch/srun.sh --cpu --seq 65536 --causal --check
 #
-# Environment: BUILD_DIR or RINGATTN (the binary, the same path on every node), SRUN_MPI (default
-# pmix; pmi2 on clusters without PMIx), SRUN_ARGS (more srun flags, e.g. "-p gpu -t 00:30:00").
+# Environment: BUILD_DIR (default build/, or build-cpu/ where only run.sh's CPU-only build is) or
+# RINGATTN (the binary, the same path on every node), SRUN_MPI (default pmix; pmi2 on clusters
+# without PMIx), SRUN_ARGS (more srun flags, e.g. "-p gpu -t 00:30:00").
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+# build/ is launch/test.sh's (and run.sh's with a GPU); build-cpu/ is run.sh's without a GPU.
+if [ -z "${BUILD_DIR:-}" ] && [ ! -x "$ROOT/build/src/ringattn" ] && [ -x "$ROOT/build-cpu/src/ringattn" ]; then
+  BUILD_DIR="$ROOT/build-cpu"
+fi
 RINGATTN="${RINGATTN:-${BUILD_DIR:-$ROOT/build}/src/ringattn}"
 die() { echo "srun.sh: $*" >&2; exit 1; }
 count() {  # NAME VALUE: VALUE must be a positive whole number

@@ -467,7 +467,7 @@ __global__ void __launch_bounds__(kThreads) decode_mma_kernel(const DecodeKernel
 // halves, 64 KB at head dim 128, in flight; 100 KB of shared memory, 2 CTAs per SM); with two, one
 // half in flight (68 KB, 3 CTAs per SM at 168 registers). Three win on short splits, two on long
 // ones (plan_decode_mma). Against the 64-key K+V stages (3 CTAs per SM, one 32 KB tile in flight
-// each): +5.6% at 1 x 32k cached tokens, +15% at 1 x 8k (kernels/cuda/PERF.md, session 11).
+// each): +5.6% at 1 x 32k cached tokens, +15% at 1 x 8k (kernels/cuda/PERF.md, 2026-12-02).
 constexpr int kPhasedKeys = 128;
 constexpr bool decode_phased(int dim, bool wide) { return !wide && dim <= 128; }
 template <int D, int kBufs>
@@ -678,7 +678,7 @@ DecodePlan plan_decode_mma(const FlashParams& f, int splits_hint, int sms) {
   if (phased) {
     // Two buffers where they fit more CTAs per SM (head dim 128) and the splits stay long: at
     // 1 x 128k and 8 x 32k (21 and 43 tiles a split) +1.0%, at 1 x 32k (6) -7%, at 1 x 8k -5.5%
-    // (kernels/cuda/PERF.md, session 11).
+    // (kernels/cuda/PERF.md, 2026-12-02, the phased-decode run).
     constexpr int64_t kLongSplitTiles = 16;
     const int64_t two = splits_hint > 0 ? splits_hint : one_wave(per_sm_two);
     plan.phased_bufs = per_sm_two > per_sm && tiles_per_split(two) >= kLongSplitTiles ? 2 : 3;

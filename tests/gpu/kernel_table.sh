@@ -1,11 +1,11 @@
 #!/usr/bin/env bash
-# The kernel table of README's first GPU table, in one run on the GPU host: ours (ringattn_gpu_bench
+# The README's kernel table (Performance), in one run on the GPU host: ours (ringattn_gpu_bench
 # --timer batch: 20 back-to-back calls between two events, median of 7 batches), each layout in its
 # own process, two passes with the order alternating, and the peers (.bench/peers.py, a copy of
 # shared/bench/peers.py: the same timing) between the passes, on the same shapes; then one table
 # (ours in both layouts as medians of the passes, cuDNN in both layouts, FA2, the ratios). (One
 # process running --layout both put each shape's bshd rows right after its bhsd rows: an order
-# effect of the power limit, README.)
+# effect of the power limit: docs/performance.md, the fair-timer run of 2026-12-01.)
 # MODE=interleaved instead runs, per shape and pass (PASSES, default 2), ours bhsd, ours bshd and then
 # the peers on that shape alone, so that each row's three measurements sit side by side in time
 # (slower: the peers' process starts once per shape and pass); the table takes medians over passes.

@@ -191,7 +191,7 @@ HopperTile pick_tile(const FlashParams& p, const FlashKernelOptions& opt) {
   const bool long_rows = row_keys >= (p.mask.causal && !windowed ? 16384 : 8192);
   HopperTile pick = d64 ? HopperTile::M192N128 : (long_rows ? HopperTile::M128N176 : HopperTile::M128N128);
   // Long rows in clusters of two where the tiles pair up (K and V leave the L2 once per pair):
-  // +1-3% at 16k-32k, full and causal, +0.4% at 8k full (hopper/PERF.md, session 13). Not on
+  // +1-3% at 16k-32k, full and causal, +0.4% at 8k full (hopper/PERF.md, 2026-12-02). Not on
   // 128 x 128 tiles: on the short rows they serve the two CTAs, which wait for each other's
   // release of every stage, lost 3-13%.
   if (pick == HopperTile::M128N176 && tile_info(HopperTile::M128N176C2).takes(p)) pick = HopperTile::M128N176C2;

@@ -239,7 +239,7 @@ __device__ __forceinline__ void store_output_staged(const HopperParams& p, const
   // The consumer's rows lie wholly before row 0 (a shifted first tile: the staged configurations
   // shift by whole consumers, Config::kStagedOut) or wholly past q_len, and then nothing is
   // stored, or they start inside [0, q_len). (A bulk tensor store whose box started at a negative
-  // row stopped the kernel with an illegal instruction on the H200, session 9.)
+  // row stopped the kernel with an illegal instruction on the H200, 2026-12-02.)
   const int first_row = t.m0 + consumer * kRowsPerConsumer;
   if (issuer && first_row >= 0 && first_row < p.q_len) {
 #pragma unroll

@@ -447,7 +447,7 @@ TEST_F(HopperFlash, DynamicScheduleOnConcurrentStreamsClusterPairs) {
 TEST_F(HopperFlash, DynamicScheduleOnConcurrentStreamsClusterPairsCausal) {
   schedule_on_concurrent_streams(4, true, "128x128c2");
 }
-// Head dim 256 keeps the static round robin (hopper/PERF.md, session 14): five launches on two
+// Head dim 256 keeps the static round robin (hopper/PERF.md, 2026-12-02): five launches on two
 // streams as well.
 TEST_F(HopperFlash, StaticScheduleOnConcurrentStreamsDim256) { schedule_on_concurrent_streams(2, true, "", 256); }
 
