@@ -155,8 +155,9 @@ class CudaBackend final : public Backend {
     const cuda::BackwardChoice c = cuda::choose_backward_kernel(caps_, p, options_);
     if (c.path == cuda::BackwardPath::None) fail_arg("{}", c.reason);
     use_device();
-    DeviceBuffer delta(*this, size_t(p.q.batch * p.q.heads * p.q.len) * sizeof(float));
-    cuda::launch_backward(c, p, delta.as<float>(), stream_);
+    const size_t rows = size_t(p.q.batch * p.q.heads * p.q.len);
+    DeviceBuffer delta(*this, rows * sizeof(float) + sizeof(int));  // D, then the non-finite flag
+    cuda::launch_backward(c, p, delta.as<float>(), reinterpret_cast<int*>(delta.as<float>() + rows), stream_);
   }
 
   void decode(const DecodeParams& params) override {

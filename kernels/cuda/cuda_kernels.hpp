@@ -72,16 +72,34 @@ struct MergeSplitsParams {
 };
 void launch_merge_splits(const MergeSplitsParams& p, cudaStream_t stream);
 
+// Which of a backward call's two kernel sets runs, decided on the device without a host
+// round trip: launch_nonfinite_scan sets *flag to 1 when q, k, v or dout holds a NaN or an Inf.
+// The tensor-core kernels run when it is 0 (then a masked pair's zero weight times a finite
+// operand is 0, so nothing leaks), the exact SIMT kernels when it is 1 (they visit visible pairs
+// only). flag == nullptr: the kernels run.
+struct BackwardGate {
+  const int* flag = nullptr;
+  int runs_when = 0;
+};
+
 // The portable flash backward (flash_bwd.cu): SIMT, bf16/fp16/fp32 inputs, fp32 accumulation,
 // head dim <= kBackwardMaxHeadDim. `delta` is scratch of batch * q_heads * q_len floats (the
 // per-row D). atomic_dq: dq accumulated with fp32 atomics by the key kernel (fast; the order of
 // the additions varies); else a separate dq pass in a fixed order (bitwise reproducible).
+// gate.flag set: every kernel returns at once unless *gate.flag == gate.runs_when, and the grids
+// are capped (grid-stride loops) so that a gated launch that does not run costs a few CTAs.
 inline constexpr int64_t kBackwardMaxHeadDim = 256;
-void launch_backward_simt(const BackwardParams& p, bool atomic_dq, float* delta, cudaStream_t stream);
+void launch_backward_simt(const BackwardParams& p, bool atomic_dq, float* delta, cudaStream_t stream,
+                          BackwardGate gate = {});
+// *flag := 1 if q, k, v or dout (bf16/fp16, rows 16-byte aligned, head dim a multiple of 8, as
+// the tensor-core paths require) holds a NaN or an Inf, else 0.
+void launch_nonfinite_scan(const BackwardParams& p, int* flag, cudaStream_t stream);
 // The tensor-core flash backward (flash_bwd_mma.cu): bf16/fp16 inputs, head dim 64 or 128,
 // mma.sync m16n8k16 (sm_80 and later), fp32 accumulation; q, k, v and dout 16-byte aligned with
 // strides in multiples of 8 elements (cp.async). `delta` and atomic_dq as launch_backward_simt's.
-void launch_backward_mma(const BackwardParams& p, bool atomic_dq, float* delta, cudaStream_t stream);
+// gate: the key and dq kernels return at once unless *gate.flag == gate.runs_when.
+void launch_backward_mma(const BackwardParams& p, bool atomic_dq, float* delta, cudaStream_t stream,
+                         BackwardGate gate = {});
 // The dynamic shared memory that launch_backward_mma's largest kernel asks for at head dim 64 or
 // 128 (the dispatch compares it with the device's opt-in limit).
 size_t backward_mma_smem_bytes(int64_t head_dim, bool atomic_dq);

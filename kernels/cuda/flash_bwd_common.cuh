@@ -2,6 +2,7 @@
 // hopper/hopper_bwd_{common,keys,query}.cuh, wgmma): fp32 gradient rows and the lse in exponent units.
 #pragma once
 
+#include "kernels/cuda/cuda_kernels.hpp"  // BackwardGate
 #include "kernels/cuda/device_common.cuh"
 
 namespace ringattn::cuda {
@@ -20,5 +21,9 @@ __device__ __forceinline__ float lse_log2_of(const float* lse_row, int64_t i, in
   return l == neg_inf() ? pos_inf() : l * kLog2e;
 }
 
+// A gated kernel that must not run (cuda_kernels.hpp BackwardGate): every thread returns at once.
+__device__ __forceinline__ bool gate_shut(const BackwardGate& g) {
+  return g.flag != nullptr && *g.flag != g.runs_when;
+}
 
 }  // namespace ringattn::cuda

@@ -353,7 +353,9 @@ __device__ __forceinline__ void keys_load_block(const KeySmem<T, D>& sm, int buf
 // dk and dv of kBK keys of one (b, kv head) (and, kAtomicDq, dq's share of them);
 // grid (B * Hkv, ceil(S / kBK)).
 template <typename T, int D, bool kAtomicDq>
-__global__ void __launch_bounds__(kThreads) bwd_keys_mma_kernel(const BackwardParams p, const float* delta) {
+__global__ void __launch_bounds__(kThreads) bwd_keys_mma_kernel(const BackwardParams p, const float* delta,
+                                                                 const BackwardGate gate) {
+  if (gate_shut(gate)) return;
   extern __shared__ __align__(128) unsigned char smem_raw[];
   const KeySmem<T, D> sm(smem_raw, kAtomicDq);
   const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
@@ -454,7 +456,9 @@ __device__ __forceinline__ void rows_probs_grads(float (&s)[kNT][4], float (&dp)
 // dq of kBQ query rows of one (b, query head), summed over the visible key tiles in order;
 // grid (B * Hq, ceil(T / kBQ)).
 template <typename T, int D>
-__global__ void __launch_bounds__(kThreads) bwd_dq_mma_kernel(const BackwardParams p, const float* delta) {
+__global__ void __launch_bounds__(kThreads) bwd_dq_mma_kernel(const BackwardParams p, const float* delta,
+                                                               const BackwardGate gate) {
+  if (gate_shut(gate)) return;
   extern __shared__ __align__(128) unsigned char smem_raw[];
   T* sQ = reinterpret_cast<T*>(smem_raw);
   T* sO = sQ + kBQ * D;
@@ -528,7 +532,8 @@ __global__ void __launch_bounds__(kThreads) bwd_dq_mma_kernel(const BackwardPara
 // ---- launch ----
 
 template <typename T, int D>
-void launch_typed(const BackwardParams& p, bool atomic_dq, const float* delta, cudaStream_t stream) {
+void launch_typed(const BackwardParams& p, bool atomic_dq, const float* delta, cudaStream_t stream,
+                  const BackwardGate& gate) {
   using Shape = BwdShape<D>;
   const dim3 keys_grid(unsigned(p.k.batch * p.k.heads), unsigned((p.k.len + kBK - 1) / kBK));
   const size_t keys_smem = Shape::keys_smem(sizeof(T), atomic_dq);
@@ -537,29 +542,30 @@ void launch_typed(const BackwardParams& p, bool atomic_dq, const float* delta, c
     auto kernel = bwd_keys_mma_kernel<T, D, true>;
     static std::atomic<uint64_t> configured{0};
     set_dynamic_smem_once(kernel, int(keys_smem), configured);
-    kernel<<<keys_grid, kThreads, keys_smem, stream>>>(p, delta);
+    kernel<<<keys_grid, kThreads, keys_smem, stream>>>(p, delta, gate);
     RA_CHECK_CUDA_LAUNCH("bwd_keys_mma_kernel");
     return;
   }
   auto keys_kernel = bwd_keys_mma_kernel<T, D, false>;
   static std::atomic<uint64_t> keys_configured{0};
   set_dynamic_smem_once(keys_kernel, int(keys_smem), keys_configured);
-  keys_kernel<<<keys_grid, kThreads, keys_smem, stream>>>(p, delta);
+  keys_kernel<<<keys_grid, kThreads, keys_smem, stream>>>(p, delta, gate);
   RA_CHECK_CUDA_LAUNCH("bwd_keys_mma_kernel");
   auto dq_kernel = bwd_dq_mma_kernel<T, D>;
   static std::atomic<uint64_t> dq_configured{0};
   const size_t dq_smem = Shape::dq_smem(sizeof(T));
   set_dynamic_smem_once(dq_kernel, int(dq_smem), dq_configured);
   const dim3 dq_grid(unsigned(p.q.batch * p.q.heads), unsigned((p.q.len + kBQ - 1) / kBQ));
-  dq_kernel<<<dq_grid, kThreads, dq_smem, stream>>>(p, delta);
+  dq_kernel<<<dq_grid, kThreads, dq_smem, stream>>>(p, delta, gate);
   RA_CHECK_CUDA_LAUNCH("bwd_dq_mma_kernel");
 }
 
 template <typename T>
-void launch_dim(const BackwardParams& p, bool atomic_dq, const float* delta, cudaStream_t stream) {
+void launch_dim(const BackwardParams& p, bool atomic_dq, const float* delta, cudaStream_t stream,
+                const BackwardGate& gate) {
   switch (p.q.dim) {
-    case 64: return launch_typed<T, 64>(p, atomic_dq, delta, stream);
-    case 128: return launch_typed<T, 128>(p, atomic_dq, delta, stream);
+    case 64: return launch_typed<T, 64>(p, atomic_dq, delta, stream, gate);
+    case 128: return launch_typed<T, 128>(p, atomic_dq, delta, stream, gate);
     default: fail_no_instance("launch_backward_mma", "head_dim", p.q.dim, "64 and 128");
   }
 }
@@ -575,11 +581,12 @@ size_t backward_mma_smem_bytes(int64_t head_dim, bool atomic_dq) {
   }
 }
 
-void launch_backward_mma(const BackwardParams& p, bool atomic_dq, float* delta, cudaStream_t stream) {
+void launch_backward_mma(const BackwardParams& p, bool atomic_dq, float* delta, cudaStream_t stream,
+                         BackwardGate gate) {
   launch_backward_delta(p, delta, stream);
   switch (p.q.dtype) {
-    case DType::BF16: return launch_dim<__nv_bfloat16>(p, atomic_dq, delta, stream);
-    case DType::F16: return launch_dim<__half>(p, atomic_dq, delta, stream);
+    case DType::BF16: return launch_dim<__nv_bfloat16>(p, atomic_dq, delta, stream, gate);
+    case DType::F16: return launch_dim<__half>(p, atomic_dq, delta, stream, gate);
     default: fail_no_instance("launch_backward_mma", "dtype", int(p.q.dtype), "bf16 and fp16");
   }
 }

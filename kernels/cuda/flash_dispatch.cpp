@@ -279,12 +279,24 @@ BackwardChoice choose_backward_kernel(const DeviceCaps& dev, const BackwardParam
   return c;
 }
 
-void launch_backward(const BackwardChoice& c, const BackwardParams& p, float* delta, cudaStream_t stream) {
+// The tensor-core paths multiply whole tiles, so a masked pair's zero weight meets the other
+// operand (dS K, dS^T Q, P^T dout): a NaN or Inf there would reach rows that cannot see it as
+// 0 x NaN. The scan sets the call's flag when any input holds one; the tensor-core kernels then
+// return at once and the exact SIMT kernels, which visit visible pairs only, take the call. Both
+// are queued; the device decides, so the host never waits.
+void launch_backward(const BackwardChoice& c, const BackwardParams& p, float* delta, int* nonfinite,
+                     cudaStream_t stream) {
   switch (c.path) {
     case BackwardPath::Hopper:
-      launch_backward_delta(p, delta, stream);
-      return hopper_detail::launch_backward(c.hopper, delta, stream);
-    case BackwardPath::Mma: return launch_backward_mma(p, c.atomic_dq, delta, stream);
+    case BackwardPath::Mma:
+      launch_nonfinite_scan(p, nonfinite, stream);
+      if (c.path == BackwardPath::Hopper) {
+        launch_backward_delta(p, delta, stream);
+        hopper_detail::launch_backward(c.hopper, delta, nonfinite, stream);
+      } else {
+        launch_backward_mma(p, c.atomic_dq, delta, stream, BackwardGate{nonfinite, 0});
+      }
+      return launch_backward_simt(p, c.atomic_dq, delta, stream, BackwardGate{nonfinite, 1});
     case BackwardPath::Simt: return launch_backward_simt(p, c.atomic_dq, delta, stream);
     case BackwardPath::None: fail_arg("{}", c.reason);
   }

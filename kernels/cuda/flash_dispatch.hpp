@@ -126,7 +126,9 @@ std::string backward_hopper_problem(const DeviceCaps& dev, const BackwardParams&
                                     HopperBwdLaunch* out);
 // Queues the chosen kernels on `stream`; `delta` as launch_backward_simt's. Throws
 // InvalidArgument with c.reason when c.path is None.
-void launch_backward(const BackwardChoice& c, const BackwardParams& p, float* delta, cudaStream_t stream);
+// `nonfinite`: one device int of scratch (the tensor-core paths' non-finite flag; unused by SIMT).
+void launch_backward(const BackwardChoice& c, const BackwardParams& p, float* delta, int* nonfinite,
+                     cudaStream_t stream);
 
 }  // namespace ringattn::cuda
 

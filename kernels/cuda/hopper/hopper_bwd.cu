@@ -67,9 +67,10 @@ int backward_smem_bytes(int d) {
   }
 }
 
-void launch_backward(const HopperBwdLaunch& l, const float* delta, cudaStream_t stream) {
+void launch_backward(const HopperBwdLaunch& l, const float* delta, const int* nonfinite, cudaStream_t stream) {
   HopperBwdParams hp = l.params;
   hp.delta = delta;
+  hp.nonfinite = nonfinite;
   switch (l.dtype) {
     case DType::BF16: return launch_dim<__nv_bfloat16>(hp, l.head_dim, stream);
     case DType::F16: return launch_dim<__half>(hp, l.head_dim, stream);

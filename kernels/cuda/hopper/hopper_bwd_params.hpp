@@ -27,6 +27,9 @@ struct HopperBwdParams {
   MaskSpec mask;
   float scale, scale_log2;
   int key_blocks, q_blocks;  // 128-key blocks (key kernel CTAs per (batch, kv head)), 128-row query blocks
+  // Set at launch: the call's non-finite flag (launch_nonfinite_scan); both kernels return at once
+  // where it is 1, and the exact SIMT backward takes the call (cuda_kernels.hpp BackwardGate).
+  const int* nonfinite;
 };
 
 }  // namespace hopper

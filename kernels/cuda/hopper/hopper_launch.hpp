@@ -41,6 +41,8 @@ const char* plan(const FlashParams& p, const FlashKernelOptions& opt, int smem_o
 // launch_backward_delta.
 int backward_smem_bytes(int d);
 const char* plan_backward(const BackwardParams& p, int smem_optin, bool fused_dq, HopperBwdLaunch* out);
-void launch_backward(const HopperBwdLaunch& l, const float* delta, cudaStream_t stream);
+// nonfinite: the call's flag (launch_nonfinite_scan), or nullptr; both kernels return at once
+// where it is 1.
+void launch_backward(const HopperBwdLaunch& l, const float* delta, const int* nonfinite, cudaStream_t stream);
 
 }  // namespace ringattn::cuda::hopper_detail
