@@ -345,29 +345,21 @@ int64_t sum_over_ranks(Transport& t, int64_t n) {
 // missing on one host); they become an exit code every rank agrees on, before any ring.
 int load_phase(const RunOptions& o, World& w, ProblemSetup& setup, LocalProblem& local, BackwardBuffers& g,
                BackwardSetup& bs) {
-  int code = kExitOk;
-  std::string error;
-  try {
+  return agreed_step(*w.transport, [&] {
     setup = prepare_run(o, w.rank, w.size);
     bs.layout = setup.layout;  // --do is read in the inputs' layout
     const GlobalProblem& p = setup.problem;
     if (w.rank == 0)
       spdlog::info("problem: {}; forward and backward over {} rank(s), {}", problem_line(p), w.size, w.transport_name);
     local = load_local(p, *setup.source, *w.backend, w.rank, w.size);
-    if (o.check_finite) error = check_inputs_finite(p, local, *w.backend, w.rank, *setup.source);
-    if (error.empty()) {
-      g = make_backward(p, local, *w.backend, bs);
-      if (o.check_finite) {
-        const DoutSource ds = dout_source(p, bs);
-        error = check_dout_finite(p, local, g.dout, *w.backend, w.rank, *ds.src, ds.which);
-      }
-    }
-    if (!error.empty()) code = kExitError;
-  } catch (const InvalidArgument& e) {
-    error = e.what();
-    code = kExitError;
-  }
-  return agree_on_errors(*w.transport, code, error);
+    if (o.check_finite)
+      if (std::string error = check_inputs_finite(p, local, *w.backend, w.rank, *setup.source); !error.empty())
+        return error;
+    g = make_backward(p, local, *w.backend, bs);
+    if (!o.check_finite) return std::string();
+    const DoutSource ds = dout_source(p, bs);
+    return check_dout_finite(p, local, g.dout, *w.backend, w.rank, *ds.src, ds.which);
+  });
 }
 
 // This rank's output as fp32.

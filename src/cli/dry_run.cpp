@@ -129,15 +129,11 @@ int dry_run_on(const CommandLine& cl, World& w) {
 
   // The problem: the same local validation a run does, then the ranks' agreement on it.
   ProblemSetup setup;
-  std::string error;
-  int code = kExitOk;
-  try {
+  const int code = agreed_step(t, [&] {
     setup = prepare_run(o, w.rank, w.size);  // everything the run checks before it computes
-  } catch (const InvalidArgument& e) {
-    error = e.what();
-    code = kExitError;
-  }
-  if (agree_on_errors(t, code, error) != kExitOk) return kExitError;
+    return std::string();
+  });
+  if (code != kExitOk) return kExitError;
   const GlobalProblem& p = setup.problem;
   try {
     agree_on_problem(p, t);

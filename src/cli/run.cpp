@@ -115,22 +115,14 @@ struct SetupTimes {
 // only (a missing file on one host), so they become an exit code all ranks agree on.
 int load_phase(const RunOptions& o, World& w, ProblemSetup& setup, LocalProblem& local, SetupTimes& times) {
   const auto t0 = std::chrono::steady_clock::now();
-  int code = kExitOk;
-  std::string error;
-  try {
+  const int code = agreed_step(*w.transport, [&] {
     setup = prepare_run(o, w.rank, w.size);
     if (w.rank == 0) spdlog::info("problem: {}; world {} over {}", problem_line(setup.problem), w.size, w.transport_name);
     local = load_local(setup.problem, *setup.source, *w.backend, w.rank, w.size);
-    if (o.check_finite) {
-      error = check_inputs_finite(setup.problem, local, *w.backend, w.rank, *setup.source);
-      if (!error.empty()) code = kExitError;
-    }
-  } catch (const InvalidArgument& e) {
-    error = e.what();
-    code = kExitError;
-  }
+    return o.check_finite ? check_inputs_finite(setup.problem, local, *w.backend, w.rank, *setup.source) : std::string();
+  });
   times.inputs_s = seconds_since(t0);
-  return agree_on_errors(*w.transport, code, error);
+  return code;
 }
 
 nlohmann::json run_json(const CommandLine& cl, const GlobalProblem& p, const World& w,

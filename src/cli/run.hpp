@@ -1,5 +1,5 @@
-// The subcommands. Each returns the process exit code: 0 ok, 1 bad input or an error, 2 a check
-// over its tolerance (every rank's error counts).
+// The subcommands. Each returns the process exit code (cli/world.hpp kExitOk, kExitError,
+// kExitCheckFailed; every rank's error counts).
 #pragma once
 
 #include "cli/options.hpp"
@@ -7,10 +7,6 @@
 #include "cli/world.hpp"
 
 namespace ringattn::cli {
-
-inline constexpr int kExitOk = 0;
-inline constexpr int kExitError = 1;
-inline constexpr int kExitCheckFailed = 2;
 
 int run_command(const CommandLine& cl, MpiSession& mpi);
 // Everything `run` checks on this rank before it loads or computes, shared by the run, the

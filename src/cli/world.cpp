@@ -326,4 +326,14 @@ int agree_on_errors(Transport& t, int code, const std::string& message) {
   return worst;
 }
 
+int agreed_step(Transport& t, const std::function<std::string()>& step) {
+  std::string error;
+  try {
+    error = step();
+  } catch (const InvalidArgument& e) {
+    error = e.what();
+  }
+  return agree_on_errors(t, error.empty() ? kExitOk : kExitError, error);
+}
+
 }  // namespace ringattn::cli

@@ -14,6 +14,12 @@
 
 namespace ringattn::cli {
 
+// The process exit codes: 0 ok, 1 bad input or an error, 2 a check over its tolerance.
+inline constexpr int kExitOk = 0;
+inline constexpr int kExitError = 1;
+inline constexpr int kExitCheckFailed = 2;
+
+
 // True when a launcher started this process: OMPI_COMM_WORLD_SIZE, PMI_SIZE, PMIX_RANK or
 // SLURM_NTASKS in the environment.
 bool launched_by_launcher();
@@ -103,6 +109,12 @@ int run_guarded(World& w, const std::function<int()>& body);
 // message: by the lowest rank that holds it. An error every rank meets alike prints once, an
 // error of one rank (a file missing on its host) prints with that rank's prefix.
 int agree_on_errors(Transport& t, int code, const std::string& message);
+
+// A rank-local step, then the ranks' agreement on how it went: the message `step` returns ("" for
+// none) or the text of an InvalidArgument it throws becomes an exit code that every rank agrees
+// on (agree_on_errors), so an error that hits one rank only (a file missing on one host) ends
+// every rank alike, before any exchange that would wait for it. Other exceptions pass through.
+int agreed_step(Transport& t, const std::function<std::string()>& step);
 
 }  // namespace ringattn::cli
 
