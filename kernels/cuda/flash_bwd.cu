@@ -219,6 +219,8 @@ __global__ void __launch_bounds__(32 * kWarps) bwd_dq_kernel(const BackwardParam
   RA_FOR_WARP_ROWS(i, p.q.len) dq_row<T, kPer>(p, delta, b, h, i);
 }
 
+#undef RA_FOR_WARP_ROWS
+
 // A gated launch's grid: x capped so that the whole grid is about one wave (kGatedCtas CTAs), as
 // the kernels loop over the rows or key blocks that a capped grid leaves.
 constexpr unsigned kGatedCtas = 2048;

@@ -148,7 +148,7 @@ __device__ __forceinline__ void dq_consume(const HopperBwdParams& p, const DqSme
 template <typename T, typename C>
 __global__ void __launch_bounds__(C::kThreads, 1) hopper_bwd_dq_kernel(const __grid_constant__ HopperBwdParams p) {
 #if RA_HOPPER_WGMMA
-  if (p.nonfinite != nullptr && *p.nonfinite != 0) return;  // the exact SIMT backward takes the call
+  if (gate_shut(BackwardGate{p.nonfinite, 0})) return;  // the exact SIMT backward takes the call
   extern __shared__ uint8_t smem_raw[];
   const DqSmem<C> sm{(smem_addr(smem_raw) + uint32_t(kSwizzleAtomBytes - 1)) & ~uint32_t(kSwizzleAtomBytes - 1)};
   const int warp = threadIdx.x / 32, wg = warp / 4;
