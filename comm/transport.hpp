@@ -41,7 +41,7 @@ class Transport {
   // unchanged since that exchange completed: the ring passing a received block on. A transport
   // that stages device buffers through host memory (comm/staging_transport.hpp) then sends the
   // host copy it already holds instead of copying the block back; a decorator that counts hops
-  // (src/ringattn/fault_injection.hpp) knows the pass goes on. Otherwise the same as
+  // (runner/faults/fault_injection.hpp) knows the pass goes on. Otherwise the same as
   // start_exchange, which is the default.
   virtual void forward_exchange(const void* send, size_t send_bytes, void* recv, size_t recv_bytes) {
     start_exchange(send, send_bytes, recv, recv_bytes);

@@ -31,10 +31,10 @@
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 # build/ is launch/test.sh's (and run.sh's with a GPU); build-cpu/ is run.sh's without a GPU.
-if [ -z "${BUILD_DIR:-}" ] && [ ! -x "$ROOT/build/src/ringattn" ] && [ -x "$ROOT/build-cpu/src/ringattn" ]; then
+if [ -z "${BUILD_DIR:-}" ] && [ ! -x "$ROOT/build/bin/ringattn" ] && [ -x "$ROOT/build-cpu/bin/ringattn" ]; then
   BUILD_DIR="$ROOT/build-cpu"
 fi
-RINGATTN="${RINGATTN:-${BUILD_DIR:-$ROOT/build}/src/ringattn}"
+RINGATTN="${RINGATTN:-${BUILD_DIR:-$ROOT/build}/bin/ringattn}"
 MPIRUN="${MPIRUN:-mpirun}"
 
 NP="" MODE="" TABLE=1

@@ -27,7 +27,7 @@ BUILD_DIR="${BUILD_DIR:-$ROOT/build}"
 STAGES=" ${STAGES:-build correct weak strong hops peer summary} "
 has() { [[ $STAGES == *" $1 "* ]]; }
 mkdir -p "$OUT"
-R="$BUILD_DIR/src/ringattn"
+R="$BUILD_DIR/bin/ringattn"
 SHAPE=(--batch 1 --heads 32 --kv-heads 8 --dim 128 --dtype bf16)
 # One rank per GPU; the table is printed once, in the correctness stage.
 MPI=(bash "$ROOT/launch/mpirun.sh" --gpu --no-table)

@@ -25,5 +25,5 @@ cmake --build "$BUILD_DIR" --parallel "$(nproc)" ${RINGATTN_BUILD_TARGET:+--targ
 # mpirun as root refuses to start without these; oversubscribe lets 2 ranks share fewer cores.
 MPIRUN_FLAGS=(--oversubscribe --bind-to none)
 [ "$(id -u)" -eq 0 ] && MPIRUN_FLAGS+=(--allow-run-as-root)
-RINGATTN="$BUILD_DIR/src/ringattn"
+RINGATTN="$BUILD_DIR/bin/ringattn"
 export ROOT BUILD_DIR RINGATTN

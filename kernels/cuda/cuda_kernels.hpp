@@ -82,7 +82,7 @@ struct BackwardGate {
   int runs_when = 0;
 };
 
-// The portable flash backward (flash_bwd.cu): SIMT, bf16/fp16/fp32 inputs, fp32 accumulation,
+// The portable flash backward (bwd_simt.cu): SIMT, bf16/fp16/fp32 inputs, fp32 accumulation,
 // head dim <= kBackwardMaxHeadDim. `delta` is scratch of batch * q_heads * q_len floats (the
 // per-row D). atomic_dq: dq accumulated with fp32 atomics by the key kernel (fast; the order of
 // the additions varies); else a separate dq pass in a fixed order (bitwise reproducible).
@@ -94,7 +94,7 @@ void launch_backward_simt(const BackwardParams& p, bool atomic_dq, float* delta,
 // *flag := 1 if q, k, v or dout (bf16/fp16, rows 16-byte aligned, head dim a multiple of 8, as
 // the tensor-core paths require) holds a NaN or an Inf, else 0.
 void launch_nonfinite_scan(const BackwardParams& p, int* flag, cudaStream_t stream);
-// The tensor-core flash backward (flash_bwd_mma.cu): bf16/fp16 inputs, head dim 64 or 128,
+// The tensor-core flash backward (bwd_mma.cu): bf16/fp16 inputs, head dim 64 or 128,
 // mma.sync m16n8k16 (sm_80 and later), fp32 accumulation; q, k, v and dout 16-byte aligned with
 // strides in multiples of 8 elements (cp.async). `delta` and atomic_dq as launch_backward_simt's.
 // gate: the key and dq kernels return at once unless *gate.flag == gate.runs_when.
@@ -104,7 +104,7 @@ void launch_backward_mma(const BackwardParams& p, bool atomic_dq, float* delta, 
 // 128 (the dispatch compares it with the device's opt-in limit).
 size_t backward_mma_smem_bytes(int64_t head_dim, bool atomic_dq);
 // The backward's pre-pass alone: delta[(b * q_heads + h) * q_len + i] = dout_i . o_i in fp32
-// (flash_bwd.cu; bf16/fp16 inputs of head dim 64 or 128, the tensor-core path's).
+// (bwd_simt.cu; bf16/fp16 inputs of head dim 64 or 128, the tensor-core path's).
 void launch_backward_delta(const BackwardParams& p, float* delta, cudaStream_t stream);
 
 void launch_merge(const MergeParams& p, cudaStream_t stream);

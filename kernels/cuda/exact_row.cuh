@@ -1,7 +1,7 @@
 // One query row of attention computed exactly by one warp: the row's q and accumulator spread
 // over the lanes (head_dim / 32 values each), every key's score a warp-wide dot product, the
 // online softmax one key at a time in natural units (expf/logf), and only the keys the caller
-// names visited. It is the fp32 SIMT kernel's body (flash_simt.cu), and the tensor-core kernels'
+// names visited. It is the fp32 SIMT kernel's body (fwd_simt.cu), and the tensor-core kernels'
 // slow path for rows whose fast result is not finite (`row_not_finite`): a key the mask hides is
 // still multiplied in a tile's P V (p = 0 times a NaN or inf value is NaN), so a non-finite value
 // at a masked key would reach rows that cannot see it. Such rows are recomputed here, over their
@@ -135,7 +135,7 @@ __device__ __forceinline__ void store_exact_row(const ExactRow<T, kPer>& r, floa
 // The tensor-core kernels' slow path: recomputes one row (q_row) over `keys` of k and v exactly and
 // stores it as store_exact_row does. Called by a whole warp; not inlined, so that the portable
 // kernels' register allocation does not carry it. (In the persistent Hopper kernel either form
-// spilled: its slow rows are recomputed by a kernel of their own, hopper_redo.cuh.)
+// spilled: its slow rows are recomputed by a kernel of their own, fwd_hopper_redo.cuh.)
 template <typename T, int kPer, typename Out>
 __device__ __noinline__ void redo_row(const T* q_row, const T* k, int64_t stride_k, const T* v, int64_t stride_v,
                                       int dim, float scale, KeyRange keys, bool fold, float* o, float* lse, Out* out) {

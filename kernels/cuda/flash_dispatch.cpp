@@ -68,11 +68,12 @@ MmaVariant pick_mma_variant(const FlashParams& p, const FlashKernelOptions& opt)
 // bf16/fp16 once the shared layout rules hold: the Hopper kernel where it may and does take the
 // call, else the portable one, unless the Hopper kernel was required.
 void choose_tensor_core(const DeviceCaps& dev, const FlashParams& p, const FlashKernelOptions& opt, FlashChoice& c) {
-  c.hopper_tile = hopper_tile_name(hopper_detail::pick_tile(p, opt));
+  const hopper_detail::HopperOptions hopt{opt.hopper_tile, opt.hopper_lazy};
+  c.hopper_tile = hopper_tile_name(hopper_detail::pick_tile(p, hopt));
   const char* why = "it needs an sm_90 GPU and a build with sm_90a code";
   const bool hopper_device = dev.cc_major == 9 && dev.cc_minor == 0 && dev.hopper_image;
   if (opt.kernel != FlashKernel::Portable && hopper_device) {
-    why = hopper_detail::plan(p, opt, dev.smem_optin, dev.l2_bytes, &c.hopper);
+    why = hopper_detail::plan(p, hopt, dev.smem_optin, dev.l2_bytes, &c.hopper);
     if (why == nullptr) {
       c.path = FlashPath::Hopper;
       return;
@@ -180,7 +181,7 @@ std::string cuda_layout_problem(const FlashParams& p) {
   }
   if (why = grid_problem("batch * q_heads", p.q.batch * p.q.heads); !why.empty()) return why;
   // Causal and windowed launches put the query tiles (of at least 64 rows) in the grid's y
-  // dimension (heaviest tiles first, flash_fwd.cu).
+  // dimension (heaviest tiles first, fwd_mma.cu).
   if ((p.mask.causal || p.mask.windowed()) && p.q.dtype != DType::F32)
     return grid_problem(p.mask.causal ? "causal query tiles ceil(q_len / 64)" : "windowed query tiles ceil(q_len / 64)",
                         (p.q.len + 63) / 64);

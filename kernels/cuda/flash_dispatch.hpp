@@ -16,8 +16,7 @@
 
 #include "kernels/backend.hpp"
 #include "kernels/cuda/cuda_kernels.hpp"
-#include "kernels/cuda/hopper/hopper_bwd_params.hpp"
-#include "kernels/cuda/hopper/hopper_params.hpp"
+#include "kernels/cuda/hopper/hopper_launch.hpp"  // the Hopper kernels' launch descriptions and hopper_tile_name
 
 namespace ringattn::cuda {
 
@@ -97,8 +96,6 @@ void launch_flash(const FlashChoice& c, const FlashParams& p, const DeviceCaps& 
 // the reason p breaks one, or "" when it breaks none. choose_flash_kernel and the decode path
 // share it.
 std::string cuda_layout_problem(const FlashParams& p);
-
-const char* hopper_tile_name(HopperTile t);
 
 // The backward's decision for one call: the Hopper kernels (wgmma, sm_90a; dq by its own kernel,
 // deterministic either way, or, by default outside deterministic mode, by the key kernel's

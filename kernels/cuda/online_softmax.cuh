@@ -1,5 +1,5 @@
 // The online-softmax update of one row of a score tile held in m16n8 accumulators, shared by the
-// portable flash kernel (flash_fwd.cu) and the split-KV decode kernel (decode.cu).
+// portable flash kernel (fwd_mma.cu) and the split-KV decode kernel (decode_mma.cu).
 #pragma once
 
 #include "kernels/cuda/device_common.cuh"

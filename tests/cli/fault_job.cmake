@@ -1,4 +1,4 @@
-# One injected fault (RINGATTN_FAULT, src/ringattn/fault.hpp) in a real CLI job under mpiexec:
+# One injected fault (RINGATTN_FAULT, runner/faults/fault.hpp) in a real CLI job under mpiexec:
 # the whole job must end by itself, non-zero, with a message that names the faulty rank and hop,
 # and without a crash (no core dump, no segfault). Whether it ended by itself is judged by the
 # job, not a stopwatch: a hang runs into the backstop below (far past the 3 x --timeout of the

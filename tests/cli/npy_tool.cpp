@@ -25,7 +25,7 @@
 #include <vector>
 
 #include "kernels/cpu/cpu_kernels.hpp"
-#include "ringattn/npy.hpp"
+#include "runner/io/npy.hpp"
 
 using namespace ringattn;
 

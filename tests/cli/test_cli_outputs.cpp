@@ -13,9 +13,9 @@
 #include "cli/command_agreement.hpp"
 #include "cli/outputs.hpp"
 #include "common/test_util.hpp"
-#include "ringattn/atomic_file.hpp"
+#include "runner/io/atomic_file.hpp"
 #include "core/error.hpp"
-#include "ringattn/npy.hpp"
+#include "runner/io/npy.hpp"
 
 namespace ringattn::cli {
 namespace {

@@ -4,9 +4,9 @@
 #include <cstdio>
 #include <vector>
 
-#include <ringattn/inputs.hpp>
-#include <kernels/backend.hpp>
-#include <kernels/cpu/cpu_kernels.hpp>
+#include <ringattn/runner/problem/inputs.hpp>
+#include <ringattn/kernels/backend.hpp>
+#include <ringattn/kernels/cpu/cpu_kernels.hpp>
 
 int main() {
   using namespace ringattn;

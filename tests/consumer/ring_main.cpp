@@ -6,10 +6,10 @@
 #include <cstdio>
 #include <vector>
 
-#include <kernels/cpu/cpu_kernels.hpp>
-#include <ringattn/inputs.hpp>
+#include <ringattn/kernels/cpu/cpu_kernels.hpp>
+#include <ringattn/runner/problem/inputs.hpp>
 #include <comm/mpi_transport.hpp>
-#include <ringattn/ring.hpp>
+#include <ringattn/runner/ring/ring.hpp>
 
 int main() {
   using namespace ringattn;

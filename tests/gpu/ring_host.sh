@@ -22,7 +22,7 @@ cmake -S . -B "$B" -G Ninja -DCMAKE_CUDA_ARCHITECTURES=90a >"$LOG/build.log" 2>&
     ringattn_ring_overhead ringattn_gpu_bench >>"$LOG/build.log" 2>&1
 rc=$?; step build $rc $(( $(date +%s) - t0 ))
 [ $rc -eq 0 ] || { grep -E "error|FAILED" "$LOG/build.log" | head -30; exit 1; }
-R=$B/src/ringattn
+R=$B/bin/ringattn
 
 if has cli; then
 t0=$(date +%s)

@@ -17,9 +17,9 @@
 #include <CLI/CLI.hpp>
 
 #include "kernels/backend.hpp"
-#include "ringattn/inputs.hpp"
+#include "runner/problem/inputs.hpp"
 #include "comm/mpi_transport.hpp"
-#include "ringattn/ring.hpp"
+#include "runner/ring/ring.hpp"
 #ifdef RINGATTN_HAVE_NCCL
 #include "comm/nccl_transport.hpp"
 #endif

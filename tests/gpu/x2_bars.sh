@@ -11,7 +11,7 @@ nvidia-smi --query-gpu=index,name,clocks.sm,temperature.gpu --format=csv,noheade
 t0=$(date +%s)
 cmake -S . -B $B -G Ninja -DCMAKE_CUDA_ARCHITECTURES=90a -DCMAKE_BUILD_TYPE=Release -DRINGATTN_TESTS=OFF > $L/build.log 2>&1
 cmake --build $B -j32 --target ringattn >> $L/build.log 2>&1 || { echo BUILD FAILED; grep -E "error" $L/build.log | head; finish; }
-echo "build $(( $(date +%s) - t0 )) s"; R=$B/src/ringattn
+echo "build $(( $(date +%s) - t0 )) s"; R=$B/bin/ringattn
 export RINGATTN=$R BUILD_DIR=$B
 MPI="bash launch/mpirun.sh --gpu --no-table -np 2"
 S="--device cuda --heads 32 --kv-heads 8 --dim 128 --dtype bf16 --causal --no-check -n 10 -w 3"

@@ -15,9 +15,9 @@
 
 #include "common/test_util.hpp"
 #include "kernels/cpu/cpu_kernels.hpp"
-#include "ringattn/inputs.hpp"
+#include "runner/problem/inputs.hpp"
 #include "comm/mpi_transport.hpp"
-#include "ringattn/ring.hpp"
+#include "runner/ring/ring.hpp"
 
 namespace ringattn::test {
 

@@ -129,7 +129,7 @@ double grad_error(const ShardTensor& grad, const std::vector<double>& ref, const
   return g[1] > 0 ? g[0] / g[1] : g[0];
 }
 
-// Per gradient tolerance by input dtype (src/cli/backward.cpp's rule): fp32 arithmetic only; fp16
+// Per gradient tolerance by input dtype (cli/backward.cpp's rule): fp32 arithmetic only; fp16
 // and bf16 round the forward's output that D = rowsum(dO * out) reads.
 double grad_tolerance(DType t) { return t == DType::F32 ? 1e-4 : t == DType::F16 ? 5e-3 : 2e-2; }
 

@@ -12,7 +12,7 @@
 
 #include "comm/transport.hpp"
 #include "core/error.hpp"
-#include "ringattn/ring.hpp"
+#include "runner/ring/ring.hpp"
 
 namespace ringattn::test {
 

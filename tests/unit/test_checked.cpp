@@ -1,4 +1,4 @@
-// Checked arithmetic on positions, lengths and pair counts (src/ringattn/checked.hpp), and the
+// Checked arithmetic on positions, lengths and pair counts (runner/problem/checked.hpp), and the
 // places that used to overflow (issue 12): causal offsets near the int64 limits, 128-bit pair
 // counts, shard and KV-split boundaries of the longest sequences.
 #include <gtest/gtest.h>
@@ -8,9 +8,9 @@
 
 #include "common/test_util.hpp"
 #include "kernels/cpu/cpu_kernels.hpp"
-#include "ringattn/checked.hpp"
+#include "runner/problem/checked.hpp"
 #include "core/error.hpp"
-#include "ringattn/schedule.hpp"
+#include "runner/ring/schedule.hpp"
 
 namespace ringattn {
 namespace {

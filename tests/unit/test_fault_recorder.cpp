@@ -2,8 +2,8 @@
 #include <gtest/gtest.h>
 
 #include "core/error.hpp"
-#include "ringattn/fault.hpp"
-#include "ringattn/flight_recorder.hpp"
+#include "runner/faults/fault.hpp"
+#include "runner/diagnostics/flight_recorder.hpp"
 
 namespace ringattn {
 namespace {

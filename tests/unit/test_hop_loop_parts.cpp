@@ -1,6 +1,6 @@
 // The parts of the hop loop on their own: host staging as a transport decorator
-// (comm/staging_transport.hpp), two block rings at once (ringattn/block_ring.hpp), and the
-// RINGATTN_FAULT decorators (ringattn/fault_injection.hpp) carrying out a plan in a real run.
+// (comm/staging_transport.hpp), two block rings at once (runner/ring/block_ring.hpp), and the
+// RINGATTN_FAULT decorators (runner/faults/fault_injection.hpp) carrying out a plan in a real run.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -11,10 +11,10 @@
 
 #include "comm/staging_transport.hpp"
 #include "common/test_util.hpp"
-#include "ringattn/block_ring.hpp"
+#include "runner/ring/block_ring.hpp"
 #include "core/error.hpp"
-#include "ringattn/fault_injection.hpp"
-#include "ringattn/ring.hpp"
+#include "runner/faults/fault_injection.hpp"
+#include "runner/ring/ring.hpp"
 #include "unit/faulty_transport.hpp"
 
 namespace ringattn {

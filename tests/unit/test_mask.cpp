@@ -1,4 +1,4 @@
-// The mask primitive (src/core/mask.hpp) against a brute-force definition on absolute positions,
+// The mask primitive (core/mask.hpp) against a brute-force definition on absolute positions,
 // exhaustively over small specs: full and causal, with and without a window (lower edge), offsets
 // negative, zero, positive and beyond both lengths, empty and partial blocks anywhere; the
 // offset clamp at the int64 limits; band_mask (FlashAttention's window on strided positions)

@@ -13,7 +13,7 @@
 
 #include "common/test_util.hpp"
 #include "core/error.hpp"
-#include "ringattn/npy.hpp"
+#include "runner/io/npy.hpp"
 
 namespace ringattn {
 namespace {

@@ -7,9 +7,9 @@
 
 #include "common/test_util.hpp"
 #include "core/error.hpp"
-#include "ringattn/flight_recorder.hpp"
+#include "runner/diagnostics/flight_recorder.hpp"
 #include "common/throwing_backend.hpp"
-#include "ringattn/ring.hpp"
+#include "runner/ring/ring.hpp"
 #include "unit/faulty_transport.hpp"
 
 namespace ringattn {

@@ -9,7 +9,7 @@
 
 #include "common/test_util.hpp"
 #include "core/error.hpp"
-#include "ringattn/schedule.hpp"
+#include "runner/ring/schedule.hpp"
 
 namespace ringattn {
 namespace {

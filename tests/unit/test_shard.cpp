@@ -7,7 +7,7 @@
 #include <fmt/format.h>
 
 #include "core/error.hpp"
-#include "ringattn/ring.hpp"
+#include "runner/ring/ring.hpp"
 
 namespace ringattn {
 namespace {

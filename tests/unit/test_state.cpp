@@ -1,4 +1,4 @@
-// The state primitive (src/core/state.hpp) on the host: the merge's identity, associativity,
+// The state primitive (core/state.hpp) on the host: the merge's identity, associativity,
 // both inputs empty and far-apart lse, and the online-softmax step against a two-pass softmax.
 #include <gtest/gtest.h>
 

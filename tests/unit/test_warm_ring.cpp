@@ -1,4 +1,4 @@
-// The ring's warm-up before a timed run (ringattn/warm_ring.hpp): one exchange of the given bytes
+// The ring's warm-up before a timed run (runner/ring/warm_ring.hpp): one exchange of the given bytes
 // through the transport, its buffers freed after it; a failure names the warm-up, the peers and
 // the bytes, and ends the exchange first, keeping the buffers when the transport gives up.
 #include <gtest/gtest.h>
@@ -8,7 +8,7 @@
 
 #include "core/error.hpp"
 #include "kernels/forwarding_backend.hpp"
-#include "ringattn/warm_ring.hpp"
+#include "runner/ring/warm_ring.hpp"
 #include "unit/faulty_transport.hpp"
 
 namespace ringattn {

@@ -6,7 +6,7 @@
 
 #include <cstdint>
 
-#include "kernels/cuda/hopper/hopper_params.hpp"
+#include "kernels/cuda/hopper/fwd_hopper_params.hpp"
 #include "kernels/cuda/hopper/hopper_ptx.cuh"
 #include "kernels/cuda/hopper/hopper_tiles.hpp"
 
@@ -42,7 +42,7 @@ inline constexpr float kLazyThreshold = 8.f;
 // One CTA: warpgroup 0 produces (one thread issues the bulk copies), warpgroups 1..NC consume,
 // each owning 64 of the tile's 64 * NC query rows. Keys stream in tiles of N through a ring of
 // STAGES stages (K and V each); Q through a ring of QSTAGES tiles. With QSTAGES = 2 the
-// consumers run the streamed loop (hopper_consumer.cuh): the next tile's first Q K^T is issued
+// consumers run the streamed loop (fwd_hopper_consumer.cuh): the next tile's first Q K^T is issued
 // with the current tile's last P V, and the epilogue overlaps the other warpgroups' wgmmas.
 // CL = 2: clusters of two CTAs that run tiles 2i and 2i + 1 of decode_tile's order side by side,
 // which the plan allows only where both read one KV head and visit the same key blocks

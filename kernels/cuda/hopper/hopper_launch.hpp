@@ -1,13 +1,30 @@
-// Between the dispatch (flash_dispatch.cpp, hopper_plan.cpp: host compiler) and hopper_flash.cu
+// Between the dispatch (flash_dispatch.cpp, hopper_plan.cpp: host compiler) and fwd_hopper.cu
 // (nvcc: the kernel instantiations and their launch).
 #pragma once
 
 #include <cuda_runtime.h>
 
-#include "kernels/cuda/flash_dispatch.hpp"
-#include "kernels/cuda/hopper/hopper_bwd_params.hpp"
+#include <cstdint>
+#include <string>
+
+#include "kernels/params.hpp"
+#include "kernels/cuda/hopper/bwd_hopper_params.hpp"
+#include "kernels/cuda/hopper/fwd_hopper_params.hpp"
+
+namespace ringattn::cuda {
+// The name of tile configuration t (what RINGATTN_HOPPER_TILE takes).
+const char* hopper_tile_name(HopperTile t);
+}  // namespace ringattn::cuda
 
 namespace ringattn::cuda::hopper_detail {
+
+// What the caller's options say to the Hopper forward (the dispatch fills it from its
+// FlashKernelOptions): a tile configuration by name ("" for the measured default) and whether the
+// running max is rescaled lazily.
+struct HopperOptions {
+  std::string tile;
+  bool lazy = true;
+};
 
 // True when the sm_90a kernel image is what runs on `device` (the current device).
 bool image_loaded(int device);
@@ -24,15 +41,15 @@ int cluster_slots(HopperTile tile, int d);
 void launch(const HopperLaunch& l, int sms, cudaStream_t stream);
 
 // The tile configuration a call would run with: the measured default per head dim and row
-// length, or opt.hopper_tile where that configuration exists for the head dim.
-HopperTile pick_tile(const FlashParams& p, const FlashKernelOptions& opt);
+// length, or opt.tile where that configuration exists for the head dim.
+HopperTile pick_tile(const FlashParams& p, const HopperOptions& opt);
 // Fills *out for p (tensor maps encoded) and returns nullptr, or returns why the kernel cannot
 // take p (a phrase: "it needs ..."). Device independent except for smem_optin and l2_bytes (the
 // sections of the tile order, hopper_tiles.hpp).
-const char* plan(const FlashParams& p, const FlashKernelOptions& opt, int smem_optin, int64_t l2_bytes,
+const char* plan(const FlashParams& p, const HopperOptions& opt, int smem_optin, int64_t l2_bytes,
                  HopperLaunch* out);
 
-// The backward (hopper_bwd.cu): the larger dynamic shared memory of its two kernels at head dim d
+// The backward (bwd_hopper.cu): the larger dynamic shared memory of its two kernels at head dim d
 // (0 when not instantiated); plan_backward fills *out for p (tensor maps encoded) and returns
 // nullptr, or returns why the kernels cannot take p ("it needs ..."); fused_dq asks for dq by
 // the key kernel's reduce-adds (taken outside deterministic mode when dq's view

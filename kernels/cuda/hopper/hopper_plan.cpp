@@ -1,6 +1,6 @@
 // Host side of the Hopper flash forward that needs no device code: the tile configuration, the
 // checks of a call against what the kernel needs, and the tensor maps. The dispatch calls plan
-// once per call; hopper_flash.cu launches what it built.
+// once per call; fwd_hopper.cu launches what it built.
 #include <cuda.h>
 #include <cuda_runtime.h>
 
@@ -184,7 +184,7 @@ HopperParams kernel_params(const FlashParams& p, const TileInfo& ti, bool lazy, 
 // from the 176-key tile on long rows (8k full, 32k causal), while shorter rows prefer 128 keys
 // (fewer partial and masked key tiles). A window of w keys makes every row at most w + 1 keys
 // long: such rows are measured like full rows of that length.
-HopperTile pick_tile(const FlashParams& p, const FlashKernelOptions& opt) {
+HopperTile pick_tile(const FlashParams& p, const HopperOptions& opt) {
   const bool d64 = p.q.dim == 64;
   const bool windowed = p.mask.windowed() && p.mask.window < p.k.len;
   const int64_t row_keys = windowed ? p.mask.window + 1 : p.k.len;
@@ -197,11 +197,11 @@ HopperTile pick_tile(const FlashParams& p, const FlashKernelOptions& opt) {
   if (pick == HopperTile::M128N176 && tile_info(HopperTile::M128N176C2).takes(p)) pick = HopperTile::M128N176C2;
   if (p.q.dim == 256) pick = HopperTile::M128N80;  // the one configuration whose registers and shared memory fit
   for (const TileInfo& ti : kTiles)
-    if (opt.hopper_tile == hopper_tile_name(ti.tile) && ti.has(p.q.dim) && ti.takes(p)) pick = ti.tile;
+    if (opt.tile == hopper_tile_name(ti.tile) && ti.has(p.q.dim) && ti.takes(p)) pick = ti.tile;
   return pick;
 }
 
-const char* plan(const FlashParams& p, const FlashKernelOptions& opt, int smem_optin, int64_t l2_bytes,
+const char* plan(const FlashParams& p, const HopperOptions& opt, int smem_optin, int64_t l2_bytes,
                  HopperLaunch* out) {
   const TileInfo& ti = tile_info(pick_tile(p, opt));
   if (const char* why = layout_problem(p, ti.block_m)) return why;
@@ -212,7 +212,7 @@ const char* plan(const FlashParams& p, const FlashKernelOptions& opt, int smem_o
   l.tile = ti.tile;
   l.head_dim = int(p.q.dim);
   l.dtype = p.q.dtype;
-  l.params = kernel_params(p, ti, opt.hopper_lazy, l2_bytes);
+  l.params = kernel_params(p, ti, opt.lazy, l2_bytes);
   // In a cluster each CTA loads its part of every key block (Config::kKVPartRows).
   if (!encode_view(&l.params.tm_q, p.q, ti.block_m) || !encode_view(&l.params.tm_k, p.k, ti.block_n / ti.cluster) ||
       !encode_view(&l.params.tm_v, p.v, ti.block_n / ti.cluster))

@@ -132,7 +132,7 @@ __device__ __forceinline__ bool row_needs_redo(const float (&o)[N], int r, float
   return l == l && (not_finite(zq) || not_finite(l));
 }
 
-// Lists the warp's rows `rows` (bit r: row warp_row0 + r) for the redo kernel (hopper_redo.cuh).
+// Lists the warp's rows `rows` (bit r: row warp_row0 + r) for the redo kernel (fwd_hopper_redo.cuh).
 __device__ __forceinline__ void list_redo_rows(const HopperParams& p, int b, int h, int warp_row0, unsigned rows) {
   if (threadIdx.x % 32 != 0) return;
   const int e = atomicAdd(p.redo, 1);

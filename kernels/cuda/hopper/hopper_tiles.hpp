@@ -8,7 +8,7 @@
 
 #include "core/hd.hpp"
 #include "core/mask.hpp"
-#include "kernels/cuda/hopper/hopper_params.hpp"
+#include "kernels/cuda/hopper/fwd_hopper_params.hpp"
 
 namespace ringattn::cuda::hopper {
 

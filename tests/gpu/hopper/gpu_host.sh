@@ -14,7 +14,7 @@ INC="-I. -Isrc -Itests -I/usr/local/cuda/include"
 NV="nvcc -std=c++17 -O3 -gencode=arch=compute_90a,code=sm_90a --expt-relaxed-constexpr -lineinfo -I. -Isrc"
 CX="g++ -std=c++20 -O2 -fopenmp $INC"
 nvidia-smi --query-gpu=name,clocks.sm,clocks.max.sm,power.draw,temperature.gpu --format=csv | tee "$OUT/gpu.txt"
-($NV -Xptxas -v -c kernels/cuda/hopper/hopper_flash.cu -o $B/hf.o 2>&1 | grep -E "registers|spill|warn|error") > "$OUT/ptxas.txt" &
+($NV -Xptxas -v -c kernels/cuda/hopper/fwd_hopper.cu -o $B/hf.o 2>&1 | grep -E "registers|spill|warn|error") > "$OUT/ptxas.txt" &
 $NV -c tests/gpu/hopper/bench_hopper_flash.cu -o $B/bench.o &
 $CX -c tests/gpu/hopper/test_hopper_flash.cpp -o $B/t.o &
 for f in kernels/cuda/hopper/hopper_flash.cpp kernels/validate.cpp kernels/cpu/reference.cpp kernels/cpu/merge.cpp \

@@ -13,10 +13,10 @@
 #include <sstream>
 #include <vector>
 
-#include "ringattn/fault_injection.hpp"
-#include "ringattn/inputs.hpp"
+#include "runner/faults/fault_injection.hpp"
+#include "runner/problem/inputs.hpp"
 #include "comm/mpi_transport.hpp"
-#include "ringattn/ring.hpp"
+#include "runner/ring/ring.hpp"
 
 namespace ringattn {
 namespace {

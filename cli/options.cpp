@@ -1,0 +1,225 @@
+#include "cli/options.hpp"
+#include "cli/file_layout.hpp"
+#include "cli/flags.hpp"
+#include "cli/problem.hpp"
+
+#include <cctype>
+#include <charconv>
+#include <cstdlib>
+#include <limits>
+
+#include <fmt/format.h>
+
+#include "core/error.hpp"
+#include "kernels/params.hpp"
+#include "runner/ring/ring.hpp"
+
+namespace ringattn::cli {
+namespace {
+
+// Strictly decimal: CLI11 converts integers with strtoll(..., 0), where "064" is octal (52),
+// "0x10" hex and "-1" wraps to 2^64-1 for an unsigned flag. This transform runs first on every
+// integer flag: it accepts [+-]digits only, checks the range of the flag's type and hands CLI11
+// the canonical decimal (no leading zeros), which base detection then reads as decimal.
+CLI::Validator decimal_integer(bool is_unsigned) {
+  return CLI::Validator(
+      [is_unsigned](std::string& s) -> std::string {
+        const char* b = s.data() + (!s.empty() && s[0] == '+' ? 1 : 0);
+        const char* e = s.data() + s.size();
+        const bool digits = b != e && (std::isdigit(static_cast<unsigned char>(*b)) || (!is_unsigned && *b == '-'));
+        std::from_chars_result r{};
+        std::string canon;
+        if (is_unsigned) {
+          uint64_t v = 0;
+          r = std::from_chars(b, e, v);
+          canon = std::to_string(v);
+        } else {
+          int64_t v = 0;
+          r = std::from_chars(b, e, v);
+          canon = std::to_string(v);
+        }
+        // Too many digits for 64 bits: every integer option has an int_range check, which names
+        // the option's real range.
+        if (r.ec == std::errc::result_out_of_range && digits && r.ptr == e) return std::string();
+        if (!digits || r.ec != std::errc() || r.ptr != e)
+          return is_unsigned ? fmt::format("must be a decimal integer in 0..{} (got '{}')", UINT64_MAX, s)
+                             : fmt::format("must be a decimal integer (got '{}')", s);
+        s = canon;
+        return std::string();
+      },
+      "");
+}
+
+// Decimal numbers only for floating-point flags: std::stod and CLI11 also take hex ("0x10"),
+// "inf" and "nan".
+CLI::Validator decimal_number() {
+  return CLI::Validator(
+      [](std::string& s) -> std::string {
+        if (s.empty() || s.find_first_not_of("0123456789.eE+-") != std::string::npos)
+          return fmt::format("must be a decimal number (got '{}')", s);
+        return std::string();
+      },
+      "");
+}
+
+// Puts the decimal transforms in front of every numeric option of `app` and its subcommands.
+void make_numbers_decimal(CLI::App& app) {
+  for (CLI::App* sub : app.get_subcommands({})) make_numbers_decimal(*sub);
+  for (CLI::Option* opt : app.get_options()) {
+    if (opt->get_type_size() == 0) continue;  // a flag
+    const std::string type = opt->get_type_name();
+    if (type.rfind("UINT", 0) == 0)
+      opt->transform(decimal_integer(true));
+    else if (type.rfind("INT", 0) == 0)
+      opt->transform(decimal_integer(false));
+    else if (type.rfind("FLOAT", 0) == 0)
+      opt->transform(decimal_number());
+  }
+}
+
+}  // namespace
+
+std::unique_ptr<CLI::App> make_app(CommandLine& cl) {
+  auto app = std::make_unique<CLI::App>(
+      "ringattn: ring attention over CPU ranks or GPUs (run `ringattn` alone for a checked default run)");
+  app->require_subcommand(0, 1);
+  add_flags(*app->add_subcommand("run", "run one attention problem (random inputs or .npy files)"), cl, kRun);
+  add_flags(*app->add_subcommand("bench", "sweep sequence lengths and print a table (like nccl-tests)"), cl, kBench);
+  add_flags(*app->add_subcommand("plan", "print the ring schedule and load balance of a sharding (no run)"), cl,
+            kPlan);
+  app->add_flag("--version", cl.show_version, "print what this build supports (cuda yes|no, nccl yes|no)");
+  make_numbers_decimal(*app);
+  return app;
+}
+
+namespace {
+
+bool given(const CLI::App& sub, const char* name) {
+  const CLI::Option* opt = sub.get_option_no_throw(name);
+  return opt != nullptr && opt->count() > 0;
+}
+
+// `--out ''`, `--window ''` and the like: an empty value is no file, window or list at all (and
+// used to mean "not given"). Every text flag of the table.
+void refuse_empty_values(const CLI::App& sub, Cmd cmd) {
+  for (const Flag* f : flags_of(cmd)) {
+    if (!std::holds_alternative<Field<std::string>>(f->target) || f->alias_of != nullptr) continue;
+    const CLI::Option* opt = sub.get_option_no_throw(flag_name(*f));
+    if (opt == nullptr || opt->count() == 0) continue;
+    for (const std::string& r : opt->results())
+      if (r.empty()) {
+        if (f->io != Io::None) fail_arg("{}: the path is empty; give a file name", flag_name(*f));
+        fail_arg("{}: the value is empty; give one or drop {}", flag_name(*f), flag_name(*f));
+      }
+  }
+}
+
+// Flags that a combination would silently ignore.
+void refuse_ignored_flags(const CLI::App& sub, const ProblemOptions& o, bool check) {
+  if (o.q_offset && !o.causal && o.window.empty())
+    fail_arg("--q-offset {} only shifts the causal mask or the window and does nothing without --causal or "
+             "--window; add one or drop --q-offset", *o.q_offset);
+  if (given(sub, "--check-rows") && !check)
+    fail_arg("--check-rows {} without the check does nothing; add --check (run) or drop --no-check (bench)",
+             o.check_rows);
+  if (o.from_files())
+    for (const char* name : {"--batch", "--heads", "--kv-heads", "--seq", "--kv-seq", "--dim"})
+      if (given(sub, name))
+        fail_arg("{} does not apply with --q/--k/--v: the files' shapes fix batch, heads, lengths and "
+                 "dim; drop {}", name, name);
+}
+
+// --layout says how .npy files hold their tensors: without any such file it does nothing.
+void refuse_idle_layout(const CLI::App& sub, const std::string& layout) {
+  if (!given(sub, "--layout")) return;
+  for (const Flag* f : flags_of(kRun))
+    if ((f->io == Io::InputTensor || f->io == Io::OutputTensor) && given(sub, flag_name(*f).c_str())) return;
+  fail_arg("--layout {} only says how the .npy files of --q/--k/--v, --out, --lse, --do and --dq/--dk/--dv hold "
+           "their tensors and does nothing without one of them; add a file or drop --layout", layout);
+}
+
+// Flags that do nothing without another (the backward's without --backward).
+void refuse_idle_flags(const CLI::App& sub, Cmd cmd) {
+  for (const Flag* f : flags_of(cmd)) {
+    if (f->needs == nullptr || !given(sub, flag_name(*f).c_str()) || given(sub, f->needs)) continue;
+    const std::string name = flag_name(*f);
+    if (std::string(f->needs) == "--backward")
+      fail_arg("{} only applies to the backward pass and does nothing without --backward; add --backward or drop {}",
+               name, name);
+    fail_arg("{} does nothing without {}; add {} or drop {}", name, f->needs, f->needs, name);
+  }
+}
+
+// The table's names of the flags given on `sub`, in table order.
+std::vector<std::string> given_flags(const CLI::App& sub, Cmd cmd) {
+  std::vector<std::string> names;
+  for (const Flag* f : flags_of(cmd))
+    if (given(sub, flag_name(*f).c_str())) names.push_back(flag_name(*f));
+  return names;
+}
+
+}  // namespace
+
+void parse_command_line(CLI::App& app, CommandLine& cl, int argc, const char* const* argv) {
+  if (argc <= 1)
+    app.parse(std::string(kDefaultArgs), false);
+  else
+    app.parse(argc, argv);
+  cl.command.clear();
+  for (const char* name : {"run", "bench", "plan"})
+    if (app.got_subcommand(name)) cl.command = name;
+  if (cl.show_version) return;
+  if (cl.command.empty()) throw CLI::CallForHelp();
+  CLI::App& sub = *app.get_subcommand(cl.command);
+  const Cmd cmd = Cmd(command_bit(cl.command));
+  cl.given = given_flags(sub, cmd);
+  refuse_empty_values(sub, cmd);
+  refuse_idle_flags(sub, cmd);
+  if (cl.command == "run") {
+    validate_problem_options(cl.run.problem);
+    refuse_ignored_flags(sub, cl.run.problem, cl.run.check);
+    refuse_idle_layout(sub, cl.run.problem.layout);
+  }
+  if (cl.command == "bench") {
+    validate_problem_options(cl.bench.problem);
+    if (!cl.bench.docs.empty()) generate_documents(cl.bench.docs, 1, 0);  // the spec is refused here, by name
+    if (!cl.bench.docs.empty() && cl.bench.problem.kv_seq)
+      fail_arg("--docs packs self-attention; a --kv-seq sweep is decode over a cache: drop one of them");
+    refuse_ignored_flags(sub, cl.bench.problem, cl.bench.check);
+    if (cl.bench.problem.q_offset && !cl.bench.problem.kv_seq)
+      fail_arg("--q-offset {} applies to bench only with --kv-seq (a decode sweep); a sweep without --kv-seq runs "
+               "self-attention at offset 0; add --kv-seq or drop --q-offset", *cl.bench.problem.q_offset);
+  }
+}
+
+double resolve_timeout(const ProblemOptions& o) {
+  if (o.timeout_s) return *o.timeout_s;
+  const char* env = std::getenv("RINGATTN_MPI_TIMEOUT_S");
+  if (env == nullptr || *env == '\0') return 300.0;
+  char* end = nullptr;
+  const double v = std::strtod(env, &end);
+  const bool decimal = std::string(env).find_first_not_of("0123456789.eE+-") == std::string::npos;
+  if (!decimal || end == env || *end != '\0' || !(v > 0) || v > kMaxTimeoutS)
+    fail_arg("RINGATTN_MPI_TIMEOUT_S='{}' must be a number of seconds > 0 and <= {:g} (or use --timeout)", env,
+             kMaxTimeoutS);
+  return v;
+}
+
+void validate_problem_options(const ProblemOptions& o) {
+  if (o.heads % o.kv_heads != 0)
+    fail_arg("--heads {} is not a multiple of --kv-heads {}: grouped-query attention needs heads = g * kv-heads "
+             "(e.g. --heads {} --kv-heads {})", o.heads, o.kv_heads, o.kv_heads * std::max<int64_t>(1, o.heads / o.kv_heads),
+             o.kv_heads);
+  if (!o.doc_lens.empty() && !o.cu_seqlens_file.empty())
+    fail_arg("--doc-lens and --cu-seqlens both give the documents: use one of them");
+  const int nfiles = int(!o.q_file.empty()) + int(!o.k_file.empty()) + int(!o.v_file.empty());
+  if (nfiles != 0 && nfiles != 3) fail_arg("--q, --k and --v go together: give all three files or none (got {})", nfiles);
+  ringattn::RunOptions tiles;  // checked here, before MPI starts and anything is allocated
+  tiles.tile_q = o.tile_q;
+  tiles.tile_k = o.tile_k;
+  validate_run_options(tiles);
+  if (o.device == "cpu" && o.transport == "nccl")
+    fail_arg("--transport nccl needs --device cuda (NCCL moves device buffers); use --transport mpi on cpu");
+}
+
+}  // namespace ringattn::cli

@@ -1,0 +1,188 @@
+// `ringattn plan`: the ring schedule of a problem without running it (no MPI, no data): each
+// rank's tokens and segments, its kernel calls, visible query-key pairs and bytes sent over all
+// hops, the hops the ring takes, and the load balance of every sharding, so a sharding can be
+// chosen before a long run.
+//
+// Memory and time stay linear in the ranks: a rank's visible pairs come from its positions alone
+// (rank_pairs), and the full per-rank schedule (P hops each, for the kernel calls) is built one
+// rank at a time, only up to kPlanRowRanks ranks; beyond, the table is a summary. Pair counts are
+// 128-bit, so no length the flags allow wraps them. A window (--window) has no closed form here:
+// its pairs come from each rank's schedule, so a windowed plan is limited to kPlanRowRanks ranks.
+#include <algorithm>
+
+#include <fmt/format.h>
+
+#include "cli/problem.hpp"
+#include "cli/report.hpp"
+#include "cli/run.hpp"
+#include "runner/problem/checked.hpp"
+#include "core/error.hpp"
+#include "runner/ring/ring.hpp"
+#include "runner/ring/schedule.hpp"
+
+namespace ringattn::cli {
+namespace {
+
+// Up to this many ranks the plan prints one row per rank (with its kernel calls, which need the
+// rank's whole schedule: P^2 work in all); beyond it, a summary of the ranks.
+constexpr int kPlanRowRanks = 1024;
+
+std::string segments_text(const ShardLayout& l) {
+  std::string s;
+  for (const Segment& g : l.segments) {
+    if (!s.empty()) s += ' ';
+    if (g.stride == 1)
+      s += fmt::format("[{},{})", g.start, g.start + g.len);
+    else
+      s += fmt::format("{}+{}k (k<{})", g.start, g.stride, g.len);
+  }
+  return s;
+}
+
+// The query-key pairs a rank computes over the whole ring, per (batch, head), from its positions
+// alone: causal self-attention lets the query at position t see the t + 1 keys 0..t; without the
+// mask each query sees all seq keys. Equals RingSchedule::visible_pairs (tests/unit).
+PairCount rank_pairs(const ShardLayout& l, int64_t seq, bool causal) {
+  PairCount n = 0;
+  for (const Segment& g : l.segments) {
+    if (!causal) {
+      n += PairCount(g.len) * seq;
+      continue;
+    }
+    // sum over i < len of (start + i * stride + 1); stride * len <= seq keeps it below seq^2.
+    n += PairCount(g.len) * (PairCount(g.start) + 1) + PairCount(g.stride) * g.len * (g.len - 1) / 2;
+  }
+  return n;
+}
+
+// The ranks' pair counts of one sharding: the largest, the smallest and the sum.
+struct PairStats {
+  PairCount max = 0, min = 0, sum = 0;
+  int max_rank = 0, min_rank = 0;
+  int64_t min_tokens = 0, max_tokens = 0;  // shards may be uneven (by one token per chunk)
+};
+
+PairStats pair_stats(Sharding s, int64_t seq, bool causal, int world, Window w = {}, Documents docs = {}) {
+  PairStats st;
+  for (int r = 0; r < world; ++r) {
+    const ShardLayout l = shard_layout(s, seq, r, world, docs);
+    const PairCount v = w.none() && docs.none() ? rank_pairs(l, seq, causal)
+                                                : RingSchedule(s, seq, causal, r, world, docs, w).visible_pairs();
+    if (r == 0 || l.tokens() < st.min_tokens) st.min_tokens = l.tokens();
+    if (r == 0 || l.tokens() > st.max_tokens) st.max_tokens = l.tokens();
+    if (r == 0 || v > st.max) st.max = v, st.max_rank = r;
+    if (r == 0 || v < st.min) st.min = v, st.min_rank = r;
+    st.sum += v;
+  }
+  return st;
+}
+
+// max / mean of the ranks' visible pairs: 1.0 is perfect balance; the slowest rank sets the pace.
+double imbalance(const PairStats& st, int world) {
+  return st.sum > 0 ? to_double(st.max) * world / to_double(st.sum) : 1.0;
+}
+
+double share_percent(PairCount v, PairCount total) { return total > 0 ? 100.0 * to_double(v) / to_double(total) : 0.0; }
+
+// One row per rank: tokens, kernel calls, GFLOP, the hops (of those the ring takes) that only
+// forward, the share of the pairs, the K/V bytes it sends (ring_bytes_sent: what a run reports).
+void print_rank_rows(const GlobalProblem& p, int ranks, PairCount total, double flop_per_pair) {
+  const std::vector<int64_t> bounds = p.doc_bounds();
+  const Documents docs = documents_of(bounds);
+  const RingRoutes ring = ring_routes(p.sharding, p.q_len, p.causal, ranks, docs, p.window);
+  const std::vector<char>& routes = ring.carried;
+  const std::vector<int64_t> tokens = ring.shipped_tokens();
+  const uint64_t token_bytes = 2ull * uint64_t(p.batch * p.kv_heads * p.head_dim) * uint64_t(dtype_size(p.dtype));
+  const int hops = ring_hops(routes, ranks);
+  fmt::print("# ring hops: {} of {} (the ring stops after the last hop that carries a block); sent: K/V bytes of "
+             "batch x kv_heads x dim x {} per token\n", hops, ranks, dtype_name(p.dtype));
+  fmt::print("# {:>4} {:>10} {:>6} {:>12} {:>10} {:>8} {:>11}  {}\n", "rank", "tokens", "calls", "GFLOP", "skipped",
+             "share", "sent", "segments");
+  uint64_t all_bytes = 0;
+  for (int r = 0; r < ranks; ++r) {
+    const RingSchedule s(p.sharding, p.q_len, p.causal, r, ranks, docs, p.window);  // one rank at a time: O(P) memory
+    int skipped = 0;  // hops taken that only forward the block
+    for (int h = 0; h < hops; ++h) skipped += s.hops()[size_t(h)].calls.empty();
+    const PairCount pairs = s.visible_pairs();
+    const uint64_t sent = ring_bytes_sent(routes, tokens, token_bytes, r, ranks);
+    all_bytes += sent;
+    fmt::print("  {:>4} {:>10} {:>6} {:>12.3f} {:>10} {:>7.1f}% {:>11}  {}\n", r, s.local_layout().tokens(),
+               s.kernel_calls(), flop_per_pair * to_double(pairs) / 1e9, fmt::format("{} hops", skipped),
+               share_percent(pairs, total), sent, segments_text(s.local_layout()));
+  }
+  fmt::print("# sent in all: {} bytes ({})\n", all_bytes, human_bytes(double(all_bytes)));
+}
+
+void print_summary(const PlanOptions& o, const PairStats& st, double flop_per_pair) {
+  fmt::print("# {} ranks: one row per rank is printed up to {} ranks; the ranks in summary:\n", o.ranks, kPlanRowRanks);
+  if (st.min_tokens == st.max_tokens)
+    fmt::print("  tokens per rank {}\n", st.min_tokens);
+  else
+    fmt::print("  tokens per rank {} to {} (uneven shards)\n", st.min_tokens, st.max_tokens);
+  fmt::print("  GFLOP per rank: max {:.3f} (rank {}), min {:.3f} (rank {}), mean {:.3f}\n",
+             flop_per_pair * to_double(st.max) / 1e9, st.max_rank, flop_per_pair * to_double(st.min) / 1e9, st.min_rank,
+             flop_per_pair * to_double(st.sum) / 1e9 / o.ranks);
+  fmt::print("  share per rank: max {:.4f}%, min {:.4f}%\n", share_percent(st.max, st.sum), share_percent(st.min, st.sum));
+}
+
+// The problem of `plan`'s flags, checked as the runner checks the window and the documents.
+GlobalProblem plan_problem(const PlanOptions& o) {
+  check_shardable(Sharding::Zigzag, o.seq, o.ranks);
+  GlobalProblem p;
+  p.batch = o.batch;
+  p.q_heads = o.heads;
+  p.kv_heads = o.kv_heads;
+  p.q_len = p.kv_len = o.seq;
+  p.head_dim = o.dim;
+  p.dtype = parse_dtype(o.dtype);
+  p.causal = o.causal;
+  p.window = parse_window(o.window);
+  p.doc_lens = parse_doc_lens(o.doc_lens);
+  validate_window(p.window, p.causal);  // plan counts pairs in 128 bits: no other limit applies
+  check_documents(p);
+  if ((!p.window.none() || !p.doc_lens.empty()) && o.ranks > kPlanRowRanks)
+    fail_arg("plan {} builds every rank's schedule: up to {} ranks (got --ranks {})",
+             p.doc_lens.empty() ? "--window" : "--doc-lens", kPlanRowRanks, o.ranks);
+  return p;
+}
+
+// --shard auto: the runner's rule (pick_balanced; with a window or documents, best_sharding with
+// its hops), from the closed-form counts otherwise.
+Sharding plan_sharding(const PlanOptions& o, const GlobalProblem& p, Documents docs) {
+  if (o.shard != "auto") return parse_sharding(o.shard);
+  if (!p.window.none() || !docs.none()) return best_sharding(o.seq, o.causal, o.ranks, docs, p.window);
+  double imb[kShardings];
+  for (int i = 0; i < kShardings; ++i) imb[i] = imbalance(pair_stats(kAutoOrder[i], o.seq, o.causal, o.ranks), o.ranks);
+  return pick_balanced(imb);
+}
+
+}  // namespace
+
+int plan_command(const PlanOptions& o) {
+  GlobalProblem p = plan_problem(o);
+  const std::vector<int64_t> bounds = p.doc_bounds();
+  const Documents docs = documents_of(bounds);
+  const Window w = p.window;
+  const Sharding sharding = p.sharding = plan_sharding(o, p, docs);
+  const double flop_per_pair = 4.0 * double(o.batch) * double(o.heads) * double(o.dim);
+  fmt::print("# ringattn plan: seq {} over {} ranks, {} sharding{}, {}{}{}; batch {} heads {}/{} dim {}\n", o.seq,
+             o.ranks, sharding_name(sharding), o.shard == "auto" ? " (auto: the best balanced)" : "",
+             o.causal ? "causal" : "full", w.none() ? "" : fmt::format(", window {},{}", w.left, w.right),
+             docs.none() ? "" : fmt::format(", {} packed documents", p.doc_lens.size()), o.batch, o.heads, o.kv_heads,
+             o.dim);
+  const PairStats mine = pair_stats(sharding, o.seq, o.causal, o.ranks, w, docs);
+  if (o.ranks <= kPlanRowRanks)
+    print_rank_rows(p, o.ranks, mine.sum, flop_per_pair);
+  else
+    print_summary(o, mine, flop_per_pair);
+  fmt::print("# balance (max / mean visible pairs per rank; 1.00 is perfect):");
+  for (Sharding s : {Sharding::Contiguous, Sharding::Zigzag, Sharding::Striped, Sharding::DocZigzag}) {
+    if (s == Sharding::DocZigzag && docs.none()) continue;  // zigzag without documents
+    fmt::print(" {} {:.2f}", sharding_name(s),
+               imbalance(s == sharding ? mine : pair_stats(s, o.seq, o.causal, o.ranks, w, docs), o.ranks));
+  }
+  fmt::print("\n");
+  return kExitOk;
+}
+
+}  // namespace ringattn::cli

@@ -1,0 +1,137 @@
+#include "runner/faults/fault.hpp"
+
+#include <cstdlib>
+
+#include <fmt/format.h>
+
+#include "core/error.hpp"
+#include "runner/ring/schedule.hpp"
+
+namespace ringattn {
+namespace {
+
+// "0..2, 4" for {0, 1, 2, 4}; "no hop" when empty.
+std::string hop_list(const std::vector<int>& hops) {
+  if (hops.empty()) return "no hop";
+  std::string s = hops.size() == 1 ? "hop " : "hops ";
+  for (size_t i = 0; i < hops.size();) {
+    size_t j = i;
+    while (j + 1 < hops.size() && hops[j + 1] == hops[j] + 1) ++j;
+    if (i > 0) s += ", ";
+    s += j == i ? fmt::format("{}", hops[i]) : fmt::format("{}..{}", hops[i], hops[j]);
+    i = j + 1;
+  }
+  return s;
+}
+
+}  // namespace
+
+const char* fault_kind_name(FaultKind k) {
+  switch (k) {
+    case FaultKind::None: return "none";
+    case FaultKind::Exit: return "exit";
+    case FaultKind::Hang: return "hang";
+    case FaultKind::Corrupt: return "corrupt";
+    case FaultKind::Error: return "error";
+    case FaultKind::Throw: return "throw";
+  }
+  return "?";
+}
+
+std::string FaultPlan::text() const {
+  return fmt::format("RINGATTN_FAULT={}:{}:{}{}", rank, hop, fault_kind_name(kind),
+                     phase == RingPhase::Backward ? ":backward" : "");
+}
+
+FaultPlan parse_fault_plan(const std::string& text) {
+  FaultPlan plan;
+  if (text.empty()) return plan;
+  const auto bad = [&]() {
+    fail_arg("RINGATTN_FAULT='{}' is not RANK:HOP:KIND[:PHASE] with RANK, HOP >= 0, KIND one of exit, hang, "
+             "corrupt, error, throw and PHASE one of forward (the default), backward", text);
+  };
+  const size_t a = text.find(':'), b = a == std::string::npos ? a : text.find(':', a + 1);
+  if (b == std::string::npos) bad();
+  const auto to_int = [&](const std::string& s) {
+    if (s.empty() || s.size() > 9 || s.find_first_not_of("0123456789") != std::string::npos) bad();
+    return std::stoi(s);
+  };
+  plan.rank = to_int(text.substr(0, a));
+  plan.hop = to_int(text.substr(a + 1, b - a - 1));
+  const size_t c = text.find(':', b + 1);
+  const std::string kind = text.substr(b + 1, c == std::string::npos ? std::string::npos : c - b - 1);
+  if (kind == "exit") plan.kind = FaultKind::Exit;
+  else if (kind == "hang") plan.kind = FaultKind::Hang;
+  else if (kind == "corrupt") plan.kind = FaultKind::Corrupt;
+  else if (kind == "error") plan.kind = FaultKind::Error;
+  else if (kind == "throw") plan.kind = FaultKind::Throw;
+  else bad();
+  if (c != std::string::npos) {
+    const std::string phase = text.substr(c + 1);
+    if (phase == "forward") plan.phase = RingPhase::Forward;
+    else if (phase == "backward") plan.phase = RingPhase::Backward;
+    else
+      fail_arg("RINGATTN_FAULT='{}' is not RANK:HOP:KIND[:PHASE]: unknown phase '{}' (allowed: forward, the default, "
+               "and backward)", text, phase);
+  }
+  return plan;
+}
+
+FaultHops fault_hops(const GlobalProblem& p, int rank, int world) {
+  const std::vector<int64_t> bounds = p.doc_bounds();
+  const RingRoutes routes = ring_routes(p.sharding, p.q_len, p.causal, world, documents_of(bounds), p.window);
+  const RingSchedule sched(p.sharding, p.q_len, p.causal, rank, world, documents_of(bounds), p.window);
+  FaultHops h;
+  h.ring_hops = ring_hops(routes.carried, world);
+  for (int s = 0; s + 1 < h.ring_hops; ++s) {
+    h.posts.push_back(s);
+    const int src = ((rank - s) % world + world) % world;  // the block this hop holds and passes on
+    if (routes.carried[size_t(src) * size_t(world) + size_t(s)] && !routes.shipped[size_t(src)].empty())
+      h.sends.push_back(s);
+  }
+  for (int s = 0; s < h.ring_hops; ++s)
+    if (!sched.hops()[size_t(s)].calls.empty()) h.computes.push_back(s);
+  return h;
+}
+
+void check_fault_plan(const FaultPlan& plan, const GlobalProblem& p, int world, bool backward) {
+  if (!plan.active()) return;
+  const std::string value = plan.text();
+  if (plan.rank >= world)
+    fail_arg("{} names rank {}, but the world has {} rank{} (0..{})", value, plan.rank, world, world == 1 ? "" : "s",
+             world - 1);
+  const bool back = plan.phase == RingPhase::Backward;
+  if (back && !backward)
+    fail_arg("{} names the backward ring, but this run has none (the phase backward needs --backward)", value);
+  if (p.q_len != p.kv_len)
+    fail_arg("{} applies to ring runs; this is a distributed decode (q_len {} != kv_len {})", value, p.q_len,
+             p.kv_len);
+  if (!p.is_ring())
+    fail_arg("{} applies to ring runs; this is a distributed decode (q_offset {} != 0)", value, p.resolved_q_offset());
+  const FaultHops h = fault_hops(p, plan.rank, world);
+  const std::vector<int>* at = &h.posts;
+  const char* does = "posts no exchange";
+  if (plan.kind == FaultKind::Corrupt) {
+    at = &h.sends;
+    does = "sends no block";
+  } else if (plan.kind == FaultKind::Throw) {
+    at = &h.computes;
+    does = "computes on no block";
+  }
+  for (int s : *at)
+    if (s == plan.hop) return;
+  fail_arg("{} can never fire: rank {} {} at hop {} of the {} ring (this problem's ring takes {} hop{} over {} "
+           "rank{}); on rank {}, {} can fire at {}", value, plan.rank, does, plan.hop, ring_phase_name(plan.phase),
+           h.ring_hops, h.ring_hops == 1 ? "" : "s", world, world == 1 ? "" : "s", plan.rank,
+           fault_kind_name(plan.kind), hop_list(*at));
+}
+
+const FaultPlan& fault_plan() {
+  static const FaultPlan plan = [] {
+    const char* env = std::getenv("RINGATTN_FAULT");
+    return parse_fault_plan(env ? env : "");
+  }();
+  return plan;
+}
+
+}  // namespace ringattn

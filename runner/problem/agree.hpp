@@ -1,0 +1,27 @@
+// Problem agreement before the first hop (ranks agree or stop: ARCHITECTURE.md, "Data flow of one
+// ring run"), with room for each rank's local verdict on its own tensors, so a rank whose tensors
+// are wrong stops every rank instead of leaving the others waiting at the first exchange.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "runner/problem/problem.hpp"
+
+namespace ringattn {
+
+// What a rank adds to the shared problem: the layouts of its packed K/V blocks (every rank must
+// read incoming blocks the same way) and an error found in its local tensors ("" when none).
+struct LocalVerdict {
+  uint32_t k_layout = 0, v_layout = 0;
+  bool decode = false;  // run_distributed_decode (also of a self-attention shaped problem)
+  bool backward = false;  // run_attention_backward: a rank running the forward disagrees
+  std::string error;
+};
+
+// Allgathers the description of `p` plus `local` and throws InvalidArgument on every rank, with
+// the same message, when a rank differs or reported an error.
+void agree_on_run(const GlobalProblem& p, const LocalVerdict& local, Transport& t);
+
+
+}  // namespace ringattn

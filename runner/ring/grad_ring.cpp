@@ -1,0 +1,99 @@
+#include "runner/ring/grad_ring.hpp"
+
+#include <algorithm>
+#include <utility>
+
+#include "core/error.hpp"
+#include "runner/ring/block_ring.hpp"
+
+namespace ringattn {
+
+GradRing::GradRing(Backend& b, Transport& t, const TensorView& shape, RingRoutes routes, FlightRecorder& recorder)
+    : b_(b), t_(t), recorder_(recorder), routes_(std::move(routes)), shape_(shape), rank_(t.rank()), world_(t.size()) {
+  if (routes_.shipped.size() != size_t(world_) || routes_.first_remote_hop.size() != size_t(world_))
+    fail_arg("rank {}: the dK/dV ring needs the routes of {} ranks", rank_, world_);
+  if (b.stream() != nullptr) t.set_stream(b.stream());
+  if (world_ <= 1) return;
+  token_bytes_ = size_t(shape.batch * shape.heads * shape.dim) * sizeof(float);
+  int64_t most = 1;  // never a 0-byte buffer
+  for (int q = 0; q < world_; ++q) most = std::max(most, rows(q));
+  const size_t capacity = 2 * token_bytes_ * size_t(most);
+  for (DeviceBuffer& buf : bufs_) buf = DeviceBuffer(b, capacity);
+  staging_ = staging_for(b, t, capacity);
+}
+
+GradRing::~GradRing() {
+  if (!outstanding_ || exchange().abandon_exchange()) return;
+  for (DeviceBuffer& buf : bufs_) buf.release();  // kept, not freed: a transfer may still write them
+}
+
+size_t GradRing::send_bytes(int s) const {
+  const int q = source(s - 1);
+  return grad_exchange_carries(routes_, q, s) ? 2 * token_bytes_ * size_t(rows(q)) : 0;
+}
+
+size_t GradRing::recv_bytes(int s) const {
+  const int q = source(s);
+  return grad_exchange_carries(routes_, q, s) ? 2 * token_bytes_ * size_t(rows(q)) : 0;
+}
+
+uint64_t GradRing::post(int s) {
+  const int next = (rank_ + 1) % world_;
+  const uint64_t before = t_.bytes_sent();
+  const size_t send = send_bytes(s), recv = recv_bytes(s);
+  recorder_.record(s, HopEvent::Posted, next, send);
+  outstanding_ = true;  // before the call: a partial post counts
+  try {
+    exchange().start_exchange(data(send_), send, data(recv_), recv);
+  } catch (const std::exception& e) {
+    recorder_.record(s, HopEvent::Failed, next, send);
+    ring_hop_failed(rank_, world_, s, send, "posting the dK/dV exchange", e);
+  }
+  return t_.bytes_sent() - before;
+}
+
+void GradRing::complete(int s) {
+  const int prev = (rank_ + world_ - 1) % world_;
+  try {
+    exchange().wait_exchange();
+  } catch (const std::exception& e) {
+    recorder_.record(s, HopEvent::Failed, prev);
+    ring_hop_failed(rank_, world_, s, send_bytes(s), "waiting for the dK/dV exchange", e);
+  }
+  outstanding_ = false;
+  recorder_.record(s, HopEvent::Completed, prev, recv_bytes(s));
+  if (recv_bytes(s) > 0) buf_rows_[recv_] = rows(source(s));
+}
+
+TensorView GradRing::view(int buf, int which) const {
+  const int64_t n = buf_rows_[buf];
+  return bhtd_view(static_cast<char*>(data(buf)) + size_t(which) * token_bytes_ * size_t(n), DType::F32, shape_.batch,
+                   shape_.heads, n, shape_.dim);
+}
+
+void GradRing::begin_compute(int s) {
+  buf_rows_[comp_] = rows(source(s));
+  b_.zero_f32(dk());
+  b_.zero_f32(dv());
+}
+
+void GradRing::fold(int s, bool computed) {
+  const bool received = recv_bytes(s) > 0;
+  if (computed && received) {
+    b_.add_f32(view(comp_, 0), view(recv_, 0));
+    b_.add_f32(view(comp_, 1), view(recv_, 1));
+  }
+  if (computed)
+    std::swap(send_, comp_);
+  else if (received)
+    std::swap(send_, recv_);
+}
+
+void GradRing::bring_home(const TensorView& dk, const TensorView& dv) {
+  if (recv_bytes(world_) == 0) return;
+  const KeyRange home = routes_.shipped[size_t(rank_)];
+  b_.add_f32(dk.rows(home.begin, home.size()), view(recv_, 0));
+  b_.add_f32(dv.rows(home.begin, home.size()), view(recv_, 1));
+}
+
+}  // namespace ringattn
