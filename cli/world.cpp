@@ -199,6 +199,7 @@ Transport& grad_transport(World& w) {
     if (!w.grad_transport)
       throw CollectiveError(fmt::format("--backward: no second transport of kind {} for the gradient ring",
                                         w.transport_name));
+    install_grad_fault_injection(w.grad_transport, w.fault_tracker);  // RINGATTN_FAULT=...:grads
   }
   return *w.grad_transport;
 }
@@ -277,7 +278,7 @@ World make_world(const ProblemOptions& o, const MpiSession& mpi) {
     w.device_label = fmt::format("cpu ({} threads)", omp_get_max_threads());
   }
   w.backend->set_wait_timeout(timeout);
-  install_fault_injection(w.transport, w.backend);  // RINGATTN_FAULT: tests of the failure paths
+  w.fault_tracker = install_fault_injection(w.transport, w.backend);  // RINGATTN_FAULT: tests of the failure paths
   auto counting = std::make_unique<CountingBackend>(std::move(w.backend));
   w.counter = counting.get();
   w.backend = std::move(counting);

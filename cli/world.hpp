@@ -12,6 +12,10 @@
 #include "kernels/backend.hpp"
 #include "core/error.hpp"
 
+namespace ringattn {
+struct HopTracker;  // runner/faults/fault_injection.hpp
+}  // namespace ringattn
+
 namespace ringattn::cli {
 
 // The process exit codes: 0 ok, 1 bad input or an error, 2 a check over its tolerance.
@@ -82,12 +86,16 @@ struct World {
   // The backward's second transport (the dK/dV ring): made on first use (collective), none in a
   // world of one (the backward then uses `transport`).
   std::unique_ptr<Transport> grad_transport;
+  // What the RINGATTN_FAULT decorators share (nullptr without a plan): the dK/dV transport's
+  // decorator joins those of `transport` and `backend` when grad_transport makes it.
+  std::shared_ptr<HopTracker> fault_tracker;
 };
 
 // The transport of the backward's dK/dV ring (run_attention_backward's `grad_t`): `transport`
 // itself in a world of one, else a second transport of the same kind over the same ranks (MPI:
 // another make_mpi_transport, which duplicates the communicator; NCCL: another communicator),
-// made on the first call. Collective on that first call: every rank calls it at the same point.
+// made on the first call, in the RINGATTN_FAULT decorator when a plan is set (a plan's grads
+// phase aims at it). Collective on that first call: every rank calls it at the same point.
 Transport& grad_transport(World& w);
 
 // Builds the transport first (it fixes rank and size), then the backend on this rank's device,

@@ -4,9 +4,27 @@
 #include <utility>
 
 #include "core/error.hpp"
+#include "core/host.hpp"
 #include "runner/ring/block_ring.hpp"
 
 namespace ringattn {
+namespace {
+
+int block_at(int rank, int world, int s) { return ((rank - s) % world + world) % world; }
+
+bool travels(const RingRoutes& routes, int block, int s) {
+  return grad_exchange_carries(routes, block, s) && !routes.shipped[size_t(block)].empty();
+}
+
+}  // namespace
+
+bool grad_sends(const RingRoutes& routes, int rank, int world, int s) {
+  return travels(routes, block_at(rank, world, s - 1), s);
+}
+
+bool grad_receives(const RingRoutes& routes, int rank, int world, int s) {
+  return travels(routes, block_at(rank, world, s), s);
+}
 
 GradRing::GradRing(Backend& b, Transport& t, const TensorView& shape, RingRoutes routes, FlightRecorder& recorder)
     : b_(b), t_(t), recorder_(recorder), routes_(std::move(routes)), shape_(shape), rank_(t.rank()), world_(t.size()) {
@@ -28,13 +46,11 @@ GradRing::~GradRing() {
 }
 
 size_t GradRing::send_bytes(int s) const {
-  const int q = source(s - 1);
-  return grad_exchange_carries(routes_, q, s) ? 2 * token_bytes_ * size_t(rows(q)) : 0;
+  return grad_sends(routes_, rank_, world_, s) ? 2 * token_bytes_ * size_t(rows(source(s - 1))) : 0;
 }
 
 size_t GradRing::recv_bytes(int s) const {
-  const int q = source(s);
-  return grad_exchange_carries(routes_, q, s) ? 2 * token_bytes_ * size_t(rows(q)) : 0;
+  return grad_receives(routes_, rank_, world_, s) ? 2 * token_bytes_ * size_t(rows(source(s))) : 0;
 }
 
 uint64_t GradRing::post(int s) {
@@ -79,10 +95,7 @@ void GradRing::begin_compute(int s) {
 
 void GradRing::fold(int s, bool computed) {
   const bool received = recv_bytes(s) > 0;
-  if (computed && received) {
-    b_.add_f32(view(comp_, 0), view(recv_, 0));
-    b_.add_f32(view(comp_, 1), view(recv_, 1));
-  }
+  if (computed && received) add_received(s, view(comp_, 0), view(comp_, 1));
   if (computed)
     std::swap(send_, comp_);
   else if (received)
@@ -92,8 +105,20 @@ void GradRing::fold(int s, bool computed) {
 void GradRing::bring_home(const TensorView& dk, const TensorView& dv) {
   if (recv_bytes(world_) == 0) return;
   const KeyRange home = routes_.shipped[size_t(rank_)];
-  b_.add_f32(dk.rows(home.begin, home.size()), view(recv_, 0));
-  b_.add_f32(dv.rows(home.begin, home.size()), view(recv_, 1));
+  add_received(world_, dk.rows(home.begin, home.size()), dv.rows(home.begin, home.size()));
+}
+
+void GradRing::add_received(int s, const TensorView& dk, const TensorView& dv) {
+  try {
+    b_.add_f32(dk, view(recv_, 0));
+    b_.add_f32(dv, view(recv_, 1));
+  } catch (const InvalidArgument&) {
+    throw;  // a bad call: the same on every rank
+  } catch (const std::exception& e) {
+    recorder_.record(s, HopEvent::Failed, source(s));
+    fail_runtime("rank {} on {}: hop {} of {}: adding the received dK/dV accumulator of the block of rank {} failed: {}",
+                 rank_, host_name(), s, world_, source(s), e.what());
+  }
 }
 
 }  // namespace ringattn

@@ -23,6 +23,13 @@
 
 namespace ringattn {
 
+// Whether rank `rank` sends, or receives, an accumulator holding rows in dK/dV exchange `s`
+// (1..P) of `routes`: it sends that of block rank - s + 1 (computed into at hop s - 1) and
+// receives that of block rank - s. The GradRing's sizes and the hops at which a fault plan on the
+// dK/dV ring can fire (runner/faults/fault.hpp) both come from here.
+bool grad_sends(const RingRoutes& routes, int rank, int world, int s);
+bool grad_receives(const RingRoutes& routes, int rank, int world, int s);
+
 class GradRing {
  public:
   // `t` carries the accumulators only (not the K/V ring's transport). `shape` is a K view of
@@ -52,6 +59,7 @@ class GradRing {
   // After exchange P: adds this rank's own accumulator (when one came home) into rows
   // shipped[rank] of `dk` and `dv`.
   void bring_home(const TensorView& dk, const TensorView& dv);
+  // (fold and bring_home: a failing add is a RuntimeError that names the hop.)
 
   size_t send_bytes(int s) const;
   size_t recv_bytes(int s) const;
@@ -61,6 +69,7 @@ class GradRing {
   int source(int s) const { return ((rank_ - s) % world_ + world_) % world_; }
   int64_t rows(int q) const { return routes_.shipped[size_t(q)].size(); }
   TensorView view(int buf, int which) const;  // dK (0) or dV (1) of buffer `buf`, shaped for rows_
+  void add_received(int s, const TensorView& dk, const TensorView& dv);  // += exchange s's accumulator
   void* data(int buf) const { return bufs_[buf].get(); }
 
   Backend& b_;

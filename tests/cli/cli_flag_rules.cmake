@@ -28,7 +28,7 @@ step(EXPECT_RC 1 COMMAND ${CMAKE_COMMAND} -E env RINGATTN_MPI_TIMEOUT_S=0x10 ${R
      STDERR "RINGATTN_MPI_TIMEOUT_S='0x10' must be a number of seconds")
 # A malformed RINGATTN_FAULT is refused in one process too, not only under mpirun.
 step(EXPECT_RC 1 COMMAND ${CMAKE_COMMAND} -E env RINGATTN_FAULT=garbage ${RINGATTN} run --seq 64
-     STDERR "RINGATTN_FAULT='garbage' is not RANK:HOP:KIND\\[:PHASE\\] with RANK, HOP >= 0, KIND one of exit, hang, corrupt, error, throw and PHASE one of forward \\(the default\\), backward")
+     STDERR "RINGATTN_FAULT='garbage' is not RANK:HOP:KIND\\[:PHASE\\] with RANK, HOP >= 0, KIND one of exit, hang, corrupt, error, throw and PHASE one of forward \\(the default\\), backward, grads")
 step(EXPECT_RC 1 COMMAND ${CMAKE_COMMAND} -E env RINGATTN_FAULT=010:0:exitt ${RINGATTN} bench -b 64 -e 64
      STDERR "RINGATTN_FAULT='010:0:exitt'")
 # A RINGATTN_FAULT that could never fire is refused, naming the value and the allowed range.

@@ -3,12 +3,12 @@
 # and without a crash (no core dump, no segfault). Whether it ended by itself is judged by the
 # job, not a stopwatch: a hang runs into the backstop below (far past the 3 x --timeout of the
 # slowest path, a hang at the first exchange), whose kill is reported as a failure.
-# Variables: RINGATTN, MPIEXEC, NP, RANK, HOP, KIND, TIMEOUT; PHASE (forward, the default, or
-# backward: the plan's phase, and the run gets --backward).
+# Variables: RINGATTN, MPIEXEC, NP, RANK, HOP, KIND, TIMEOUT; PHASE (forward, the default,
+# backward or grads: the plan's phase; backward and grads runs get --backward).
 set(plan ${RANK}:${HOP}:${KIND})
 set(extra "")
-if(PHASE STREQUAL "backward")
-  set(plan ${plan}:backward)
+if(PHASE STREQUAL "backward" OR PHASE STREQUAL "grads")
+  set(plan ${plan}:${PHASE})
   set(extra --backward)
 elseif(PHASE AND NOT PHASE STREQUAL "forward")
   message(FATAL_ERROR "unknown PHASE '${PHASE}'")
@@ -52,11 +52,19 @@ elseif(KIND STREQUAL "corrupt")
 elseif(KIND STREQUAL "error")
   # The failing rank reports and ends the job (MPI_Abort) before any survivor's wait expires.
   # (Open MPI's own "MPI_ABORT was invoked" notice is not asserted: it is lost at times.)
-  set(expect "${faulty}hop ${HOP} of ${NP}: posting the exchange[^\n]*injected transport error")
+  set(exchange "exchange")
+  if(PHASE STREQUAL "grads")
+    set(exchange "dK/dV exchange")
+  endif()
+  set(expect "${faulty}hop ${HOP} of ${NP}: posting the ${exchange}[^\n]*injected transport error")
 elseif(KIND STREQUAL "throw")
   # An exception inside the hop: the rank completes the exchange in flight, then reports the hop
   # and ends the job; the flight recorder shows the failed hop, of the backward ring when it is.
-  if(PHASE STREQUAL "backward")
+  # grads: the fold of the accumulator received at the hop (both rings' exchanges completed).
+  if(PHASE STREQUAL "grads")
+    set(expect "${faulty}hop ${HOP} of ${NP}: adding the received dK/dV accumulator of the block of rank [0-9]+ failed: std::bad_alloc")
+    set(expect2 "flight recorder, oldest first\\):(\n  t=[^\n]*)*\n  t=[0-9.]+s backward hop ${HOP} failed")
+  elseif(PHASE STREQUAL "backward")
     set(expect "${faulty}hop ${HOP} of ${NP}: the backward on the block of rank [0-9]+ failed: std::bad_alloc")
     set(expect2 "flight recorder, oldest first\\):(\n  t=[^\n]*)*\n  t=[0-9.]+s backward hop ${HOP} failed")
   else()
@@ -67,8 +75,8 @@ elseif(KIND STREQUAL "exit")
   # The launcher ends the job as soon as a rank dies, naming it; the rank's last line names the hop
   # and the ring.
   set(ring forward)
-  if(PHASE STREQUAL "backward")
-    set(ring backward)
+  if(PHASE)
+    set(ring ${PHASE})
   endif()
   set(expect "${faulty}rank ${RANK} exits at hop ${HOP} of the ${ring} ring")
   set(expect2 "exited with non-zero status.*Process name: \\[\\[[0-9]+,[0-9]+\\],${RANK}\\]")

@@ -21,24 +21,28 @@ TEST(FaultPlan, ParsesEveryKind) {
 
 TEST(FaultPlan, ParsesThePhase) {
   const FaultPlan b = parse_fault_plan("1:0:throw:backward");
-  EXPECT_EQ(b.phase, RingPhase::Backward);
+  EXPECT_EQ(b.phase, FaultPhase::Backward);
   EXPECT_EQ(b.kind, FaultKind::Throw);
   EXPECT_EQ(b.text(), "RINGATTN_FAULT=1:0:throw:backward");
-  EXPECT_EQ(parse_fault_plan("1:0:exit").phase, RingPhase::Forward);
+  EXPECT_EQ(parse_fault_plan("1:0:exit").phase, FaultPhase::Forward);
   const FaultPlan f = parse_fault_plan("1:0:exit:forward");
-  EXPECT_EQ(f.phase, RingPhase::Forward);
+  EXPECT_EQ(f.phase, FaultPhase::Forward);
   EXPECT_EQ(f.text(), "RINGATTN_FAULT=1:0:exit");
+  const FaultPlan g = parse_fault_plan("2:3:corrupt:grads");
+  EXPECT_EQ(g.phase, FaultPhase::Grads);
+  EXPECT_EQ(g.text(), "RINGATTN_FAULT=2:3:corrupt:grads");
   try {
     parse_fault_plan("1:0:exit:sideways");
     ADD_FAILURE() << "accepted an unknown phase";
   } catch (const InvalidArgument& e) {
     EXPECT_STREQ(e.what(), "RINGATTN_FAULT='1:0:exit:sideways' is not RANK:HOP:KIND[:PHASE]: unknown phase 'sideways' "
-                           "(allowed: forward, the default, and backward)");
+                           "(allowed: forward, the default, backward, the ring backward's K/V ring, and grads, its dK/dV ring)");
   }
 }
 
 TEST(FaultPlan, RejectsMalformedText) {
-  for (const char* bad : {"1:2", "a:1:exit", "1:-2:exit", "1:2:explode", "1:2:exit:4", "::exit", "1:2:", "1:2:exit:"}) {
+  for (const char* bad :
+       {"1:2", "a:1:exit", "1:-2:exit", "1:2:explode", "1:2:exit:4", "::exit", "1:2:", "1:2:exit:", "1:2:exit:grad"}) {
     try {
       parse_fault_plan(bad);
       ADD_FAILURE() << "accepted '" << bad << "'";
@@ -103,6 +107,66 @@ TEST(FaultPlan, RefusesPlansThatCanNeverFire) {
             "RINGATTN_FAULT=1:0:exit:backward names the backward ring, but this run has none (the phase backward "
             "needs --backward)");
   EXPECT_EQ(refusal("4:0:exit", full, 4), "RINGATTN_FAULT=4:0:exit names rank 4, but the world has 4 ranks (0..3)");
+}
+
+// The dK/dV ring (phase grads) has its own hops: exchange s (1..P) runs when some accumulator
+// travels in it (hop 1's never does: hop 0's gradients stay home), a rank sends in it when the
+// accumulator it passes on holds rows, and it folds (throw) where it received one, at a hop that
+// computed or at P, which brings its own accumulator home.
+TEST(FaultPlan, RefusesGradsPlansThatCanNeverFire) {
+  // Causal contiguous over 2 ranks: only rank 0's block is seen remotely (by rank 1, at hop 1), so
+  // only exchange 2 runs, rank 1 sending rank 0's accumulator home.
+  const GlobalProblem causal = ring_problem(512, true, Sharding::Contiguous);
+  EXPECT_EQ(refusal("1:2:corrupt:grads", causal, 2, true), "");
+  EXPECT_EQ(refusal("0:2:throw:grads", causal, 2, true), "");
+  EXPECT_EQ(refusal("1:2:exit:grads", causal, 2, true), "");
+  EXPECT_EQ(refusal("0:1:exit:grads", causal, 2, true),
+            "RINGATTN_FAULT=0:1:exit:grads can never fire: rank 0 posts no dK/dV exchange at hop 1 of the grads ring "
+            "(the dK/dV accumulators of this problem travel at hop 2 over 2 ranks); on rank 0, exit can fire at hop 2");
+  EXPECT_EQ(refusal("0:2:corrupt:grads", causal, 2, true),
+            "RINGATTN_FAULT=0:2:corrupt:grads can never fire: rank 0 sends no accumulator at hop 2 of the grads ring "
+            "(the dK/dV accumulators of this problem travel at hop 2 over 2 ranks); on rank 0, corrupt can fire at no "
+            "hop");
+  EXPECT_EQ(refusal("1:2:throw:grads", causal, 2, true),
+            "RINGATTN_FAULT=1:2:throw:grads can never fire: rank 1 folds in no received accumulator at hop 2 of the "
+            "grads ring (the dK/dV accumulators of this problem travel at hop 2 over 2 ranks); on rank 1, throw can "
+            "fire at no hop");
+  // A window over 4 ranks: the K/V ring takes 2 hops, but the accumulators of blocks 0..2 travel
+  // on to their homes (hops 2..4); block 3's is seen by no other rank and never travels.
+  const GlobalProblem windowed = ring_problem(512, true, Sharding::Contiguous, Window{16, 0});
+  EXPECT_EQ(refusal("2:3:hang:grads", windowed, 4, true), "");
+  EXPECT_EQ(refusal("0:4:throw:grads", windowed, 4, true), "");
+  EXPECT_EQ(refusal("1:3:corrupt:grads", windowed, 4, true),
+            "RINGATTN_FAULT=1:3:corrupt:grads can never fire: rank 1 sends no accumulator at hop 3 of the grads ring "
+            "(the dK/dV accumulators of this problem travel at hops 2..4 over 4 ranks); on rank 1, corrupt can fire at "
+            "hops 2, 4");
+  EXPECT_EQ(refusal("1:3:throw:grads", windowed, 4, true),
+            "RINGATTN_FAULT=1:3:throw:grads can never fire: rank 1 folds in no received accumulator at hop 3 of the "
+            "grads ring (the dK/dV accumulators of this problem travel at hops 2..4 over 4 ranks); on rank 1, throw "
+            "can fire at hop 4");
+  EXPECT_EQ(refusal("3:4:throw:grads", windowed, 4, true),
+            "RINGATTN_FAULT=3:4:throw:grads can never fire: rank 3 folds in no received accumulator at hop 4 of the "
+            "grads ring (the dK/dV accumulators of this problem travel at hops 2..4 over 4 ranks); on rank 3, throw "
+            "can fire at no hop");
+  const GlobalProblem full = ring_problem(64, false, Sharding::Zigzag);
+  EXPECT_EQ(refusal("3:1:error:grads", full, 4, true),
+            "RINGATTN_FAULT=3:1:error:grads can never fire: rank 3 posts no dK/dV exchange at hop 1 of the grads ring "
+            "(the dK/dV accumulators of this problem travel at hops 2..4 over 4 ranks); on rank 3, error can fire at "
+            "hops 2..4");
+  EXPECT_EQ(refusal("3:5:error:grads", full, 4, true),
+            "RINGATTN_FAULT=3:5:error:grads can never fire: rank 3 posts no dK/dV exchange at hop 5 of the grads ring "
+            "(the dK/dV accumulators of this problem travel at hops 2..4 over 4 ranks); on rank 3, error can fire at "
+            "hops 2..4");
+  for (const char* plan : {"3:2:exit:grads", "3:3:throw:grads", "3:4:corrupt:grads", "0:4:error:grads"})
+    EXPECT_EQ(refusal(plan, full, 4, true), "") << plan;
+  // One rank: the backward has no second ring.
+  EXPECT_EQ(refusal("0:1:exit:grads", full, 1, true),
+            "RINGATTN_FAULT=0:1:exit:grads can never fire: rank 0 posts no dK/dV exchange at hop 1 of the grads ring "
+            "(the dK/dV accumulators of this problem travel at no hop over 1 rank); on rank 0, exit can fire at no "
+            "hop");
+  EXPECT_EQ(refusal("1:2:exit:grads", full, 2),
+            "RINGATTN_FAULT=1:2:exit:grads names the grads ring, but this run has none (the phase grads needs "
+            "--backward)");
 }
 
 TEST(FlightRecorder, KeepsTheLastEventsInOrder) {

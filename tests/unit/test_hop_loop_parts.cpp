@@ -1,6 +1,7 @@
 // The parts of the hop loop on their own: host staging as a transport decorator
 // (comm/staging_transport.hpp), two block rings at once (runner/ring/block_ring.hpp), and the
-// RINGATTN_FAULT decorators (runner/faults/fault_injection.hpp) carrying out a plan in a real run.
+// RINGATTN_FAULT decorators (runner/faults/fault_injection.hpp) carrying out a plan in a real run, on
+// the K/V ring and on the ring backward's dK/dV ring.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -230,6 +231,18 @@ TEST(FaultInjection, DecoratorsFollowTheHopsOfARun) {
   }
 }
 
+// A rank's tensors of test::small_ring_problem and its gradients (random; lse 0), T tokens.
+struct BackwardShard {
+  test::HostTensor q, k, v, out, dout, dq, dk, dv;
+  std::vector<float> lse;
+  BackwardShard(int64_t T, std::mt19937_64& rng)
+      : q(DType::F32, 1, 2, T, 16, rng), k(DType::F32, 1, 1, T, 16, rng), v(DType::F32, 1, 1, T, 16, rng),
+        out(DType::F32, 1, 2, T, 16, rng), dout(DType::F32, 1, 2, T, 16, rng), dq(DType::F32, 1, 2, T, 16, rng),
+        dk(DType::F32, 1, 1, T, 16, rng), dv(DType::F32, 1, 1, T, 16, rng), lse(size_t(2 * T), 0.f) {}
+  LocalTensors x() { return LocalTensors{q.view, k.view, v.view, out.view, lse.data()}; }
+  BackwardTensors g() const { return BackwardTensors{dout.view, dq.view, dk.view, dv.view}; }
+};
+
 // A backward plan leaves the forward alone and fires in the ring backward: a throw from the
 // backward calls of its hop, an error when posting that hop's K/V exchange (the last hop posts
 // none).
@@ -239,13 +252,9 @@ TEST(FaultInjection, BackwardPlansFireInTheBackwardRing) {
   for (int world : {2, 3}) {
     const int rank = 1;
     const GlobalProblem p = test::small_ring_problem(world);
-    const int64_t T = shard_layout(p.sharding, p.q_len, rank, world).tokens();
-    test::HostTensor q(DType::F32, 1, 2, T, 16, rng), k(DType::F32, 1, 1, T, 16, rng),
-        v(DType::F32, 1, 1, T, 16, rng), out(DType::F32, 1, 2, T, 16, rng), dout(DType::F32, 1, 2, T, 16, rng),
-        dq(DType::F32, 1, 2, T, 16, rng), dk(DType::F32, 1, 1, T, 16, rng), dv(DType::F32, 1, 1, T, 16, rng);
-    std::vector<float> lse(size_t(2 * T), 0.f);
-    const LocalTensors x{q.view, k.view, v.view, out.view, lse.data()};
-    const BackwardTensors g{dout.view, dq.view, dk.view, dv.view};
+    BackwardShard shard(shard_layout(p.sharding, p.q_len, rank, world).tokens(), rng);
+    const LocalTensors x = shard.x();
+    const BackwardTensors g = shard.g();
     for (const char* kind : {"throw", "error"})
       for (int hop = 0; hop < world; ++hop) {
         SCOPED_TRACE(testing::Message() << "seed " << seed << ", P=" << world << ", " << kind << " at hop " << hop);
@@ -261,13 +270,60 @@ TEST(FaultInjection, BackwardPlansFireInTheBackwardRing) {
   }
 }
 
-// The decorators without a plan install nothing.
+// A grads plan leaves the forward and the backward's K/V ring alone and fires in the dK/dV ring,
+// whose exchanges run at hops 2..P (hop 1 carries nothing: hop 0's gradients stay home): an error
+// when posting that hop's dK/dV exchange, a corrupt accumulator sent at half its size, a throw from
+// the fold of the accumulator received at that hop (at P: the rank's own, come home).
+TEST(FaultInjection, GradsPlansFireInTheDkDvRing) {
+  const uint64_t seed = test::fresh_seed();
+  std::mt19937_64 rng(seed);
+  for (int world : {2, 3}) {
+    const int rank = 1;
+    const GlobalProblem p = test::small_ring_problem(world);
+    BackwardShard shard(shard_layout(p.sharding, p.q_len, rank, world).tokens(), rng);
+    const LocalTensors x = shard.x();
+    const BackwardTensors g = shard.g();
+    const uint64_t accumulator = 2 * 16 * 16 * 4;  // dK and dV of 16 rows, one head of dim 16, fp32
+    for (const char* kind : {"error", "corrupt", "throw"})
+      for (int hop = 0; hop <= world; ++hop) {
+        SCOPED_TRACE(testing::Message() << "seed " << seed << ", P=" << world << ", " << kind << " at hop " << hop);
+        const FaultPlan plan = parse_fault_plan(fmt::format("{}:{}:{}:grads", rank, hop, kind));
+        std::unique_ptr<Transport> t = std::make_unique<FaultyTransport>(rank, world, TransportFault::None, -1);
+        std::unique_ptr<Transport> grad_t = std::make_unique<FaultyTransport>(rank, world, TransportFault::None, -1);
+        auto* grad_inner = static_cast<FaultyTransport*>(grad_t.get());
+        std::unique_ptr<Backend> b = make_cpu_backend();
+        install_grad_fault_injection(grad_t, install_fault_injection(t, b, plan), plan);
+        ASSERT_NE(grad_t.get(), grad_inner) << "the dK/dV transport was not decorated";
+        EXPECT_NO_THROW(run_ring_attention(p, x, *b, *t)) << "a grads plan fired in the forward";
+        const std::string m = runtime_error_of([&] { run_attention_backward(p, x, g, *b, *t, *grad_t); });
+        const std::string at = fmt::format("hop {} of {}: ", hop, world);
+        if (hop < 2) {
+          EXPECT_EQ(m, "") << "no dK/dV exchange runs at hop " << hop;
+        } else if (std::string(kind) == "error") {
+          EXPECT_NE(m.find(at + "posting the dK/dV exchange"), std::string::npos) << m;
+          EXPECT_NE(m.find(fmt::format("injected transport error ({})", plan.text())), std::string::npos) << m;
+        } else if (std::string(kind) == "throw") {
+          EXPECT_NE(m.find(at + fmt::format("adding the received dK/dV accumulator of the block of rank {} failed: "
+                                            "std::bad_alloc", (rank + world - hop % world) % world)),
+                    std::string::npos) << m;
+        } else {  // corrupt: half an accumulator sent at that hop, the others whole
+          EXPECT_EQ(m, "");
+          EXPECT_EQ(grad_inner->bytes_sent(), uint64_t(world - 1) * accumulator - accumulator / 2);
+        }
+      }
+  }
+}
+
+// The decorators without a plan install nothing, on either transport.
 TEST(FaultInjection, NoPlanInstallsNothing) {
   std::unique_ptr<Transport> t = std::make_unique<FaultyTransport>(0, 2, TransportFault::None, -1);
-  Transport* before = t.get();
+  std::unique_ptr<Transport> grad_t = std::make_unique<FaultyTransport>(0, 2, TransportFault::None, -1);
+  Transport *before = t.get(), *grad_before = grad_t.get();
   std::unique_ptr<Backend> b = make_cpu_backend();
-  install_fault_injection(t, b, parse_fault_plan(""));
+  const FaultPlan none = parse_fault_plan("");
+  install_grad_fault_injection(grad_t, install_fault_injection(t, b, none), none);
   EXPECT_EQ(t.get(), before);
+  EXPECT_EQ(grad_t.get(), grad_before);
 }
 
 }  // namespace
