@@ -6,6 +6,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+
 #include "core/dtype.hpp"
 
 namespace ringattn {
