@@ -28,9 +28,15 @@ std::string shape_text(const ringattn_tensor& t) {
   return s + "]";
 }
 
+// The row of the dtype table (core/dtype.hpp) with DLPack type d; null when none has it.
+const DTypeInfo* table_dtype(const ringattn_dtype& d) {
+  for (const DTypeInfo& t : kDTypes)
+    if (d.lanes == 1 && d.code == t.dlpack_code && d.bits == 8 * t.bytes) return &t;
+  return nullptr;
+}
+
 std::string dtype_text(const ringattn_dtype& d) {
-  if (d.lanes == 1 && d.code == 2 && (d.bits == 32 || d.bits == 16)) return d.bits == 32 ? "float32" : "float16";
-  if (d.lanes == 1 && d.code == 4 && d.bits == 16) return "bfloat16";
+  if (const DTypeInfo* t = table_dtype(d)) return t->full_name;
   if (d.lanes == 1 && d.code == 0) return fmt::format("int{}", d.bits);
   return fmt::format("(code {}, bits {}, lanes {})", d.code, d.bits, d.lanes);
 }
@@ -58,11 +64,12 @@ const ringattn_tensor& need(const char* name, const ringattn_tensor* t) {
 }
 
 DType float_dtype(const char* name, const ringattn_tensor& t) {
-  const ringattn_dtype& d = t.dtype;
-  if (d.lanes == 1 && d.code == 2 && d.bits == 32) return DType::F32;
-  if (d.lanes == 1 && d.code == 2 && d.bits == 16) return DType::F16;
-  if (d.lanes == 1 && d.code == 4 && d.bits == 16) return DType::BF16;
-  fail_arg("{} has dtype {}; allowed are bfloat16, float16 and float32", name, dtype_text(d));
+  if (const DTypeInfo* d = table_dtype(t.dtype)) return d->id;
+  // The table's dtypes, last first (the order of ringattn.torch's message): "bfloat16, float16 and float32".
+  std::string allowed;
+  for (size_t i = kDTypes.size(); i-- > 0;)
+    allowed += fmt::format("{}{}", i + 1 == kDTypes.size() ? "" : i == 0 ? " and " : ", ", kDTypes[i].full_name);
+  fail_arg("{} has dtype {}; allowed are {}", name, dtype_text(t.dtype), allowed);
 }
 
 // q, k, v, out, dout and the gradients: [B, T, H, D] (or [T, H, D] packed) as a [B, H, T, D] view.
@@ -110,7 +117,7 @@ void parse_lse(AttentionCall& c, const ringattn_tensor* tp, bool packed) {
   const int want = packed ? 2 : 3;
   const std::string expect = packed ? fmt::format("[{}, {}] (q_heads, total_tokens)", c.q.heads, c.q.len)
                                     : fmt::format("[{}, {}, {}] (batch, q_heads, q_len)", c.q.batch, c.q.heads, c.q.len);
-  if (t.dtype.code != 2 || t.dtype.bits != 32 || t.dtype.lanes != 1)
+  if (const DTypeInfo* d = table_dtype(t.dtype); d == nullptr || d->id != DType::F32)
     fail_arg("lse has dtype {}; lse is float32", dtype_text(t.dtype));
   const int o = packed ? -1 : 0;
   if (t.ndim != want || (!packed && t.shape[0] != c.q.batch) || t.shape[o + 1] != c.q.heads || t.shape[o + 2] != c.q.len)

@@ -24,18 +24,6 @@
 namespace ringattn::cli {
 namespace {
 
-// Bound on max |g - ref| / max |ref| per gradient, by input dtype. fp32: arithmetic only
-// (measured near 1e-6). fp16/bf16: the oracle reads the same half inputs, but the forward's
-// output is rounded to the dtype, and D = rowsum(dO * out) with it (measured up to 2e-3 for bf16).
-double grad_tolerance(DType t) {
-  switch (t) {
-    case DType::F32: return 1e-4;
-    case DType::F16: return 5e-3;
-    case DType::BF16: return 2e-2;
-  }
-  return 0;
-}
-
 // Up to this many fp64 FLOPs (a few seconds on two cores) the check compares every element of the
 // gradients with naive_backward; above it (or with --check-rows) a seeded sample of rows.
 constexpr double kFullGradCheckFlops = 8e9;
@@ -547,7 +535,7 @@ int finish_on_rank0(const CommandLine& cl, const ProblemSetup& setup, const Back
   GradCheck c;
   try {
     if (o.check) {
-      c.tolerance = grad_tolerance(p.dtype);
+      c.tolerance = dtype_info(p.dtype).grad_tolerance;  // the dtype table's bound (core/dtype.hpp)
       c.nonfinite = bad;
       const DoutSource ds = dout_source(p, bs);
       if (sampled)

@@ -23,7 +23,7 @@ struct RowRef {
 }  // namespace
 
 // scale * max over the visible keys of the one-row view fp of sum_d |q_d k_d|: the magnitude that
-// an fp32 score's rounding scales with (check.hpp, Tolerance).
+// an fp32 score's rounding scales with (core/dtype.hpp, Tolerance).
 static double score_magnitude(const FlashParams& fp) {
   const KeyRange keys = visible_range(fp.mask, 0, fp.k.len);
   double mag = 0;
@@ -35,15 +35,6 @@ static double score_magnitude(const FlashParams& fp) {
     mag = std::max(mag, s);
   }
   return double(fp.scale) * mag;
-}
-
-Tolerance tolerance_for(DType t) {
-  switch (t) {
-    case DType::F32: return {1e-4, 1e-5, 1e-4, 1e-5, 1e-6};
-    case DType::F16: return {1e-2, 1e-2, 1e-2, 1e-4, 1e-6};
-    case DType::BF16: return {1e-2, 1e-2, 1e-2, 1e-4, 1e-6};
-  }
-  return {0, 0, 0, 0, 0};
 }
 
 HostResult copy_result(const GlobalProblem& p, const LocalProblem& l, Backend& b) {
@@ -166,7 +157,7 @@ CheckResult check_rows(const GlobalProblem& p, InputSource& src, const LocalProb
   auto row_keys = [&](int64_t global_row) {
     return docs.none() ? visible_range(mask, global_row, S) : document_keys(docs, p.causal, global_row, p.window);
   };
-  const Tolerance tol = tolerance_for(p.dtype);
+  const Tolerance tol = dtype_info(p.dtype).tolerance;
   const int es = dtype_size(p.dtype);
   const float scale = p.resolved_scale();
   std::vector<uint8_t> kslab, vslab, qrows;

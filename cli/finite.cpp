@@ -38,9 +38,6 @@ std::string first_nonfinite(const char* name, const void* data, DType dtype, int
                      rank, name, f.value, f.where, layout.tokens());
 }
 
-// The largest finite value of a half dtype.
-double half_max(DType t) { return t == DType::F16 ? 65504.0 : 3.3895313892515355e38; }
-
 }  // namespace
 
 namespace {
@@ -73,7 +70,7 @@ std::string check_input(const GlobalProblem& p, const Input& in, Backend& b, int
     if (std::isfinite(orig))
       return fmt::format("rank {}: --check-finite: {} holds {} at {}, which overflows {} (largest finite {:g}); the "
                          "run was not started (scale the inputs, or use --dtype fp32)",
-                         rank, in.name, orig, f.where, dtype_name(p.dtype), half_max(p.dtype));
+                         rank, in.name, orig, f.where, dtype_name(p.dtype), dtype_info(p.dtype).max_finite);
   }
   return fmt::format("rank {}: --check-finite: {} holds {} at {} (the first non-finite element of this rank's {} "
                      "rows); the run was not started", rank, in.name, f.value, f.where, in.layout->tokens());

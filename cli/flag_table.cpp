@@ -19,7 +19,12 @@ ProblemOptions& problem_of(CommandLine& c, Cmd k) { return k == kBench ? c.bench
 constexpr int64_t kAnyInt = std::numeric_limits<int64_t>::min();
 constexpr unsigned kRunBench = kRun | kBench;
 const std::vector<const char*> kShards = {"auto", "contiguous", "zigzag", "striped", "doc-zigzag"};
-const std::vector<const char*> kDtypes = {"fp32", "fp16", "bf16"};
+// The dtype table's names (core/dtype.hpp), in its order.
+const std::vector<const char*> kDtypes = [] {
+  std::vector<const char*> names;
+  for (const DTypeInfo& d : kDTypes) names.push_back(d.name);
+  return names;
+}();
 constexpr const char* kShardHelp =
     "sequence sharding over ranks (auto: the best balanced for the mask and documents; doc-zigzag: zigzag inside "
     "every document)";

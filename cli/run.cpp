@@ -43,7 +43,7 @@ void print_run_report(std::FILE* f, const CommandLine& cl, const GlobalProblem& 
   fmt::print(f, "memory   peak rss {} (largest rank), workspace {} (largest rank, backend allocations)\n",
              human_bytes(double(s.peak_rss)), human_bytes(double(s.workspace)));
   if (checked) {
-    const Tolerance t = tolerance_for(p.dtype);
+    const Tolerance t = dtype_info(p.dtype).tolerance;
     fmt::print(f, "check    {} of {} rows{}: max abs {:.3e}, max rel {:.3e}, max lse abs {:.3e}, non-finite {}, over "
                "tolerance {} -> {}\n",
                s.rows_checked, s.rows_total, s.rows_checked == s.rows_total ? " (all)" : " (seeded sample)", s.max_abs,

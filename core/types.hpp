@@ -1,29 +1,15 @@
-// Core value types shared by every backend and transport: dtypes, strided tensor views and the
-// fp32 softmax state (o, lse). Plain structs, passed by value to kernels.
+// Core value types shared by every backend and transport: strided tensor views, the fp32 softmax
+// state (o, lse) and the host conversions between the dtypes (core/dtype.hpp, the dtype table)
+// and float. Plain structs, passed by value to kernels.
 #pragma once
 
 #include <cmath>
 #include <cstdint>
 #include <cstring>
-#include <string>
+
+#include "core/dtype.hpp"
 
 namespace ringattn {
-
-enum class DType : uint8_t { F32 = 0, F16 = 1, BF16 = 2 };
-
-inline const char* dtype_name(DType t) {
-  switch (t) {
-    case DType::F32: return "fp32";
-    case DType::F16: return "fp16";
-    case DType::BF16: return "bf16";
-  }
-  return "?";
-}
-
-inline int dtype_size(DType t) { return t == DType::F32 ? 4 : 2; }
-
-// Parses "fp32|fp16|bf16" (and the aliases f32, float32, f16, float16, half, bfloat16).
-DType parse_dtype(const std::string& name);
 
 // A [batch, heads, len, dim] tensor. The last dimension is contiguous; the other three carry
 // strides in elements, so [B,H,T,D] and [B,T,H,D] memory layouts are both views.
@@ -141,7 +127,9 @@ inline uint16_t float_to_bf16(float f) {
   return uint16_t(x >> 16);
 }
 
-// Element `i` of a buffer of dtype `t`, widened to float.
+// Element `i` of a buffer of dtype `t`, widened to float. The conversions are code, one case per
+// row of the dtype table: a new row needs its case here (and in store_from_float).
+static_assert(kDTypes.size() == 3, "load_as_float and store_from_float convert every dtype of kDTypes");
 inline float load_as_float(const void* p, DType t, int64_t i) {
   switch (t) {
     case DType::F32: return static_cast<const float*>(p)[i];

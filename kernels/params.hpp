@@ -13,6 +13,17 @@ namespace ringattn {
 // workspace holds a few tiles per thread, about 5 x tile x head_dim floats.
 inline constexpr int kMaxTile = 4096;
 
+// Scale factors of quantized inputs (an FP8 q, k or v holds its values divided by a factor, which
+// the kernel multiplies back in): each a pointer to one fp32 factor in the backend's memory, null
+// when the tensor has none. The place for them; no kernel takes them yet, so validate_flash and
+// validate_backward refuse any that is set.
+struct Descale {
+  const float* q = nullptr;
+  const float* k = nullptr;
+  const float* v = nullptr;
+  bool any() const { return q != nullptr || k != nullptr || v != nullptr; }
+};
+
 // What a flash call does with its result.
 enum class StateMode : uint8_t {
   Write,  // state := this call's partial state (rows that see no key get the empty state)
@@ -35,8 +46,10 @@ struct FlashParams {
   // normalized result (after the fold) into `out`, cast once, and state.o is unspecified
   // afterwards (a kernel may skip writing it); state.lse is written as always. This is how the
   // last call on a row skips a separate cast pass. Backends whose kernel cannot do it write the
-  // state and cast.
+  // state and cast. The output dtype is out.dtype, apart from the inputs' (an fp8 q, k, v with a
+  // bf16 output); today every kernel writes the input dtype, and validate_flash refuses another.
   TensorView out;
+  Descale descale;  // last, so that the fields before it keep their offsets in the kernels' params
 };
 
 // state := merge(state, other), row by row. Shapes must match.
@@ -78,7 +91,8 @@ inline LseView contiguous_lse(const float* data, int64_t b, int64_t h, int64_t t
 
 // Gradients of attention (the forward of FlashParams: same views, strides, GQA grouping and
 // mask) for the loss whose gradient with respect to the output o is `dout`. Inputs q [B, Hq, T, D],
-// k, v [B, Hkv, S, D], o and dout [B, Hq, T, D] (all in q's dtype), lse of the forward. Outputs
+// k, v [B, Hkv, S, D], o and dout [B, Hq, T, D] (in the output dtype, o.dtype; today it must be
+// q's), lse of the forward. Outputs
 // fp32: dq [B, Hq, T, D], dk and dv [B, Hkv, S, D]; dk and dv are summed over the query heads of
 // each group. The probabilities are recomputed from lse (P = exp(scale q.k - lse)), none stored;
 // D = rowsum(dout * o) is computed once per row. A row with lse = -inf contributes nothing.
@@ -93,6 +107,7 @@ struct BackwardParams {
   // deterministic either way; on a GPU the fast mode accumulates dq with atomics.
   bool deterministic = false;
   int tile_q = 0, tile_k = 0;  // CPU tile sizes; 0 picks the default. GPU kernels pick their own.
+  Descale descale;  // of q, k and v (the forward's)
 };
 
 // Checks a flash call before any work. Throws InvalidArgument naming the offending value and

@@ -9,19 +9,18 @@
 #include "core/error.hpp"
 
 namespace ringattn {
-
-DType parse_dtype(const std::string& name) {
-  if (name == "fp32" || name == "f32" || name == "float32") return DType::F32;
-  if (name == "fp16" || name == "f16" || name == "float16" || name == "half") return DType::F16;
-  if (name == "bf16" || name == "bfloat16") return DType::BF16;
-  fail_arg("unknown dtype '{}': allowed are fp32, fp16, bf16", name);
-}
-
 namespace {
+
+// Scale factors: the params have their place, no kernel takes them yet.
+void refuse_descale(const Descale& d) {
+  if (!d.any()) return;
+  fail_arg("scale factors are not supported by any kernel yet: the descale of {} is set; leave the descale of q, k "
+           "and v unset (null)", d.q != nullptr ? "q" : d.k != nullptr ? "k" : "v");
+}
 
 // The attention inputs, the scale and the CPU tiles: the rules the forward and backward share.
 void validate_inputs(const TensorView& q, const TensorView& k, const TensorView& v, float scale, int tile_q,
-                     int tile_k) {
+                     int tile_k, const Descale& descale) {
   if (q.data == nullptr || k.data == nullptr || v.data == nullptr) fail_arg("q, k and v must point to data");
   if (q.batch < 1) fail_arg("batch must be >= 1 (got {})", q.batch);
   if (k.batch != q.batch || v.batch != q.batch)
@@ -44,6 +43,7 @@ void validate_inputs(const TensorView& q, const TensorView& k, const TensorView&
   if (!std::isfinite(scale)) fail_arg("softmax scale must be finite (got {})", scale);
   if (tile_q < 0 || tile_k < 0 || tile_q > kMaxTile || tile_k > kMaxTile)
     fail_arg("tile sizes must be 1 to {}, or 0 for the default (got {}x{})", kMaxTile, tile_q, tile_k);
+  refuse_descale(descale);
 }
 
 bool same_shape(const TensorView& a, const TensorView& b) {
@@ -70,7 +70,7 @@ void refuse_alias(const char* a_name, const TensorView& a, const char* b_name, c
 
 void validate_flash(const FlashParams& p, bool complete) {
   const TensorView &q = p.q, &k = p.k;
-  validate_inputs(p.q, p.k, p.v, p.scale, p.tile_q, p.tile_k);
+  validate_inputs(p.q, p.k, p.v, p.scale, p.tile_q, p.tile_k, p.descale);
   const StateView& s = p.state;
   if (s.o == nullptr || s.lse == nullptr) fail_arg("the output state (o, lse) must point to memory");
   if (s.batch != q.batch || s.heads != q.heads || s.len != q.len || s.dim != q.dim)
@@ -96,7 +96,7 @@ void validate_flash(const FlashParams& p, bool complete) {
 
 void validate_backward(const BackwardParams& p) {
   const TensorView &q = p.q, &k = p.k;
-  validate_inputs(p.q, p.k, p.v, p.scale, p.tile_q, p.tile_k);
+  validate_inputs(p.q, p.k, p.v, p.scale, p.tile_q, p.tile_k, p.descale);
   for (const auto& [name, x] : {std::pair<const char*, const TensorView&>{"o", p.o}, {"dout", p.dout}}) {
     if (x.data == nullptr) fail_arg("{} must point to data", name);
     if (!same_shape(x, q)) fail_arg("{} has shape {} but q has {}; they must be equal", name, shape_of(x), shape_of(q));

@@ -40,10 +40,11 @@ std::string mma_views_problem(int64_t d, DType dt, std::initializer_list<std::pa
     if (reinterpret_cast<uintptr_t>(t->data) % 16 != 0)
       return fmt::format("{} data at {} is not 16-byte aligned, as the CUDA {} kernels require", name, t->data,
                          dtype_name(t->dtype));
-    if (t->stride_b % 8 != 0 || t->stride_h % 8 != 0 || t->stride_t % 8 != 0)
-      return fmt::format("{} strides (b={}, h={}, t={}) must be multiples of 8 elements (16 bytes) for the CUDA {} "
+    const int64_t per16 = 16 / dtype_size(t->dtype);  // elements in 16 bytes
+    if (t->stride_b % per16 != 0 || t->stride_h % per16 != 0 || t->stride_t % per16 != 0)
+      return fmt::format("{} strides (b={}, h={}, t={}) must be multiples of {} elements (16 bytes) for the CUDA {} "
                          "kernels",
-                         name, t->stride_b, t->stride_h, t->stride_t, dtype_name(t->dtype));
+                         name, t->stride_b, t->stride_h, t->stride_t, per16, dtype_name(t->dtype));
   }
   return {};
 }

@@ -137,13 +137,37 @@ class DictParser {
   size_t i_ = 0;
 };
 
+// The table's dtypes that .npy has, "'<f4' (float32) and '<f2' (float16)" (`spell` writes one,
+// `last` joins the last two, ", " the others).
+template <typename F>
+std::string npy_list(const char* last, F&& spell) {
+  std::vector<std::string> items;
+  for (const DTypeInfo& d : kDTypes)
+    if (d.npy_descr != nullptr) items.push_back(spell(d));
+  std::string s;
+  for (size_t i = 0; i < items.size(); ++i) s += (i == 0 ? "" : i + 1 == items.size() ? last : ", ") + items[i];
+  return s;
+}
+
 std::string descr_of(DType t) {
-  switch (t) {
-    case DType::F32: return "<f4";
-    case DType::F16: return "<f2";
-    case DType::BF16: break;
+  if (const char* d = dtype_info(t).npy_descr) return d;
+  fail_arg("{} has no .npy type; write {} instead", dtype_name(t),
+           npy_list(" or ", [](const DTypeInfo& d) { return std::string(d.name); }));
+}
+
+// The dtype of a float .npy descr; InvalidArgument naming the file, the descr and the allowed ones.
+DType dtype_of_descr(const std::string& descr, const std::string& name) {
+  for (const DTypeInfo& d : kDTypes) {
+    if (d.npy_descr == nullptr) continue;
+    if (descr == d.npy_descr) return d.id;
+    std::string big_endian = d.npy_descr;
+    big_endian[0] = '>';
+    if (descr == big_endian)
+      fail_arg("{}: big-endian data ('{}') is not supported; save it little-endian ({})", name, descr,
+               npy_list(" or ", [](const DTypeInfo& e) { return fmt::format("'{}'", e.npy_descr); }));
   }
-  fail_arg("bf16 has no .npy type; write fp32 or fp16 instead");
+  fail_arg("{}: dtype '{}' is not supported: allowed are {}", name, descr,
+           npy_list(" and ", [](const DTypeInfo& e) { return fmt::format("'{}' ({})", e.npy_descr, e.full_name); }));
 }
 
 std::FILE* open_or_fail(const std::string& path, const char* mode, const char* what) {
@@ -202,14 +226,8 @@ NpyHeader parse_npy_header(const void* data, size_t available, uint64_t file_siz
       h.int_bytes = descr == "<i4" ? 4 : 8;
     else
       fail_arg("{}: dtype '{}' is not supported here: allowed are '<i4' (int32) and '<i8' (int64)", name, descr);
-  } else if (descr == "<f4") {
-    h.dtype = DType::F32;
-  } else if (descr == "<f2") {
-    h.dtype = DType::F16;
-  } else if (descr == ">f4" || descr == ">f2") {
-    fail_arg("{}: big-endian data ('{}') is not supported; save it little-endian ('<f4' or '<f2')", name, descr);
   } else {
-    fail_arg("{}: dtype '{}' is not supported: allowed are '<f4' (float32) and '<f2' (float16)", name, descr);
+    h.dtype = dtype_of_descr(descr, name);
   }
   if (fortran) fail_arg("{}: fortran_order is True; only C-order arrays are supported (use np.ascontiguousarray)", name);
 

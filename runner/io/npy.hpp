@@ -1,5 +1,5 @@
 // The project's own .npy reader and writer (format versions 1.0 and 2.0, C order, little-endian
-// <f4 and <f2). Anything else, and every malformed, truncated or lying file, ends in an
+// <f4 and <f2: the descriptors of the dtype table, core/dtype.hpp). Anything else, and every malformed, truncated or lying file, ends in an
 // InvalidArgument that names the file and what is wrong; never in a crash or a silent misread.
 #pragma once
 
@@ -16,7 +16,7 @@
 namespace ringattn {
 
 struct NpyHeader {
-  DType dtype = DType::F32;      // F32 for '<f4', F16 for '<f2'
+  DType dtype = DType::F32;      // the table's dtype of the descr: F32 for '<f4', F16 for '<f2'
   int int_bytes = 0;             // 4 or 8 for an integer array ('<i4', '<i8'; see read_npy_int_vector)
   std::vector<int64_t> shape;    // C order
   uint64_t data_offset = 0;      // bytes before the first element
@@ -97,7 +97,7 @@ class NpyWriter {
   int64_t expected_ = 0, written_ = 0;
 };
 
-// Writes a whole array (dtype F32 -> '<f4', F16 -> '<f2'; BF16 has no .npy type and is refused).
+// Writes a whole array (dtype F32 -> '<f4', F16 -> '<f2'; BF16 has no .npy descr in the table and is refused).
 void write_npy(const std::string& path, const std::vector<int64_t>& shape, DType dtype, const void* data);
 
 // The header bytes (magic, version, length, dictionary padded to 64 bytes) for a shape and dtype.

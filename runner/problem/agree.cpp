@@ -20,7 +20,7 @@ struct Description {
   int64_t batch = 0, q_heads = 0, kv_heads = 0, q_len = 0, kv_len = 0, head_dim = 0, q_offset = 0;
   int64_t doc_count = 0, doc_hash = 0;  // packed documents: how many, and a hash of their lengths
   int64_t window_left = -1, window_right = -1;
-  uint32_t dtype = 0, causal = 0, sharding = 0, scale_bits = 0, k_layout = 0, v_layout = 0;
+  uint32_t dtype = 0, out_dtype = 0, causal = 0, sharding = 0, scale_bits = 0, k_layout = 0, v_layout = 0;
   char error[224] = {};
 };
 
@@ -48,6 +48,7 @@ Description describe(const GlobalProblem& p, const LocalVerdict& local, int worl
   d.window_left = p.window.left;
   d.window_right = p.window.right;
   d.dtype = uint32_t(p.dtype);
+  d.out_dtype = uint32_t(p.resolved_out_dtype());
   d.causal = p.causal ? 1 : 0;
   d.sharding = d.operation != 2 ? uint32_t(p.sharding) : 0;  // decode always splits KV contiguously
   const float s = p.resolved_scale();
@@ -87,6 +88,8 @@ std::string first_difference(const Description& a, const Description& ref, int r
     if (std::string s = field(name, v.first, v.second); !s.empty()) return s;
   if (a.dtype != ref.dtype)
     return field("dtype", dtype_name(DType(a.dtype)), dtype_name(DType(ref.dtype)));
+  if (a.out_dtype != ref.out_dtype)
+    return field("output dtype", dtype_name(DType(a.out_dtype)), dtype_name(DType(ref.out_dtype)));
   if (a.sharding != ref.sharding)
     return field("sharding", sharding_name(Sharding(a.sharding)), sharding_name(Sharding(ref.sharding)));
   if (a.scale_bits != ref.scale_bits) return field("scale", bits_to_float(a.scale_bits), bits_to_float(ref.scale_bits));

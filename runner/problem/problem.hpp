@@ -16,7 +16,8 @@ namespace ringattn {
 // ---------------------------------------------------------------------------------------------
 // The global problem. Every rank passes the same one; agree_on_problem checks that they do.
 
-inline constexpr uint32_t kProblemVersion = 3;  // 2: packed documents, 3: the window in the description
+// 2: packed documents, 3: the window in the description, 4: the output dtype in the description
+inline constexpr uint32_t kProblemVersion = 4;
 
 struct GlobalProblem {
   int64_t batch = 1;
@@ -25,7 +26,11 @@ struct GlobalProblem {
   int64_t q_len = 0;           // global query tokens (ring: = kv_len; decode: replicated on all ranks)
   int64_t kv_len = 0;          // global key/value tokens
   int64_t head_dim = 0;
-  DType dtype = DType::F32;
+  DType dtype = DType::F32;    // of q, k and v
+  // The output's (out, and the backward's dout); unset: the input dtype. Apart from dtype so that
+  // an fp8 input with a bf16 output can be said; no kernel writes another dtype than its input's
+  // yet, so validate_problem refuses a different one.
+  std::optional<DType> out_dtype;
   bool causal = false;
   // pos(q_0) - pos(k_0); unset: kv_len - q_len. The ring needs 0 (self-attention). Any int64 for
   // which the last query's position q_offset + q_len - 1 is an int64 (validate_problem).
@@ -41,6 +46,7 @@ struct GlobalProblem {
   Window window;
 
   int64_t resolved_q_offset() const { return q_offset.value_or(kv_len - q_len); }
+  DType resolved_out_dtype() const { return out_dtype.value_or(dtype); }
   float resolved_scale() const;
   // The ring runs self-attention (q_len == kv_len, q_offset 0); anything else is a decode problem.
   bool is_ring() const { return q_len == kv_len && resolved_q_offset() == 0; }
@@ -69,7 +75,7 @@ void validate_window(const Window& w, bool causal);
 // of validate_problem.)
 void check_documents(const GlobalProblem& p);
 
-// Allgathers a fixed-size description of `p` (shape, dtype, causal, sharding, q_offset, scale,
+// Allgathers a fixed-size description of `p` (shape, dtypes, causal, sharding, q_offset, scale,
 // operation, version, world size) and compares. When any rank differs, every rank throws
 // InvalidArgument with the same message, naming the rank(s) that differ and the first field.
 // validate_problem without the sharding check (decode splits KV of any length).

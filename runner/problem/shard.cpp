@@ -204,6 +204,10 @@ void validate_problem_values(const GlobalProblem& p, int world) {
   if (p.q_len < 1) fail_arg("q_len must be >= 1 (got {})", p.q_len);
   if (p.kv_len < 1) fail_arg("kv_len must be >= 1 (got {})", p.kv_len);
   if (!std::isfinite(p.scale)) fail_arg("softmax scale must be finite (got {})", p.scale);
+  if (p.resolved_out_dtype() != p.dtype)
+    fail_arg("output dtype {} differs from the input dtype {}: no kernel writes an output in another dtype than its "
+             "input's yet; the output dtype must be {}", dtype_name(p.resolved_out_dtype()), dtype_name(p.dtype),
+             dtype_name(p.dtype));
   check_positions(p);
   check_documents(p);
   validate_window(p.window, p.causal);

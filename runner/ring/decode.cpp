@@ -22,11 +22,12 @@ LocalVerdict decode_verdict(const GlobalProblem& p, const LocalTensors& x, const
                             const Segment& kv) {
   LocalVerdict verdict;
   verdict.decode = true;
-  for (const auto& [what, v, heads, len] :
-       {std::tuple{"q", &x.q, p.q_heads, p.q_len}, std::tuple{"out", &x.out, p.q_heads, p.q_len},
-        std::tuple{"k", &x.k, p.kv_heads, kv.len}, std::tuple{"v", &x.v, p.kv_heads, kv.len}}) {
+  const DType out = p.resolved_out_dtype();
+  for (const auto& [what, v, heads, len, dtype] :
+       {std::tuple{"q", &x.q, p.q_heads, p.q_len, p.dtype}, std::tuple{"out", &x.out, p.q_heads, p.q_len, out},
+        std::tuple{"k", &x.k, p.kv_heads, kv.len, p.dtype}, std::tuple{"v", &x.v, p.kv_heads, kv.len, p.dtype}}) {
     if (len == 0 && v->data == nullptr) continue;  // a rank with no keys may pass empty k and v
-    verdict.error = check_view(what, *v, p.batch, heads, len, p.head_dim, p.dtype);
+    verdict.error = check_view(what, *v, p.batch, heads, len, p.head_dim, dtype);
     if (!verdict.error.empty()) break;
   }
   if (verdict.error.empty()) verdict.error = t.check_backend_device(b.device());

@@ -24,9 +24,11 @@ namespace {
 using Clock = std::chrono::steady_clock;
 // The local checks of a ring run; "" when the tensors fit the problem and the layout.
 std::string check_ring_tensors(const GlobalProblem& p, const LocalTensors& x, int64_t tokens) {
-  for (const auto& [what, v, heads] : {std::tuple{"q", &x.q, p.q_heads}, std::tuple{"k", &x.k, p.kv_heads},
-                                       std::tuple{"v", &x.v, p.kv_heads}, std::tuple{"out", &x.out, p.q_heads}})
-    if (std::string e = check_view(what, *v, p.batch, heads, tokens, p.head_dim, p.dtype); !e.empty()) return e;
+  const DType out = p.resolved_out_dtype();
+  for (const auto& [what, v, heads, dtype] :
+       {std::tuple{"q", &x.q, p.q_heads, p.dtype}, std::tuple{"k", &x.k, p.kv_heads, p.dtype},
+        std::tuple{"v", &x.v, p.kv_heads, p.dtype}, std::tuple{"out", &x.out, p.q_heads, out}})
+    if (std::string e = check_view(what, *v, p.batch, heads, tokens, p.head_dim, dtype); !e.empty()) return e;
   return "";
 }
 

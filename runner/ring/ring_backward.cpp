@@ -26,9 +26,10 @@ using Clock = std::chrono::steady_clock;
 // The local checks of a backward run; "" when the tensors and transports fit the problem.
 std::string check_backward(const GlobalProblem& p, const LocalTensors& x, const BackwardTensors& g, int64_t tokens,
                            Transport& t, Transport& grad_t) {
+  const DType out = p.resolved_out_dtype();
   const std::tuple<const char*, const TensorView*, int64_t, DType> views[] = {
-      {"q", &x.q, p.q_heads, p.dtype},     {"k", &x.k, p.kv_heads, p.dtype},     {"v", &x.v, p.kv_heads, p.dtype},
-      {"out", &x.out, p.q_heads, p.dtype}, {"dout", &g.dout, p.q_heads, p.dtype}, {"dq", &g.dq, p.q_heads, DType::F32},
+      {"q", &x.q, p.q_heads, p.dtype},   {"k", &x.k, p.kv_heads, p.dtype},    {"v", &x.v, p.kv_heads, p.dtype},
+      {"out", &x.out, p.q_heads, out},   {"dout", &g.dout, p.q_heads, out},   {"dq", &g.dq, p.q_heads, DType::F32},
       {"dk", &g.dk, p.kv_heads, DType::F32}, {"dv", &g.dv, p.kv_heads, DType::F32}};
   for (const auto& [what, v, heads, dtype] : views)
     if (std::string e = check_view(what, *v, p.batch, heads, tokens, p.head_dim, dtype); !e.empty()) return e;

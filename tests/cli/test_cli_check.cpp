@@ -41,7 +41,7 @@ TEST(CliCheck, PassesOnTheRuntimeOutput) {
     EXPECT_TRUE(c.pass()) << "seed " << seed << " " << dtype_name(dt) << " max abs " << c.max_abs;
     EXPECT_EQ(c.rows_checked, 2 * 4 * 96) << "small problems check every row";
     EXPECT_GT(c.max_abs, 0.0) << "the oracle is fp64, so some rounding shows";
-    EXPECT_LT(c.max_abs, tolerance_for(dt).atol);
+    EXPECT_LT(c.max_abs, dtype_info(dt).tolerance.atol);
   }
 }
 

@@ -384,6 +384,9 @@ TEST(CpuBackward, RefusesBadParamsWithClearMessages) {
        "q_heads=4 is not a multiple of kv_heads=3"},
       {[](BackwardParams& p) { p.scale = NAN; }, "softmax scale must be finite"},
       {[](BackwardParams& p) { p.mode = GradMode(7); }, "gradient mode 7 is unknown"},
+      {[&](BackwardParams& p) { p.descale.k = pr.dq.data(); },
+       "scale factors are not supported by any kernel yet: the descale of k is set; leave the descale of q, k and v "
+       "unset (null)"},
   };
   for (const Case& c : cases) {
     BackwardParams p = pr.p;

@@ -262,6 +262,15 @@ TEST(Validation, RejectsBadInputWithClearMessages) {
   expect_rejected(p, true, "output dtype bf16 does not match q's dtype fp32");
   p.out.dtype = DType::F32;
   EXPECT_NO_THROW(validate_flash(p, true));
+  // Scale factors have their place in the params, and no kernel takes them yet.
+  const float one = 1.f;
+  p = ok.p();
+  p.descale.v = &one;
+  expect_rejected(p, true, "scale factors are not supported by any kernel yet: the descale of v is set");
+  p.descale.v = nullptr;
+  p.descale.q = &one;
+  expect_rejected(p, false, "the descale of q is set");
+  EXPECT_THROW(cpu::decode_split_kv(DecodeParams{p, 4}), InvalidArgument);
   // The kernel entry points validate too.
   p = ok.p();
   p.q.heads = 6;

@@ -104,6 +104,35 @@ TEST(Npy, ReadsNumpyHeadersAsNumpyWritesThem) {
   std::remove(path.c_str());
 }
 
+// The dtype messages, whole: their lists come from the dtype table.
+TEST(Npy, DtypeMessagesNameTheTablesDescriptors) {
+  auto message = [](const std::string& dict) {
+    const std::string path = temp_path("descr");
+    write_bytes(path, handmade(dict, 48));
+    std::string m = "(no error)";
+    try {
+      read_npy_header(path);
+    } catch (const InvalidArgument& e) {
+      m = e.what();
+    }
+    std::remove(path.c_str());
+    return m.substr(m.find(": ") + 2);  // after the file name
+  };
+  EXPECT_EQ(message("{'descr': '>f2', 'fortran_order': False, 'shape': (2, 3), }\n"),
+            "big-endian data ('>f2') is not supported; save it little-endian ('<f4' or '<f2')");
+  EXPECT_EQ(message("{'descr': '<f8', 'fortran_order': False, 'shape': (2, 3), }\n"),
+            "dtype '<f8' is not supported: allowed are '<f4' (float32) and '<f2' (float16)");
+  const std::string path = temp_path("bf16");
+  const uint16_t x[2] = {0, 0};
+  try {
+    write_npy(path, {2}, DType::BF16, x);
+    ADD_FAILURE() << "wrote bf16";
+  } catch (const InvalidArgument& e) {
+    EXPECT_STREQ(e.what(), "bf16 has no .npy type; write fp32 or fp16 instead");
+  }
+  std::remove(path.c_str());
+}
+
 // Each bad file, and the words its message must contain.
 TEST(Npy, BadFilesGiveNamedErrors) {
   struct Case {

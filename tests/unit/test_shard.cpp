@@ -181,5 +181,24 @@ TEST(Shard, ProblemValidation) {
   EXPECT_THROW(validate_problem(p, 2), InvalidArgument);
 }
 
+// The output dtype defaults to the input's; another one can be said but is refused, since no
+// kernel writes it yet.
+TEST(Shard, OutputDtypeIsTheInputsUntilAKernelWritesAnother) {
+  GlobalProblem p;
+  p.batch = 1, p.q_heads = 2, p.kv_heads = 1, p.q_len = p.kv_len = 16, p.head_dim = 8;
+  p.dtype = DType::F16;
+  EXPECT_EQ(p.resolved_out_dtype(), DType::F16);
+  p.out_dtype = DType::F16;
+  EXPECT_NO_THROW(validate_problem(p, 2));
+  p.out_dtype = DType::BF16;
+  try {
+    validate_problem(p, 2);
+    ADD_FAILURE() << "accepted an output dtype other than the input's";
+  } catch (const InvalidArgument& e) {
+    EXPECT_STREQ(e.what(), "output dtype bf16 differs from the input dtype fp16: no kernel writes an output in another "
+                           "dtype than its input's yet; the output dtype must be fp16");
+  }
+}
+
 }  // namespace
 }  // namespace ringattn

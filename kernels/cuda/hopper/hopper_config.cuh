@@ -12,10 +12,15 @@
 
 namespace ringattn::cuda::hopper {
 
+// The kernels' 16-bit values: bf16 or fp16, one size in the dtype table (core/dtype.hpp), so one
+// tile layout serves both.
+inline constexpr int kValueBytes = dtype_size(DType::BF16);
+static_assert(dtype_size(DType::F16) == kValueBytes, "bf16 and fp16 tiles share one layout");
+
 // The 128-byte swizzle: a box row of 128 bytes holds 64 16-bit values, and the pattern repeats
 // every 8 rows (1024 bytes, the stride between 8-row groups in a wgmma descriptor).
 inline constexpr int kSwizzleRowBytes = 128;
-inline constexpr int kSwizzleRowValues = kSwizzleRowBytes / 2;
+inline constexpr int kSwizzleRowValues = kSwizzleRowBytes / kValueBytes;
 inline constexpr int kSwizzleAtomBytes = 8 * kSwizzleRowBytes;
 // Byte offset of 16-byte chunk `chunk` (0..7) of row `row` in a 128-byte swizzled box: the chunk
 // moves to chunk ^ (row % 8), so 8 rows' same chunk fall in 8 different bank groups (the layout
@@ -24,7 +29,7 @@ __host__ __device__ __forceinline__ constexpr uint32_t swizzled_chunk(int row, i
   return uint32_t(row * kSwizzleRowBytes + ((chunk ^ (row & 7)) << 4));
 }
 // One wgmma k-step reads 16 values (32 bytes) of each row: 4 k-steps per swizzled row.
-inline constexpr int kKStepBytes = 16 * 2;
+inline constexpr int kKStepBytes = 16 * kValueBytes;
 inline constexpr int kKStepsPerSwizzleRow = kSwizzleRowBytes / kKStepBytes;
 inline constexpr int kWarpgroupThreads = 128;
 // A consumer warpgroup owns 64 query rows of the tile (the M of wgmma m64nNk16).
@@ -95,7 +100,7 @@ struct Config {
   // final 16-bit output in the Q layout (D/64 swizzled column blocks), written out by bulk tensor
   // stores. Only in the per-tile loop and where it fits beside the rest (not at 128x176 or head
   // dim 256, whose stages take the shared memory).
-  static constexpr int kOutBytes = kRowsPerConsumer * D * 2;  // one consumer's rows
+  static constexpr int kOutBytes = kRowsPerConsumer * D * kValueBytes;  // one consumer's rows
   static constexpr int kOffOut = kOffV + kStages * kKVBytes;
   // Also only where the causal order's shift (query_shift: a multiple of gcd(block_m, block_n))
   // moves whole consumers, so that no consumer's rows straddle row 0.

@@ -35,12 +35,19 @@ EncodeTiledFn encode_fn() {
 
 bool aligned(const void* p, uintptr_t a) { return (reinterpret_cast<uintptr_t>(p) % a) == 0; }
 
-// A 4-d map over (dim, len, heads, batch) with 64 x box_rows boxes and the 128-byte swizzle. A
-// dimension of extent 1 is never stepped, so its stride is replaced by a legal one.
-bool encode_view(CUtensorMap* map, const TensorView& v, int box_rows) {
+static_assert(dtype_info(DType::F32).tensor_map_type == CU_TENSOR_MAP_DATA_TYPE_FLOAT32 &&
+                  dtype_info(DType::F16).tensor_map_type == CU_TENSOR_MAP_DATA_TYPE_FLOAT16 &&
+                  dtype_info(DType::BF16).tensor_map_type == CU_TENSOR_MAP_DATA_TYPE_BFLOAT16,
+              "the dtype table's tensor-map types are cuda.h's");
+
+// A 4-d map over (dim, len, heads, batch) in v's dtype (the table's tensor-map type and size), with
+// box_cols x box_rows boxes and the 128-byte swizzle. A dimension of extent 1 is never stepped, so
+// its stride is replaced by a legal one.
+bool encode_view(CUtensorMap* map, const TensorView& v, int box_rows, int box_cols = 64) {
   EncodeTiledFn fn = encode_fn();
   if (fn == nullptr) return false;
-  const cuuint64_t es = 2;
+  const DTypeInfo& dt = dtype_info(v.dtype);
+  const cuuint64_t es = cuuint64_t(dt.bytes);
   const cuuint64_t dims[4] = {cuuint64_t(v.dim), cuuint64_t(v.len), cuuint64_t(v.heads), cuuint64_t(v.batch)};
   const int64_t raw[3] = {v.stride_t, v.stride_h, v.stride_b};
   const int64_t ext[3] = {v.len, v.heads, v.batch};
@@ -54,38 +61,17 @@ bool encode_view(CUtensorMap* map, const TensorView& v, int box_rows) {
     }
     if (strides[i] % 16 != 0 || strides[i] >= (cuuint64_t(1) << 40)) return false;
   }
-  const cuuint32_t box[4] = {64, cuuint32_t(box_rows), 1, 1};
+  const cuuint32_t box[4] = {cuuint32_t(box_cols), cuuint32_t(box_rows), 1, 1};
   const cuuint32_t estr[4] = {1, 1, 1, 1};
-  const CUtensorMapDataType ty =
-      v.dtype == DType::BF16 ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16 : CU_TENSOR_MAP_DATA_TYPE_FLOAT16;
-  return fn(map, ty, 4, v.data, dims, strides, box, estr, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
-            CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
+  return fn(map, CUtensorMapDataType(dt.tensor_map_type), 4, v.data, dims, strides, box, estr,
+            CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+            CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
 }
 
-// The fp32 dq as the target of the fused dq's reduce-adds: a 4-d map over (dim, len, heads,
-// batch) with boxes of 32 columns x 64 rows (128 bytes wide) and the 128-byte swizzle.
+// The fp32 dq as the target of the fused dq's reduce-adds: boxes of 32 columns x 64 rows (128
+// bytes wide).
 bool encode_f32_view(CUtensorMap* map, const TensorView& v) {
-  EncodeTiledFn fn = encode_fn();
-  if (fn == nullptr || v.dtype != DType::F32 || !aligned(v.data, 16)) return false;
-  const cuuint64_t es = 4;
-  const cuuint64_t dims[4] = {cuuint64_t(v.dim), cuuint64_t(v.len), cuuint64_t(v.heads), cuuint64_t(v.batch)};
-  const int64_t raw[3] = {v.stride_t, v.stride_h, v.stride_b};
-  const int64_t ext[3] = {v.len, v.heads, v.batch};
-  cuuint64_t strides[3];
-  for (int i = 0; i < 3; ++i) {
-    if (ext[i] == 1) {
-      strides[i] = cuuint64_t(v.dim) * es;
-    } else {
-      if (raw[i] <= 0) return false;
-      strides[i] = cuuint64_t(raw[i]) * es;
-    }
-    if (strides[i] % 16 != 0 || strides[i] >= (cuuint64_t(1) << 40)) return false;
-  }
-  const cuuint32_t box[4] = {32, 64, 1, 1};
-  const cuuint32_t estr[4] = {1, 1, 1, 1};
-  return fn(map, CU_TENSOR_MAP_DATA_TYPE_FLOAT32, 4, v.data, dims, strides, box, estr, CU_TENSOR_MAP_INTERLEAVE_NONE,
-            CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
-            CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
+  return v.dtype == DType::F32 && aligned(v.data, 16) && encode_view(map, v, 64, 32);
 }
 
 struct TileInfo {
