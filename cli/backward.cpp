@@ -334,7 +334,7 @@ int64_t sum_over_ranks(Transport& t, int64_t n) {
 int load_phase(const RunOptions& o, World& w, ProblemSetup& setup, LocalProblem& local, BackwardBuffers& g,
                BackwardSetup& bs) {
   return agreed_step(*w.transport, [&] {
-    setup = prepare_run(o, w.rank, w.size);
+    setup = prepare_run(o, w);
     bs.layout = setup.layout;  // --do is read in the inputs' layout
     const GlobalProblem& p = setup.problem;
     if (w.rank == 0)

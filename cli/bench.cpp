@@ -382,9 +382,9 @@ int bench_on(const CommandLine& cl, World& w) {
     for (const int64_t n : sweep_sizes(o)) problems.push_back(problem_at(o, setup.problem, n, w.size));
     // A plan fires in the first ring run, the first size's (a decode sweep has no hops to fault,
     // the naive oracle no ring).
-    if (o.impl == "naive" && fault_plan().active())
-      fail_arg("{} applies to ring runs; bench --impl naive runs the oracle only", fault_plan().text());
-    if (!problems.empty()) check_fault_plan(fault_plan(), problems.front(), w.size, o.backward);
+    if (o.impl == "naive" && w.fault.active())
+      fail_arg("{} applies to ring runs; bench --impl naive runs the oracle only", w.fault.text());
+    if (!problems.empty()) check_fault_plan(w.fault, problems.front(), w.size, o.backward);
   } catch (const InvalidArgument& e) {
     error = e.what();
   }
@@ -433,7 +433,7 @@ int bench_on(const CommandLine& cl, World& w) {
 }  // namespace
 
 int bench_command(const CommandLine& cl, MpiSession& mpi) {
-  World w = make_world(cl.bench.problem, mpi);
+  World w = make_world(cl.bench.problem, cl.env, mpi);
   return run_guarded(w, [&] { return bench_on(cl, w); });
 }
 

@@ -117,7 +117,7 @@ int dry_run_on(const CommandLine& cl, World& w) {
   if (w.rank == 0) {
     fmt::print(f, "# ringattn dry run: world {} over {} ({}); launcher {}; --timeout {:g} s (first hop {:g} s)\n",
                w.size, w.transport_name, t.name(), announced > 1 ? launcher : std::string("none (a world of one)"),
-               resolve_timeout(o.problem), 3 * resolve_timeout(o.problem));
+               w.timeout_s, 3 * w.timeout_s);
     fmt::print(f, "# {:>4}  {:<16} {:>5}  {:<18} {:<28} {:>8} {:>8} {:>6}\n", "rank", "host", "local", "device", "mpi",
                "cuda_rt", "driver", "nccl");
     for (const RankInfo& i : all)
@@ -130,7 +130,7 @@ int dry_run_on(const CommandLine& cl, World& w) {
   // The problem: the same local validation a run does, then the ranks' agreement on it.
   ProblemSetup setup;
   const int code = agreed_step(t, [&] {
-    setup = prepare_run(o, w.rank, w.size);  // everything the run checks before it computes
+    setup = prepare_run(o, w);  // everything the run checks before it computes
     return std::string();
   });
   if (code != kExitOk) return kExitError;

@@ -6,6 +6,7 @@
 #include <cstdlib>
 #include <exception>
 #include <functional>
+#include <optional>
 #include <string>
 
 #include <fmt/format.h>
@@ -17,6 +18,7 @@
 #include "cli/world.hpp"
 #include "runner/faults/fault.hpp"
 #include "runner/diagnostics/log.hpp"
+#include "core/settings.hpp"
 
 namespace {
 
@@ -44,9 +46,9 @@ int report_early_error(const CommandLine& cl, const std::string& error, int rank
     return 1;
   }
   MpiSession mpi;
-  double timeout = 300;
+  double timeout = kDefaultTimeoutS;
   try {
-    timeout = resolve_timeout(cl.run.problem);  // the environment's bound, if it is well-formed
+    timeout = cl.env.timeout_s(cl.run.problem.timeout_s);  // the environment's bound, if it is well-formed
   } catch (const std::exception&) {
   }
   try {
@@ -73,7 +75,7 @@ int report_help_or_version(CommandLine& cl, const std::string& what, int rank, c
   cl.command = what;
   MpiSession mpi;
   try {
-    agree_on_command(cl, mpi, resolve_timeout(ProblemOptions{}));
+    agree_on_command(cl, mpi, cl.env.timeout_s(std::nullopt));
   } catch (const CollectiveError& e) {
     if (rank == 0) spdlog::error("{}", e.what());
     mpi.finish();
@@ -92,6 +94,7 @@ int report_help_or_version(CommandLine& cl, const std::string& what, int rank, c
 
 int main(int argc, char** argv) {
   CommandLine cl;
+  cl.env = settings();  // every RINGATTN_* variable, read once (core/settings.hpp)
   const std::unique_ptr<CLI::App> app = make_app(cl);
   const int rank = env_rank();
   init_logging(rank, launcher_world_size(), "info");
@@ -104,13 +107,15 @@ int main(int argc, char** argv) {
       return report_help_or_version(cl, "--version", rank, [] {
         fmt::print("ringattn (cuda {}, nccl {})\n", kHaveCuda ? "yes" : "no", kHaveNccl ? "yes" : "no");
       });
+    if (cl.show_env)
+      return report_help_or_version(cl, "--help-env", rank, [] { fmt::print("{}", environment_help()); });
     if (cl.command == "plan" && launcher_world_size() <= 1) return plan_command(cl.plan);
     const ProblemOptions& po = cl.command == "run" ? cl.run.problem : cl.bench.problem;
     if (cl.command != "plan") {
-      init_logging(rank, launcher_world_size(), resolve_log_level(po.log_level));
-      fault_plan();  // a malformed RINGATTN_FAULT stops every rank here, alike, with or without mpirun
+      init_logging(rank, launcher_world_size(), resolve_log_level(po.log_level, cl.env.log_level));
+      parse_fault_plan(cl.env.fault.get());  // a malformed RINGATTN_FAULT stops every rank here, alike
     }
-    resolve_timeout(po);  // a malformed RINGATTN_MPI_TIMEOUT_S stops every rank here, alike
+    cl.env.timeout_s(po.timeout_s);  // a malformed RINGATTN_MPI_TIMEOUT_S stops every rank here, alike
   } catch (const CLI::ParseError& e) {
     if (e.get_exit_code() == 0 || dynamic_cast<const CLI::CallForHelp*>(&e) != nullptr)
       return report_help_or_version(cl, "--help", rank, [&] { app->exit(e); });
@@ -127,7 +132,7 @@ int main(int argc, char** argv) {
     // under a launcher joins it too (so that `run : plan` is a clear error, not a hang), then
     // prints on rank 0.
     const ProblemOptions& po = cl.command == "bench" ? cl.bench.problem : cl.run.problem;
-    agree_on_command(cl, *mpi, cl.command == "plan" ? resolve_timeout(ProblemOptions{}) : resolve_timeout(po));
+    agree_on_command(cl, *mpi, cl.env.timeout_s(cl.command == "plan" ? std::nullopt : po.timeout_s));
     int code = 0;
     if (cl.command == "plan")
       code = rank == 0 ? plan_command(cl.plan) : 0;

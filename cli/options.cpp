@@ -88,6 +88,7 @@ std::unique_ptr<CLI::App> make_app(CommandLine& cl) {
   add_flags(*app->add_subcommand("plan", "print the ring schedule and load balance of a sharding (no run)"), cl,
             kPlan);
   app->add_flag("--version", cl.show_version, "print what this build supports (cuda yes|no, nccl yes|no)");
+  app->add_flag("--help-env", cl.show_env, "print the RINGATTN_* environment variables: values, defaults, effects");
   make_numbers_decimal(*app);
   return app;
 }
@@ -168,7 +169,7 @@ void parse_command_line(CLI::App& app, CommandLine& cl, int argc, const char* co
   cl.command.clear();
   for (const char* name : {"run", "bench", "plan"})
     if (app.got_subcommand(name)) cl.command = name;
-  if (cl.show_version) return;
+  if (cl.show_version || cl.show_env) return;
   if (cl.command.empty()) throw CLI::CallForHelp();
   CLI::App& sub = *app.get_subcommand(cl.command);
   const Cmd cmd = Cmd(command_bit(cl.command));
@@ -192,17 +193,13 @@ void parse_command_line(CLI::App& app, CommandLine& cl, int argc, const char* co
   }
 }
 
-double resolve_timeout(const ProblemOptions& o) {
-  if (o.timeout_s) return *o.timeout_s;
-  const char* env = std::getenv("RINGATTN_MPI_TIMEOUT_S");
-  if (env == nullptr || *env == '\0') return 300.0;
-  char* end = nullptr;
-  const double v = std::strtod(env, &end);
-  const bool decimal = std::string(env).find_first_not_of("0123456789.eE+-") == std::string::npos;
-  if (!decimal || end == env || *end != '\0' || !(v > 0) || v > kMaxTimeoutS)
-    fail_arg("RINGATTN_MPI_TIMEOUT_S='{}' must be a number of seconds > 0 and <= {:g} (or use --timeout)", env,
-             kMaxTimeoutS);
-  return v;
+std::string environment_help() {
+  std::string text =
+      "ringattn reads these environment variables once, at start-up (unset or empty: the default; a value it does "
+      "not understand stops the run where the variable is used, naming it):\n";
+  for (const SettingDoc& d : setting_docs())
+    text += fmt::format("\n{}\n  {}\n  values:  {}\n  default: {}\n", d.name, d.does, d.values, d.fallback);
+  return text;
 }
 
 void validate_problem_options(const ProblemOptions& o) {

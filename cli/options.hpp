@@ -10,10 +10,11 @@
 
 #include <CLI/CLI.hpp>
 
+#include "core/settings.hpp"
+
 namespace ringattn::cli {
 
-// The largest --timeout (and RINGATTN_MPI_TIMEOUT_S) accepted, in seconds.
-inline constexpr double kMaxTimeoutS = 1e6;
+// The largest --timeout accepted is kMaxTimeoutS (core/settings.hpp), RINGATTN_MPI_TIMEOUT_S's.
 
 // The problem and where it runs: shared by run and bench.
 struct ProblemOptions {
@@ -35,7 +36,7 @@ struct ProblemOptions {
   int64_t check_rows = 0;           // 0: all rows when small, a seeded sample when large
   std::string log_level;            // empty: RINGATTN_LOG_LEVEL, else info
   // Bound on every blocking wait (exchanges, collectives, NCCL); the first hop gets 3x for
-  // connection set-up. Unset: RINGATTN_MPI_TIMEOUT_S, else 300 s.
+  // connection set-up. Unset: RINGATTN_MPI_TIMEOUT_S, else 300 s (Settings::timeout_s).
   std::optional<double> timeout_s;
 
   bool from_files() const { return !q_file.empty() || !k_file.empty() || !v_file.empty(); }
@@ -88,8 +89,12 @@ struct CommandLine {
   BenchOptions bench;
   PlanOptions plan;
   bool show_version = false;
-  std::string command;  // "run", "bench", "plan" or "" (none: help, or --version)
+  bool show_env = false;  // --help-env: the RINGATTN_* variables (core/settings.hpp)
+  std::string command;  // "run", "bench", "plan" or "" (none: help, --version or --help-env)
   std::vector<std::string> given;  // the flags given on the command line (cli/flags.hpp names), table order
+  // The RINGATTN_* variables: main sets settings() (read once, before the command line is parsed);
+  // every layer below takes what it needs from here. Default: every variable unset.
+  Settings env;
 };
 
 // The default command line: `ringattn` alone is `ringattn run --causal --check`.
@@ -102,8 +107,9 @@ std::unique_ptr<CLI::App> make_app(CommandLine& cl);
 // Throws CLI::ParseError (CLI::CallForHelp when no command was given) or InvalidArgument.
 void parse_command_line(CLI::App& app, CommandLine& cl, int argc, const char* const* argv);
 
-// The wait bound the flags and environment ask for (see ProblemOptions::timeout_s).
-double resolve_timeout(const ProblemOptions& o);
+// What `ringattn --help-env` prints: every RINGATTN_* variable (setting_docs, core/settings.hpp)
+// with its values, default and effect.
+std::string environment_help();
 
 // Cross-flag checks CLI11 cannot express; throws InvalidArgument naming the flags.
 void validate_problem_options(const ProblemOptions& o);

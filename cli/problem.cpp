@@ -12,7 +12,6 @@
 
 #include "core/mask.hpp"
 #include "core/error.hpp"
-#include "runner/faults/fault.hpp"
 #include "runner/io/npy.hpp"
 #include "runner/ring/schedule.hpp"
 
@@ -342,10 +341,6 @@ double visible_pairs(const GlobalProblem& p) {
   const std::vector<int64_t> bounds = p.doc_bounds();
   if (!bounds.empty()) return count_document_pairs<double>(documents_of(bounds), p.causal, p.window);
   return count_visible<double>(p.mask(), 0, T, S);
-}
-
-void check_fault_for(const GlobalProblem& p, int world, bool backward) {
-  check_fault_plan(fault_plan(), p, world, backward);
 }
 
 double attention_flops(const GlobalProblem& p) {

@@ -98,10 +98,6 @@ std::vector<int64_t> parse_doc_lens(const std::string& text);
 // last document is cut to fit. Every rank draws the same list. Throws InvalidArgument naming a
 // bad spec.
 std::vector<int64_t> generate_documents(const std::string& spec, int64_t n, uint64_t seed);
-// Refuses a RINGATTN_FAULT plan that could not fire in this problem over `world` ranks, with a
-// ring backward or not (ringattn::check_fault_plan); a decode (not a ring run) has no hops at all.
-void check_fault_for(const GlobalProblem& p, int world, bool backward);
-
 double attention_flops(const GlobalProblem& p);
 
 // Refuses an input that is not a regular file before it is opened: opening a FIFO for reading

@@ -66,13 +66,13 @@ std::string nonfinite_message(const Summary& s) {
 
 }  // namespace
 
-ProblemSetup prepare_run(const RunOptions& o, int rank, int world) {
-  if (rank == 0) check_run_outputs(o);  // only rank 0 writes; the callers share its verdict
+ProblemSetup prepare_run(const RunOptions& o, const World& w) {
+  if (w.rank == 0) check_run_outputs(o);  // only rank 0 writes; the callers share its verdict
   ProblemSetup setup = setup_problem(o.problem);
-  validate_problem(setup.problem, world);
-  resolve_sharding(o.problem, setup.problem, world);
-  if (o.backward) check_backward_setup(o, setup, world);
-  check_fault_for(setup.problem, world, o.backward);
+  validate_problem(setup.problem, w.size);
+  resolve_sharding(o.problem, setup.problem, w.size);
+  if (o.backward) check_backward_setup(o, setup, w.size);
+  check_fault_plan(w.fault, setup.problem, w.size, o.backward);
   return setup;
 }
 
@@ -97,7 +97,7 @@ size_t ring_block_bytes(const GlobalProblem& p, int world) {
 // connects: a world of one, a decode (its allgather runs over the collectives the agreement has
 // already used), and under RINGATTN_FAULT, whose hop count starts at the run's first exchange.
 double warm_up(const GlobalProblem& p, World& w) {
-  if (w.size <= 1 || !p.is_ring() || fault_plan().active()) return -1;
+  if (w.size <= 1 || !p.is_ring() || w.fault.active()) return -1;
   const double s = warm_ring(*w.transport, *w.backend, ring_block_bytes(p, w.size));
   w.counter->reset_peak();  // the workspace reported is the run's
   return s;
@@ -116,7 +116,7 @@ struct SetupTimes {
 int load_phase(const RunOptions& o, World& w, ProblemSetup& setup, LocalProblem& local, SetupTimes& times) {
   const auto t0 = std::chrono::steady_clock::now();
   const int code = agreed_step(*w.transport, [&] {
-    setup = prepare_run(o, w.rank, w.size);
+    setup = prepare_run(o, w);
     if (w.rank == 0) spdlog::info("problem: {}; world {} over {}", problem_line(setup.problem), w.size, w.transport_name);
     local = load_local(setup.problem, *setup.source, *w.backend, w.rank, w.size);
     return o.check_finite ? check_inputs_finite(setup.problem, local, *w.backend, w.rank, *setup.source) : std::string();
@@ -248,7 +248,7 @@ int run_on(const CommandLine& cl, World& w, double world_s) {
 int run_command(const CommandLine& cl, MpiSession& mpi) {
   const RunOptions& o = cl.run;
   const auto t0 = std::chrono::steady_clock::now();
-  World w = make_world(o.problem, mpi);
+  World w = make_world(o.problem, cl.env, mpi);
   const double world_s = mpi.init_seconds() + seconds_since(t0);
   return run_guarded(w, [&] {
     return o.dry_run ? dry_run_on(cl, w) : o.backward ? backward_on(cl, w) : run_on(cl, w, world_s);

@@ -11,9 +11,10 @@ namespace ringattn::cli {
 int run_command(const CommandLine& cl, MpiSession& mpi);
 // Everything `run` checks on this rank before it loads or computes, shared by the run, the
 // backward and the dry run: the output paths (rank 0 only: it alone writes), the problem from the
-// flags or the files' headers and its validation over `world` ranks, --shard auto, the backward's
-// limits and its --do file, the fault plan. Throws InvalidArgument; the callers agree on it.
-ProblemSetup prepare_run(const RunOptions& o, int rank, int world);
+// flags or the files' headers and its validation over the world's ranks, --shard auto, the
+// backward's limits and its --do file, the world's fault plan (check_fault_plan: a plan that could
+// not fire in this problem). Throws InvalidArgument; the callers agree on it.
+ProblemSetup prepare_run(const RunOptions& o, const World& w);
 // `run --dry-run` on a world already made (dry_run.cpp).
 int dry_run_on(const CommandLine& cl, World& w);
 int bench_command(const CommandLine& cl, MpiSession& mpi);

@@ -190,7 +190,7 @@ Transport& grad_transport(World& w) {
   if (w.size <= 1) return *w.transport;
   if (!w.grad_transport) {
     if (w.transport_name == "mpi") {
-      w.grad_transport = make_mpi_transport(MPI_COMM_WORLD, MpiProgress::Auto, w.timeout_s);
+      w.grad_transport = make_mpi_transport(MPI_COMM_WORLD, w.mpi_progress, w.timeout_s);
     } else if (w.transport_name == "nccl") {
 #ifdef RINGATTN_HAVE_NCCL
       w.grad_transport = make_nccl_transport(MPI_COMM_WORLD, NcclOptions{w.timeout_s, 3 * w.timeout_s});
@@ -199,16 +199,16 @@ Transport& grad_transport(World& w) {
     if (!w.grad_transport)
       throw CollectiveError(fmt::format("--backward: no second transport of kind {} for the gradient ring",
                                         w.transport_name));
-    install_grad_fault_injection(w.grad_transport, w.fault_tracker);  // RINGATTN_FAULT=...:grads
+    install_grad_fault_injection(w.grad_transport, w.fault_tracker, w.fault);  // RINGATTN_FAULT=...:grads
   }
   return *w.grad_transport;
 }
 
-World make_world(const ProblemOptions& o, const MpiSession& mpi) {
+World make_world(const ProblemOptions& o, const Settings& env, const MpiSession& mpi) {
   World w;
   check_world_matches_launcher(mpi);
   // Every wait for another rank is bounded; the first hop also pays connection set-up.
-  const double timeout = resolve_timeout(o);
+  const double timeout = env.timeout_s(o.timeout_s);
   std::string kind = o.transport;
   const bool cuda = o.device == "cuda";
   if (cuda && !cuda_available())
@@ -237,7 +237,8 @@ World make_world(const ProblemOptions& o, const MpiSession& mpi) {
     if (!mpi.active())
       fail_arg("--transport mpi needs a launcher (mpirun/srun: none of OMPI_COMM_WORLD_SIZE, PMI_SIZE, PMIX_RANK, "
                "SLURM_NTASKS is set); run under mpirun or use --transport auto");
-    w.transport = make_mpi_transport(MPI_COMM_WORLD, MpiProgress::Auto, timeout);
+    w.mpi_progress = env.mpi_progress.get();
+    w.transport = make_mpi_transport(MPI_COMM_WORLD, w.mpi_progress, timeout);
   } else if (kind == "nccl") {
 #ifdef RINGATTN_HAVE_NCCL
     if (!cuda) fail_arg("--transport nccl needs --device cuda");
@@ -261,7 +262,7 @@ World make_world(const ProblemOptions& o, const MpiSession& mpi) {
       const int n = cuda_device_count();
       w.gpu = n > 0 ? env_local_rank() % n : 0;
     }
-    w.backend = make_cuda_backend(w.gpu);
+    w.backend = make_cuda_backend(w.gpu, env.kernels());
     w.device_label = fmt::format("cuda:{}", w.gpu);
   } else {
     // Several ranks on one host would each start one thread per core; split the cores instead
@@ -278,11 +279,12 @@ World make_world(const ProblemOptions& o, const MpiSession& mpi) {
     w.device_label = fmt::format("cpu ({} threads)", omp_get_max_threads());
   }
   w.backend->set_wait_timeout(timeout);
-  w.fault_tracker = install_fault_injection(w.transport, w.backend);  // RINGATTN_FAULT: tests of the failure paths
+  w.fault = parse_fault_plan(env.fault.get());
+  w.fault_tracker = install_fault_injection(w.transport, w.backend, w.fault);  // RINGATTN_FAULT: tests of the failure paths
   auto counting = std::make_unique<CountingBackend>(std::move(w.backend));
   w.counter = counting.get();
   w.backend = std::move(counting);
-  init_logging(w.rank, w.size, resolve_log_level(o.log_level));
+  init_logging(w.rank, w.size, resolve_log_level(o.log_level, env.log_level));
   return w;
 }
 

@@ -11,6 +11,8 @@
 #include "comm/transport.hpp"
 #include "kernels/backend.hpp"
 #include "core/error.hpp"
+#include "core/settings.hpp"
+#include "runner/faults/fault.hpp"
 
 namespace ringattn {
 struct HopTracker;  // runner/faults/fault_injection.hpp
@@ -83,6 +85,8 @@ struct World {
   std::string device_label;  // "cpu (2 threads)", "cuda:0"
   std::string transport_name;
   double timeout_s = 0;      // the wait bound of the transports
+  MpiProgress mpi_progress = MpiProgress::Auto;  // the MPI transports' progress (RINGATTN_MPI_PROGRESS)
+  FaultPlan fault;           // RINGATTN_FAULT's plan (none when unset)
   // The backward's second transport (the dK/dV ring): made on first use (collective), none in a
   // world of one (the backward then uses `transport`).
   std::unique_ptr<Transport> grad_transport;
@@ -99,10 +103,12 @@ struct World {
 Transport& grad_transport(World& w);
 
 // Builds the transport first (it fixes rank and size), then the backend on this rank's device,
-// then re-creates the logger with the rank's prefix.
+// then re-creates the logger with the rank's prefix. `env` gives what the flags leave open (the
+// wait bound, the MPI progress, the kernel choices, the fault plan, the log level); a refused
+// value of a variable this world uses throws its InvalidArgument.
 // Errors that every rank hits alike (no CUDA in this build, an unknown transport) are
 // InvalidArgument.
-World make_world(const ProblemOptions& o, const MpiSession& mpi);
+World make_world(const ProblemOptions& o, const Settings& env, const MpiSession& mpi);
 
 // The largest of every rank's `code` (collective over `t`): the exit code all ranks agree on.
 int agree_exit_code(Transport& t, int code);

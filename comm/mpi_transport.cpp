@@ -21,6 +21,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <exception>
+#include <optional>
 #include <mutex>
 #include <string>
 #include <thread>
@@ -34,6 +35,7 @@
 #include "core/check.hpp"
 #include "core/error.hpp"
 #include "core/host.hpp"
+#include "core/settings.hpp"
 #include "core/timer.hpp"
 
 namespace ringattn {
@@ -45,31 +47,18 @@ constexpr int kExchangeTag = 7100;
 
 // Bound on every wait for another rank, so a peer that hangs ends the job with a message instead
 // of leaving this rank waiting forever: `requested` seconds when positive (the CLI's --timeout),
-// else RINGATTN_MPI_TIMEOUT_S, else 300.
+// else the process's RINGATTN_MPI_TIMEOUT_S (core/settings.hpp), else 300.
 double exchange_timeout_s(double requested) {
-  if (requested > 0) return requested;
-  const char* env = std::getenv("RINGATTN_MPI_TIMEOUT_S");
-  if (env == nullptr || *env == '\0') return 300.0;
-  char* end = nullptr;
-  const double v = std::strtod(env, &end);
-  if (end == env || *end != '\0' || !(v > 0) || v > 1e6)
-    fail_arg("RINGATTN_MPI_TIMEOUT_S='{}' must be a number of seconds > 0 and <= 1e6", env);
-  return v;
+  return settings().timeout_s(requested > 0 ? std::optional<double>(requested) : std::nullopt);
 }
 
 // The first exchange also pays connection set-up (shared-memory segments, sockets, IB queue
 // pairs on first contact), so it gets this many times the bound.
 constexpr double kFirstExchangeFactor = 3.0;
 
-MpiProgress progress_from_env(MpiProgress requested, int thread_level) {
-  if (requested == MpiProgress::Auto) {
-    const char* env = std::getenv("RINGATTN_MPI_PROGRESS");
-    const std::string v = env ? env : "";
-    if (v == "thread") requested = MpiProgress::HelperThread;
-    else if (v == "nonblocking") requested = MpiProgress::Nonblocking;
-    else if (!v.empty())
-      fail_arg("RINGATTN_MPI_PROGRESS='{}' is not understood: allowed are thread, nonblocking (or unset)", v);
-  }
+// Auto: the process's RINGATTN_MPI_PROGRESS (core/settings.hpp) when set, else by thread level.
+MpiProgress resolve_progress(MpiProgress requested, int thread_level) {
+  if (requested == MpiProgress::Auto) requested = settings().mpi_progress.get();
   if (requested == MpiProgress::HelperThread && thread_level < MPI_THREAD_SERIALIZED)
     fail_arg("the MPI helper-thread progress needs MPI_Init_thread with MPI_THREAD_SERIALIZED or more (this process "
              "has level {}); initialize MPI with MPI_Init_thread or use the nonblocking mode", thread_level);
@@ -103,7 +92,7 @@ class MpiTransport final : public Transport {
     RA_CHECK_MPI(MPI_Comm_size(comm_, &size_));
     int level = MPI_THREAD_SINGLE;
     RA_CHECK_MPI(MPI_Query_thread(&level));
-    mode_ = progress_from_env(progress, level);
+    mode_ = resolve_progress(progress, level);
     cuda_aware_ = mpi_library_cuda_aware();
     register_live(level);
     timeout_s_ = exchange_timeout_s(timeout_s);

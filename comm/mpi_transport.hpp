@@ -8,6 +8,7 @@
 #include <memory>
 
 #include "comm/transport.hpp"
+#include "core/settings.hpp"
 
 namespace ringattn {
 
@@ -17,11 +18,8 @@ namespace ringattn {
 // either runs a helper thread: below it, making the second one throws InvalidArgument naming the
 // level (the nonblocking mode everywhere is the alternative).
 
-enum class MpiProgress : uint8_t {
-  Auto = 0,         // helper thread when the thread level allows; env RINGATTN_MPI_PROGRESS overrides
-  HelperThread = 1, // MPI_Sendrecv on a helper thread: progresses while the rank computes
-  Nonblocking = 2,  // MPI_Isend/MPI_Irecv, completed in wait_exchange
-};
+// The progress mode is MpiProgress (core/settings.hpp): Auto is the process's RINGATTN_MPI_PROGRESS
+// when set, else a helper thread when the thread level allows, else nonblocking.
 
 // Whether the MPI library moves CUDA device buffers itself: built with CUDA support (Open MPI's
 // MPIX_CUDA_AWARE_SUPPORT) and MPIX_Query_cuda_support() says so now. False for other libraries.
@@ -31,8 +29,9 @@ bool mpi_library_cuda_aware();
 // naming the call, file, line and rank). Host buffers; device buffers as well when
 // mpi_library_cuda_aware() (accepts_device_memory() then says so and the name ends "CUDA-aware").
 // Every wait for another rank is bounded by `timeout_s` (the transport's first exchange, which
-// pays connection set-up, by 3x that); a wait past it throws RuntimeError. 0: the
-// RINGATTN_MPI_TIMEOUT_S environment variable, else 300 s.
+// pays connection set-up, by 3x that); a wait past it throws RuntimeError. 0: the process's
+// RINGATTN_MPI_TIMEOUT_S (core/settings.hpp), else 300 s. A refused value of either variable,
+// where it is used, throws InvalidArgument naming it.
 std::unique_ptr<Transport> make_mpi_transport(MPI_Comm comm, MpiProgress progress = MpiProgress::Auto,
                                               double timeout_s = 0);
 

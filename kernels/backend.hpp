@@ -11,6 +11,8 @@
 
 namespace ringattn {
 
+struct KernelChoices;  // core/settings.hpp
+
 class Backend {
  public:
   virtual ~Backend() = default;
@@ -64,8 +66,11 @@ class Backend {
 // The CPU engine (kernels/cpu) behind the interface; OpenMP threads as set by OMP_NUM_THREADS.
 std::unique_ptr<Backend> make_cpu_backend();
 
-// The CUDA backend on `device` (kernels/cuda). Throws RuntimeError when the build has no CUDA
-// or the device does not exist.
+// The CUDA backend on `device` (kernels/cuda) with the kernel choices `kernels` (core/settings.hpp).
+// Throws RuntimeError when the build has no CUDA or the device does not exist.
+std::unique_ptr<Backend> make_cuda_backend(int device, const KernelChoices& kernels);
+// The same with the process's choices, settings().kernels() (RINGATTN_FLASH_KERNEL and the other
+// kernel variables, read once per process); a refused value of theirs throws InvalidArgument.
 std::unique_ptr<Backend> make_cuda_backend(int device);
 
 // True when this build has the CUDA backend and at least one GPU is visible.

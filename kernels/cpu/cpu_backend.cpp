@@ -5,6 +5,7 @@
 #include "kernels/backend.hpp"
 #include "kernels/cpu/cpu_kernels.hpp"
 #include "core/error.hpp"
+#include "core/settings.hpp"
 
 namespace ringattn {
 namespace {
@@ -51,9 +52,10 @@ class CpuBackend final : public Backend {
 std::unique_ptr<Backend> make_cpu_backend() { return std::make_unique<CpuBackend>(); }
 
 #ifndef RINGATTN_HAVE_CUDA
-std::unique_ptr<Backend> make_cuda_backend(int) {
+std::unique_ptr<Backend> make_cuda_backend(int, const KernelChoices&) {
   fail_runtime("this ringattn was built without CUDA (configure with nvcc present and -DRINGATTN_CUDA=ON)");
 }
+std::unique_ptr<Backend> make_cuda_backend(int device) { return make_cuda_backend(device, KernelChoices{}); }
 bool cuda_available() { return false; }
 #endif
 

@@ -19,6 +19,7 @@
 #include "kernels/cuda/cuda_kernels.hpp"
 #include "kernels/cuda/flash_dispatch.hpp"
 #include "core/error.hpp"
+#include "core/settings.hpp"
 
 namespace ringattn {
 namespace {
@@ -291,10 +292,11 @@ class CudaBackend final : public Backend {
 
 }  // namespace
 
-// The flash options come from the environment, read here once per backend.
-std::unique_ptr<Backend> make_cuda_backend(int device) {
-  return std::make_unique<CudaBackend>(device, cuda::flash_options_from_env());
+std::unique_ptr<Backend> make_cuda_backend(int device, const KernelChoices& kernels) {
+  return std::make_unique<CudaBackend>(device, cuda::flash_options(kernels));
 }
+// The library's default: the process's kernel choices (core/settings.hpp), read once per process.
+std::unique_ptr<Backend> make_cuda_backend(int device) { return make_cuda_backend(device, settings().kernels()); }
 std::unique_ptr<Backend> make_cuda_backend(int device, const cuda::FlashKernelOptions& options) {
   return std::make_unique<CudaBackend>(device, options);
 }

@@ -3,7 +3,6 @@
 #include "kernels/cuda/flash_dispatch.hpp"
 
 #include <cstdint>
-#include <cstdlib>
 #include <initializer_list>
 #include <string>
 #include <utility>
@@ -101,58 +100,13 @@ void choose_tensor_core(const DeviceCaps& dev, const FlashParams& p, const Flash
 
 }  // namespace
 
-const char* flash_kernel_name(FlashKernel k) {
-  switch (k) {
-    case FlashKernel::Auto: return "auto";
-    case FlashKernel::Hopper: return "hopper";
-    case FlashKernel::Portable: return "portable";
-  }
-  return "?";
-}
-
-const char* backward_kernel_name(BackwardKernel k) {
-  switch (k) {
-    case BackwardKernel::Auto: return "auto";
-    case BackwardKernel::Mma: return "mma";
-    case BackwardKernel::Simt: return "simt";
-    case BackwardKernel::Hopper: return "hopper";
-  }
-  return "?";
-}
-
-// Which of `allowed` the environment variable `name` holds: the index, 0 (the default) when it is
-// unset or empty; InvalidArgument naming the variable, its value and the allowed ones otherwise.
-template <size_t N>
-static size_t env_choice(const char* name, const char* const (&allowed)[N]) {
-  const char* raw = std::getenv(name);
-  const std::string v = raw ? raw : "";
-  if (v.empty()) return 0;
-  std::string list;
-  size_t i = 0;
-  for (const char* a : allowed) {
-    if (v == a) return i;
-    list += (i++ ? ", " : "") + std::string(a);
-  }
-  fail_arg("{}='{}' is not understood: allowed are {}", name, v, list);
-}
-
-FlashKernelOptions flash_options_from_env() {
+FlashKernelOptions flash_options(const KernelChoices& k) {
   FlashKernelOptions o;
-  constexpr FlashKernel kKernels[] = {FlashKernel::Auto, FlashKernel::Hopper, FlashKernel::Portable};
-  o.kernel = kKernels[env_choice("RINGATTN_FLASH_KERNEL", {"auto", "hopper", "portable"})];
-  constexpr BackwardKernel kBackward[] = {BackwardKernel::Auto, BackwardKernel::Hopper, BackwardKernel::Mma,
-                                          BackwardKernel::Simt};
-  o.backward_kernel = kBackward[env_choice("RINGATTN_BACKWARD_KERNEL", {"auto", "hopper", "mma", "simt"})];
-  constexpr BackwardDq kDq[] = {BackwardDq::Auto, BackwardDq::Separate, BackwardDq::Atomic};
-  o.backward_dq = kDq[env_choice("RINGATTN_BACKWARD_DQ", {"auto", "separate", "atomic"})];
-  // The tile names are hopper_tile_name's (a test holds the two lists together); "auto" (or unset)
-  // leaves the pick to the measured default.
-  static constexpr const char* kTiles[] = {"auto",   "128x128",   "128x176",  "192x128",
-                                           "128x128q2", "128x80", "128x176c2", "128x128c2"};
-  const size_t tile = env_choice("RINGATTN_HOPPER_TILE", kTiles);
-  o.hopper_tile = tile == 0 ? "" : kTiles[tile];
-  // Lazy rescaling is on by default (1-3% on the H200, hopper/PERF.md); 0 turns it off.
-  o.hopper_lazy = env_choice("RINGATTN_HOPPER_LAZY", {"1", "0"}) == 0;
+  o.kernel = k.flash;
+  o.backward_kernel = k.backward;
+  o.backward_dq = k.backward_dq;
+  o.hopper_tile = k.hopper_tile;
+  o.hopper_lazy = k.hopper_lazy;
   return o;
 }
 

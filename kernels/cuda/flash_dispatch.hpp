@@ -2,8 +2,8 @@
 // one of its tile configurations), the portable mma.sync kernel (in one of its
 // configurations), the fp32 SIMT kernel, or none, with the reason. It decides from the device
 // (DeviceCaps, read once when the backend is made), the call's FlashParams and the options
-// (FlashKernelOptions, read once from the environment when the backend is made; tests and
-// benchmarks pass their own). The backend's flash(), the tests' and benchmarks' "would this
+// (FlashKernelOptions, from the caller's KernelChoices when the backend is made, core/settings.hpp;
+// tests and benchmarks pass their own). The backend's flash(), the tests' and benchmarks' "would this
 // kernel take the call" questions, and every "cannot run this call" message go through
 // choose_flash_kernel.
 #pragma once
@@ -14,26 +14,20 @@
 #include <memory>
 #include <string>
 
+#include "core/settings.hpp"
 #include "kernels/backend.hpp"
 #include "kernels/cuda/cuda_kernels.hpp"
 #include "kernels/cuda/hopper/hopper_launch.hpp"  // the Hopper kernels' launch descriptions and hopper_tile_name
 
 namespace ringattn::cuda {
 
-// Which bf16/fp16 flash kernel the caller asks for. Auto: the Hopper kernel wherever it takes
-// the call, the portable kernel elsewhere. Hopper: the Hopper kernel or an error. Portable: the
-// portable kernel even on an sm_90 GPU.
-enum class FlashKernel : uint8_t { Auto = 0, Hopper = 1, Portable = 2 };
-const char* flash_kernel_name(FlashKernel k);
-
-// Which backward kernel the caller asks for. Auto: the Hopper kernels (wgmma, sm_90a) wherever
-// they take the call, else the tensor-core kernel (mma.sync; bf16/fp16, head dim 64 or 128)
-// wherever it does, the SIMT kernels elsewhere. Hopper, Mma: that kernel or an error. Simt: the
-// SIMT kernels for every call (tests and benchmarks compare them).
-enum class BackwardKernel : uint8_t { Auto = 0, Mma = 1, Simt = 2, Hopper = 3 };
-const char* backward_kernel_name(BackwardKernel k);
-
-enum class BackwardDq : uint8_t { Auto = 0, Separate = 1, Atomic = 2 };
+// The kernel choices (RINGATTN_FLASH_KERNEL, RINGATTN_BACKWARD_KERNEL, RINGATTN_BACKWARD_DQ) are
+// core's (core/settings.hpp, which says what each value does).
+using ringattn::BackwardDq;
+using ringattn::BackwardKernel;
+using ringattn::FlashKernel;
+using ringattn::backward_kernel_name;
+using ringattn::flash_kernel_name;
 
 struct FlashKernelOptions {
   FlashKernel kernel = FlashKernel::Auto;  // RINGATTN_FLASH_KERNEL=auto|hopper|portable
@@ -55,10 +49,10 @@ struct FlashKernelOptions {
   bool hopper_lazy = true;  // RINGATTN_HOPPER_LAZY=0|1: lazy rescaling of the running max
 };
 
-// The options from RINGATTN_FLASH_KERNEL, RINGATTN_BACKWARD_KERNEL, RINGATTN_BACKWARD_DQ,
-// RINGATTN_HOPPER_TILE (auto or a tile name) and RINGATTN_HOPPER_LAZY (1 or 0). Throws
-// InvalidArgument naming the variable, its value and the allowed ones for a value it does not know.
-FlashKernelOptions flash_options_from_env();
+// The options of the kernel choices `k` (core/settings.hpp: RINGATTN_FLASH_KERNEL,
+// RINGATTN_BACKWARD_KERNEL, RINGATTN_BACKWARD_DQ, RINGATTN_HOPPER_TILE, RINGATTN_HOPPER_LAZY);
+// mma_variant 0.
+FlashKernelOptions flash_options(const KernelChoices& k);
 
 // What the dispatch needs to know about a device, read once.
 struct DeviceCaps {
@@ -130,6 +124,7 @@ void launch_backward(const BackwardChoice& c, const BackwardParams& p, float* de
 }  // namespace ringattn::cuda
 
 namespace ringattn {
-// The CUDA backend with explicit flash options instead of the environment's.
+// The CUDA backend with explicit flash options (make_cuda_backend(device, KernelChoices) makes them
+// with flash_options).
 std::unique_ptr<Backend> make_cuda_backend(int device, const cuda::FlashKernelOptions& options);
 }  // namespace ringattn

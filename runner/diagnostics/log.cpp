@@ -3,33 +3,36 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <cstdlib>
+#include <optional>
 
 #include <fmt/format.h>
 #include <spdlog/sinks/stdout_color_sinks.h>
 
 #include "core/error.hpp"
 #include "core/host.hpp"
+#include "core/settings.hpp"
 #include "runner/diagnostics/flight_recorder.hpp"
 
 namespace ringattn {
 
 spdlog::level::level_enum parse_log_level(const std::string& name) {
-  std::string s = name;
-  std::transform(s.begin(), s.end(), s.begin(), [](unsigned char c) { return char(std::tolower(c)); });
-  if (s == "trace") return spdlog::level::trace;
-  if (s == "debug") return spdlog::level::debug;
-  if (s == "info") return spdlog::level::info;
-  if (s == "warn" || s == "warning") return spdlog::level::warn;
-  if (s == "error" || s == "err") return spdlog::level::err;
-  if (s == "critical") return spdlog::level::critical;
-  if (s == "off") return spdlog::level::off;
-  fail_arg("unknown log level '{}': allowed are trace, debug, info, warn, error, critical, off", name);
+  const std::optional<LogLevel> l = log_level_from_name(name);
+  if (!l) fail_arg("unknown log level '{}': allowed are {}", name, log_level_names());
+  switch (*l) {
+    case LogLevel::Trace: return spdlog::level::trace;
+    case LogLevel::Debug: return spdlog::level::debug;
+    case LogLevel::Info: return spdlog::level::info;
+    case LogLevel::Warn: return spdlog::level::warn;
+    case LogLevel::Error: return spdlog::level::err;
+    case LogLevel::Critical: return spdlog::level::critical;
+    case LogLevel::Off: return spdlog::level::off;
+  }
+  return spdlog::level::info;
 }
 
-std::string resolve_log_level(const std::string& flag) {
+std::string resolve_log_level(const std::string& flag, const Setting<std::optional<LogLevel>>& env) {
   if (!flag.empty()) return flag;
-  if (const char* env = std::getenv("RINGATTN_LOG_LEVEL"); env && *env) return env;
+  if (const std::optional<LogLevel> l = env.get()) return log_level_name(*l);
   return "info";
 }
 

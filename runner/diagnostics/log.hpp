@@ -2,18 +2,22 @@
 // several ranks stays readable; progress goes out on rank 0 only, warnings and errors on all.
 #pragma once
 
+#include <optional>
 #include <string>
 
 #include <spdlog/spdlog.h>
 
+#include "core/settings.hpp"
+
 namespace ringattn {
 
-// Parses "trace|debug|info|warn|warning|error|critical|off"; throws InvalidArgument otherwise.
+// Parses a level name (log_level_from_name, core/settings.hpp: trace, debug, info, warn, error,
+// critical, off, any case); throws InvalidArgument otherwise.
 spdlog::level::level_enum parse_log_level(const std::string& name);
 
-// The level to use: `flag` when non-empty, else the RINGATTN_LOG_LEVEL environment variable,
-// else "info".
-std::string resolve_log_level(const std::string& flag);
+// The level to use: `flag` when non-empty, else `env` (RINGATTN_LOG_LEVEL of a Settings; its
+// refusal throws), else "info".
+std::string resolve_log_level(const std::string& flag, const Setting<std::optional<LogLevel>>& env);
 
 // Creates (or re-creates) the default logger: stderr, pattern
 // "[time] [level] [rank r/P host] message", flushed on every error. Ranks other than 0 log

@@ -1,10 +1,10 @@
 #include "runner/faults/fault.hpp"
 
-#include <cstdlib>
 
 #include <fmt/format.h>
 
 #include "core/error.hpp"
+#include "core/settings.hpp"
 #include "runner/ring/grad_ring.hpp"
 #include "runner/ring/schedule.hpp"
 
@@ -163,10 +163,7 @@ void check_fault_plan(const FaultPlan& plan, const GlobalProblem& p, int world, 
 }
 
 const FaultPlan& fault_plan() {
-  static const FaultPlan plan = [] {
-    const char* env = std::getenv("RINGATTN_FAULT");
-    return parse_fault_plan(env ? env : "");
-  }();
+  static const FaultPlan plan = parse_fault_plan(settings().fault.get());
   return plan;
 }
 

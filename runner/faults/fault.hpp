@@ -77,7 +77,8 @@ FaultHops fault_hops(const GlobalProblem& p, int rank, int world, FaultPhase pha
 // rank (it depends on the plan and the problem only).
 void check_fault_plan(const FaultPlan& plan, const GlobalProblem& p, int world, bool backward);
 
-// The plan from the RINGATTN_FAULT environment variable, parsed once.
+// The process's plan: RINGATTN_FAULT of settings() (core/settings.hpp), parsed once (the default of
+// the decorators' installers; the CLI parses its own Settings' text).
 const FaultPlan& fault_plan();
 
 }  // namespace ringattn

@@ -26,6 +26,19 @@ step(EXPECT_RC 1 COMMAND ${RINGATTN} run --seq 64 --causal --q-offset 9999999999
      STDERR "--q-offset: must be an integer in -9223372036854775808..9223372036854775807")
 step(EXPECT_RC 1 COMMAND ${CMAKE_COMMAND} -E env RINGATTN_MPI_TIMEOUT_S=0x10 ${RINGATTN} run --dry-run
      STDERR "RINGATTN_MPI_TIMEOUT_S='0x10' must be a number of seconds")
+# Every RINGATTN_* variable is listed by --help-env (core/settings.hpp's table, README's too).
+step(EXPECT_RC 0 COMMAND ${RINGATTN} --help-env
+     STDOUT "RINGATTN_FAULT\n" "RINGATTN_LOG_LEVEL\n" "RINGATTN_MPI_TIMEOUT_S\n" "RINGATTN_MPI_PROGRESS\n"
+            "RINGATTN_FLASH_KERNEL\n" "RINGATTN_BACKWARD_KERNEL\n" "RINGATTN_BACKWARD_DQ\n" "RINGATTN_HOPPER_TILE\n"
+            "RINGATTN_HOPPER_LAZY\n  lazy rescaling[^\n]*\n  values:  1, 0\n  default: 1\n")
+# A bad value stops the run where the variable is used, naming it: the log level unless --log-level
+# gives one; the CUDA kernel variables and the MPI progress not at all on one CPU process.
+step(EXPECT_RC 1 COMMAND ${CMAKE_COMMAND} -E env RINGATTN_LOG_LEVEL=loud ${RINGATTN} run --seq 64
+     STDERR "RINGATTN_LOG_LEVEL='loud' is not understood: allowed are trace, debug, info, warn, error, critical, off")
+step(EXPECT_RC 0 COMMAND ${CMAKE_COMMAND} -E env RINGATTN_LOG_LEVEL=loud ${RINGATTN} run --seq 64 --log-level warn)
+step(EXPECT_RC 0 COMMAND ${CMAKE_COMMAND} -E env RINGATTN_LOG_LEVEL=WARNING ${RINGATTN} run --seq 64)
+step(EXPECT_RC 0 COMMAND ${CMAKE_COMMAND} -E env RINGATTN_FLASH_KERNEL=bogus RINGATTN_HOPPER_TILE=huge
+     RINGATTN_MPI_PROGRESS=bogus ${RINGATTN} run --seq 64 STDOUT "q_len 64")
 # A malformed RINGATTN_FAULT is refused in one process too, not only under mpirun.
 step(EXPECT_RC 1 COMMAND ${CMAKE_COMMAND} -E env RINGATTN_FAULT=garbage ${RINGATTN} run --seq 64
      STDERR "RINGATTN_FAULT='garbage' is not RANK:HOP:KIND\\[:PHASE\\] with RANK, HOP >= 0, KIND one of exit, hang, corrupt, error, throw and PHASE one of forward \\(the default\\), backward, grads")

@@ -25,3 +25,8 @@ step(EXPECT_RC 1 COMMAND ${CMAKE_COMMAND} -E env RINGATTN_MPI_TIMEOUT_S=abc ${RI
 step(EXPECT_RC 0 COMMAND ${CMAKE_COMMAND} -E env RINGATTN_MPI_TIMEOUT_S=abc ${RINGATTN} run --dry-run --timeout 7
      STDOUT "--timeout 7 s \\(first hop 21 s\\)")
 step(EXPECT_RC 1 COMMAND ${RINGATTN} run --timeout 0 STDERR "--timeout: must be a number of seconds > 0")
+# The MPI progress variable is read where the MPI transport is made: a bad value stops every rank.
+step(EXPECT_RC 1 COMMAND ${MPIRUN} -x RINGATTN_MPI_PROGRESS=helper ${RINGATTN} run --dry-run --seq 64
+     STDERR "RINGATTN_MPI_PROGRESS='helper' is not understood: allowed are thread, nonblocking \\(or unset\\)")
+step(EXPECT_RC 0 COMMAND ${MPIRUN} -x RINGATTN_MPI_PROGRESS=nonblocking ${RINGATTN} run --dry-run --seq 64
+     STDOUT "dry run: OK")

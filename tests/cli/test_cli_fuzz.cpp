@@ -144,7 +144,9 @@ TEST(CliFuzz, TimeoutMustBePositiveAndBounded) {
   parse_command_line(*app, cl, 4, argv);
   ASSERT_TRUE(cl.bench.problem.timeout_s.has_value());
   EXPECT_EQ(*cl.bench.problem.timeout_s, 2.5);
-  EXPECT_EQ(resolve_timeout(cl.bench.problem), 2.5);
+  // --timeout wins over RINGATTN_MPI_TIMEOUT_S, even over one that is refused.
+  const Settings bad_env = parse_settings([](const char* n) { return std::string(n) == "RINGATTN_MPI_TIMEOUT_S" ? "abc" : nullptr; });
+  EXPECT_EQ(bad_env.timeout_s(cl.bench.problem.timeout_s), 2.5);
 }
 
 // Parses `args` (after "ringattn") and returns the message of the error, "" when it parsed.

@@ -422,7 +422,7 @@ int main(int argc, char** argv) {
   bool ok = true;
   try {
     // The options from the environment, read once; the variant and portable rows change one field.
-    const cuda::FlashKernelOptions env_options = cuda::flash_options_from_env();
+    const cuda::FlashKernelOptions env_options = cuda::flash_options(settings().kernels());
     auto be = make_cuda_backend(0, env_options);
     std::mt19937_64 rng(uint64_t(std::chrono::high_resolution_clock::now().time_since_epoch().count()));
     std::FILE* js = json.empty() ? nullptr : std::fopen(json.c_str(), "w");

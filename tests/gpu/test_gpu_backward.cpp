@@ -12,6 +12,7 @@
 
 #include <cstdlib>
 #include <cstring>
+#include <iterator>
 #include <random>
 #include <string>
 #include <tuple>
@@ -21,6 +22,7 @@
 #include "kernels/cpu/cpu_kernels.hpp"
 #include "kernels/cuda/flash_dispatch.hpp"
 #include "core/error.hpp"
+#include "core/settings.hpp"
 #include "gpu/gpu_test_util.hpp"
 
 namespace ringattn {
@@ -131,7 +133,7 @@ using cuda::BackwardKernel;
 // (RINGATTN_BACKWARD_DQ=atomic: the Hopper kernels' bulk reduce-adds, the mma.sync
 // kernel's atomics); else the query kernel, which the deterministic cases run too.
 std::unique_ptr<Backend> backend_with(BackwardKernel kernel, bool atomic_dq = false) {
-  cuda::FlashKernelOptions options = cuda::flash_options_from_env();
+  cuda::FlashKernelOptions options = cuda::flash_options(settings().kernels());
   options.backward_kernel = kernel;
   options.backward_dq = atomic_dq ? cuda::BackwardDq::Atomic : cuda::BackwardDq::Separate;
   return make_cuda_backend(0, options);
@@ -440,101 +442,38 @@ TEST(BackwardDispatch, FallsBackToSimtOrExplainsWhenForced) {
   }
 }
 
-// Sets one environment variable for a test and puts back what it held (or unsets it).
-class ScopedEnv {
- public:
-  explicit ScopedEnv(const char* name) : name_(name) {
-    const char* v = std::getenv(name);
-    had_ = v != nullptr;
-    if (had_) saved_ = v;
+// The variables' parsing has its unit tests (tests/unit/test_settings.cpp, on CPU); here: every
+// Hopper tile the plan knows (hopper_tile_name) is a name RINGATTN_HOPPER_TILE takes, and
+// flash_options carries every kernel choice over.
+TEST(BackwardDispatch, EveryHopperTileIsANameOfTheTileVariable) {
+  const cuda::HopperTile tiles[] = {cuda::HopperTile::M128N128,   cuda::HopperTile::M128N176,
+                                    cuda::HopperTile::M192N128,   cuda::HopperTile::M128N128Q2,
+                                    cuda::HopperTile::M128N80,    cuda::HopperTile::M128N176C2,
+                                    cuda::HopperTile::M128N128C2};
+  ASSERT_EQ(std::size(tiles), std::size(kHopperTileNames));
+  for (const cuda::HopperTile t : tiles) {
+    const std::string name = cuda::hopper_tile_name(t);
+    const Settings s = parse_settings([&](const char* var) {
+      return std::string(var) == "RINGATTN_HOPPER_TILE" ? name.c_str() : nullptr;
+    });
+    EXPECT_EQ(cuda::flash_options(s.kernels()).hopper_tile, name);
   }
-  ~ScopedEnv() {
-    if (had_) setenv(name_, saved_.c_str(), 1);
-    else unsetenv(name_);
-  }
-  void set(const char* value) const { setenv(name_, value, 1); }
-  void unset() const { unsetenv(name_); }
-  // flash_options_from_env with this variable at `value` throws InvalidArgument saying `message`.
-  void expect_refused(const char* value, const std::string& message) const {
-    set(value);
-    try {
-      cuda::flash_options_from_env();
-      ADD_FAILURE() << name_ << "=" << value << " was accepted";
-    } catch (const InvalidArgument& e) {
-      EXPECT_NE(std::string(e.what()).find(message), std::string::npos) << e.what();
-    }
-  }
-
- private:
-  const char* name_;
-  bool had_ = false;
-  std::string saved_;
-};
-
-TEST(BackwardDispatch, ReadsTheKernelFromTheEnvironment) {
-  const ScopedEnv env("RINGATTN_BACKWARD_KERNEL");
-  const std::pair<const char*, BackwardKernel> values[] = {
-      {"auto", BackwardKernel::Auto},
-      {"hopper", BackwardKernel::Hopper},
-      {"mma", BackwardKernel::Mma},
-      {"simt", BackwardKernel::Simt}};
-  for (const auto& [text, kernel] : values) {
-    env.set(text);
-    EXPECT_EQ(cuda::flash_options_from_env().backward_kernel, kernel) << text;
-  }
-  env.expect_refused("tensor", "RINGATTN_BACKWARD_KERNEL='tensor' is not understood: allowed are auto, hopper, mma, simt");
-  env.unset();
-  EXPECT_EQ(cuda::flash_options_from_env().backward_kernel, BackwardKernel::Auto);
 }
 
-TEST(BackwardDispatch, ReadsTheDqScheduleFromTheEnvironment) {
-  const ScopedEnv env("RINGATTN_BACKWARD_DQ");
-  env.unset();
-  EXPECT_EQ(cuda::flash_options_from_env().backward_dq, cuda::BackwardDq::Auto);
-  env.set("auto");
-  EXPECT_EQ(cuda::flash_options_from_env().backward_dq, cuda::BackwardDq::Auto);
-  env.set("separate");
-  EXPECT_EQ(cuda::flash_options_from_env().backward_dq, cuda::BackwardDq::Separate);
-  env.set("atomic");
-  EXPECT_EQ(cuda::flash_options_from_env().backward_dq, cuda::BackwardDq::Atomic);
-  env.expect_refused("atomics", "RINGATTN_BACKWARD_DQ='atomics' is not understood: allowed are auto, separate, atomic");
-}
-
-// The Hopper tile and lazy-rescaling variables too: a typo is refused, not silently the default.
-// Every tile the plan knows (hopper_tile_name) is accepted under its name.
-TEST(BackwardDispatch, TheHopperTileAndLazyVariablesAreChecked) {
-  const ScopedEnv tile("RINGATTN_HOPPER_TILE"), lazy("RINGATTN_HOPPER_LAZY");
-  tile.unset();
-  EXPECT_EQ(cuda::flash_options_from_env().hopper_tile, "");
-  tile.set("auto");
-  EXPECT_EQ(cuda::flash_options_from_env().hopper_tile, "");
-  for (const cuda::HopperTile t : {cuda::HopperTile::M128N128, cuda::HopperTile::M128N176, cuda::HopperTile::M192N128,
-                                   cuda::HopperTile::M128N128Q2, cuda::HopperTile::M128N80,
-                                   cuda::HopperTile::M128N176C2, cuda::HopperTile::M128N128C2}) {
-    tile.set(cuda::hopper_tile_name(t));
-    EXPECT_EQ(cuda::flash_options_from_env().hopper_tile, cuda::hopper_tile_name(t));
-  }
-  tile.expect_refused("128x256",
-                      "RINGATTN_HOPPER_TILE='128x256' is not understood: allowed are auto, 128x128, 128x176, 192x128, "
-                      "128x128q2, 128x80, 128x176c2, 128x128c2");
-  tile.unset();
-  lazy.unset();
-  EXPECT_TRUE(cuda::flash_options_from_env().hopper_lazy);
-  lazy.set("0");
-  EXPECT_FALSE(cuda::flash_options_from_env().hopper_lazy);
-  lazy.set("1");
-  EXPECT_TRUE(cuda::flash_options_from_env().hopper_lazy);
-  lazy.expect_refused("yes", "RINGATTN_HOPPER_LAZY='yes' is not understood: allowed are 1, 0");
-}
-
-// The forward's kernel variable goes through the same check (one env_choice for all three).
-TEST(BackwardDispatch, TheForwardKernelVariableIsCheckedTheSameWay) {
-  const ScopedEnv env("RINGATTN_FLASH_KERNEL");
-  env.set("portable");
-  EXPECT_EQ(cuda::flash_options_from_env().kernel, cuda::FlashKernel::Portable);
-  env.expect_refused("wgmma", "RINGATTN_FLASH_KERNEL='wgmma' is not understood: allowed are auto, hopper, portable");
-  env.unset();
-  EXPECT_EQ(cuda::flash_options_from_env().kernel, cuda::FlashKernel::Auto);
+TEST(BackwardDispatch, FlashOptionsTakeEveryKernelChoice) {
+  KernelChoices k;
+  k.flash = FlashKernel::Portable;
+  k.backward = BackwardKernel::Mma;
+  k.backward_dq = BackwardDq::Atomic;
+  k.hopper_tile = "128x176";
+  k.hopper_lazy = false;
+  const cuda::FlashKernelOptions o = cuda::flash_options(k);
+  EXPECT_EQ(o.kernel, FlashKernel::Portable);
+  EXPECT_EQ(o.backward_kernel, BackwardKernel::Mma);
+  EXPECT_EQ(o.backward_dq, BackwardDq::Atomic);
+  EXPECT_EQ(o.hopper_tile, "128x176");
+  EXPECT_FALSE(o.hopper_lazy);
+  EXPECT_EQ(o.mma_variant, 0);
 }
 
 }  // namespace

@@ -174,7 +174,7 @@ TEST_P(BackwardNonFinite, ReachesOnlyTheGradientsThatDependOnIt) {
   const Config& cfg = GetParam();
   if (cfg.kernel == cuda::BackwardKernel::Hopper && !cuda::query_device(0).hopper_image)
     GTEST_SKIP() << "the Hopper backward needs an sm_90 GPU with the sm_90a image";
-  cuda::FlashKernelOptions options = cuda::flash_options_from_env();
+  cuda::FlashKernelOptions options = cuda::flash_options(settings().kernels());
   options.backward_kernel = cfg.kernel;
   options.backward_dq = cfg.dq;
   be = make_cuda_backend(0, options);

@@ -65,7 +65,7 @@ const Case kWindowCases[] = {
 // backend's dispatch default (the Hopper kernel on sm_90 where it applies); 1..3 force the
 // portable mma.sync kernel in that configuration (cuda::MmaVariant).
 cuda::FlashKernelOptions variant_options(int v) {
-  cuda::FlashKernelOptions o = cuda::flash_options_from_env();
+  cuda::FlashKernelOptions o = cuda::flash_options(settings().kernels());
   o.kernel = v == 0 ? cuda::FlashKernel::Auto : cuda::FlashKernel::Portable;
   o.mma_variant = v;
   return o;

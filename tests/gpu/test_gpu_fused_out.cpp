@@ -31,7 +31,7 @@ std::vector<float> read_out(Backend& be, const DeviceBuffer& buf, DType dt, int6
 
 TEST_P(FusedOut, EqualsStateThenCast) {
   const auto [dtype, dim, kernel] = GetParam();
-  cuda::FlashKernelOptions options = cuda::flash_options_from_env();
+  cuda::FlashKernelOptions options = cuda::flash_options(settings().kernels());
   options.kernel = kernel == 0 ? cuda::FlashKernel::Auto : cuda::FlashKernel::Portable;
   be = make_cuda_backend(0, options);
   const uint64_t seed = test::fresh_seed();

@@ -173,7 +173,7 @@ class FlashNonFinite : public test::GpuTestP<Config> {};
 
 TEST_P(FlashNonFinite, ReachesOnlyTheRowsThatSeeIt) {
   const Config& c = GetParam();
-  cuda::FlashKernelOptions o = cuda::flash_options_from_env();
+  cuda::FlashKernelOptions o = cuda::flash_options(settings().kernels());
   o.kernel = c.kernel;
   o.mma_variant = c.mma_variant;
   o.hopper_tile = c.hopper_tile;

@@ -54,7 +54,7 @@ const ringattn::cuda::DeviceCaps& device0() {
 }
 ringattn::cuda::FlashChoice hopper_choice(const ringattn::FlashParams& p) {
   using namespace ringattn::cuda;
-  FlashKernelOptions o = flash_options_from_env();
+  FlashKernelOptions o = flash_options(ringattn::settings().kernels());
   o.kernel = FlashKernel::Hopper;
   return choose_flash_kernel(device0(), p, o);
 }

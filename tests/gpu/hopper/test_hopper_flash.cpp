@@ -44,7 +44,7 @@ const cuda::DeviceCaps& device0() {
 // order, hopper_tiles.hpp: a small one makes small shapes take several); a tile name asks for that
 // configuration instead of the environment's.
 cuda::FlashChoice hopper_choice(const FlashParams& p, int64_t l2_bytes = 0, const std::string& tile = "") {
-  cuda::FlashKernelOptions o = cuda::flash_options_from_env();
+  cuda::FlashKernelOptions o = cuda::flash_options(settings().kernels());
   o.kernel = cuda::FlashKernel::Hopper;
   if (!tile.empty()) o.hopper_tile = tile;
   cuda::DeviceCaps caps = device0();
