@@ -16,7 +16,7 @@ namespace ringattn {
 // ---------------------------------------------------------------------------------------------
 // The global problem. Every rank passes the same one; agree_on_problem checks that they do.
 
-inline constexpr uint32_t kProblemVersion = 3;  // 2: packed documents, 3: the window in the description
+inline constexpr uint32_t kProblemVersion = 4;  // 2: packed documents, 3: the window, 4: the ring layouts
 
 struct GlobalProblem {
   int64_t batch = 1;
