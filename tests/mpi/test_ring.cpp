@@ -122,8 +122,8 @@ TEST_P(RingAttention, MatchesOracleAndWorldOfOneAndIsDeterministic) {
       want_bytes += uint64_t(hi - lo + 1) * 2 * uint64_t(p.batch * p.kv_heads * p.head_dim * dtype_size(p.dtype));
   }
   EXPECT_EQ(st.bytes_sent, want_bytes);
-  EXPECT_EQ(expected_ring_bytes(p, r, P), want_bytes);
-  EXPECT_EQ(transport->bytes_sent() - sent_before, expected_ring_bytes(p, r, P));
+  EXPECT_EQ(ring_plan(p, P).ring_bytes(r), want_bytes);
+  EXPECT_EQ(transport->bytes_sent() - sent_before, ring_plan(p, P).ring_bytes(r));
   // Hops: the ring stops after the last hop whose block some later rank needs (rank x holds the
   // block of x - s at hop s; the ranks x + 1 .. at hops s + 1 .. see it or not, by positions).
   int want_hops = 1;

@@ -193,7 +193,7 @@ TEST_P(RingBackward, MatchesOracleAndWorldOfOneWithExactBytes) {
   const uint64_t want = brute_force_bytes(c, p, r, P);
   EXPECT_EQ(st.bytes_sent, want);
   EXPECT_EQ(t->bytes_sent() + grad_t->bytes_sent() - before, want);
-  EXPECT_EQ(expected_backward_bytes(p, r, P), want);
+  EXPECT_EQ(ring_plan(p, P).backward_bytes(r), want);
   uint64_t hop_bytes = 0;
   for (const HopStats& h : st.hops) hop_bytes += h.bytes_sent;
   EXPECT_EQ(hop_bytes, st.bytes_sent);
