@@ -42,4 +42,14 @@ inline std::vector<ShardLayout> striped_groups(int64_t N, int P, int group) {
   return layouts;
 }
 
+// The layouts of a ring test's custom case, the same on every rank for the same seed: kind 1 a
+// permuted union of contiguous shards (two a rank), kind 2 striped groups of two (at odd P, of one:
+// contiguous parts, dealt in order).
+inline std::vector<ShardLayout> custom_layouts(int kind, int64_t N, int P, uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  return kind == 1 ? permuted_chunks(N, P, 2, rng) : striped_groups(N, P, P % 2 ? 1 : 2);
+}
+
+inline const char* custom_name(int kind) { return kind == 1 ? "permuted" : kind == 2 ? "groups" : ""; }
+
 }  // namespace ringattn::test
