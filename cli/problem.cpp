@@ -267,7 +267,7 @@ ProblemSetup setup_problem(const ProblemOptions& o) {
   ProblemSetup s;
   GlobalProblem& p = s.problem;
   p.causal = o.causal;
-  p.sharding = o.shard == "auto" ? Sharding::Zigzag : parse_sharding(o.shard);  // auto: resolve_sharding
+  p.sharding = o.shard == "auto" ? Sharding::Zigzag : parse_sharding(o.shard);  // auto: plan_ring
   if (!o.from_files()) {
     p.batch = o.batch;
     p.q_heads = o.heads;
