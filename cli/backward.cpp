@@ -339,7 +339,7 @@ int load_phase(const RunOptions& o, World& w, ProblemSetup& setup, LocalProblem&
     const GlobalProblem& p = setup.problem;
     if (w.rank == 0)
       spdlog::info("problem: {}; forward and backward over {} rank(s), {}", problem_line(p), w.size, w.transport_name);
-    local = load_local(p, *setup.source, *w.backend, w.rank, w.size);
+    local = load_local(p, ring_of(setup.ring), *setup.source, *w.backend, w.rank, w.size);
     if (o.check_finite)
       if (std::string error = check_inputs_finite(p, local, *w.backend, w.rank, *setup.source); !error.empty())
         return error;
@@ -433,9 +433,9 @@ BackwardBuffers make_backward(const GlobalProblem& p, const LocalProblem& local,
 void run_backward(const GlobalProblem& p, const LocalProblem& local, const BackwardBuffers& g, World& w,
                   const ringattn::RunOptions& ro) {
   try {
-    if (p.is_ring()) {
+    if (local.ring) {
       const BackwardTensors bt{g.params.dout, g.params.dq, g.params.dk, g.params.dv};
-      run_attention_backward(p, local.views, bt, *w.backend, *w.transport, grad_transport(w), ro);
+      run_attention_backward(p, *local.ring, local.views, bt, *w.backend, *w.transport, grad_transport(w), ro);
     } else {
       w.backend->flash_backward(g.params);  // a decode problem: a world of one (load_phase)
     }
@@ -476,7 +476,7 @@ Timings time_forward_backward(const GlobalProblem& p, LocalProblem& local, const
   t.barrier();
   auto t0 = std::chrono::steady_clock::now();
   try {
-    run_attention(p, local.views, *w.backend, t, ro);
+    run_forward(p, local, *w.backend, t, ro);
     w.backend->synchronize();
   } catch (const InvalidArgument& e) {
     throw CollectiveError(e.what());
@@ -491,10 +491,11 @@ Timings time_forward_backward(const GlobalProblem& p, LocalProblem& local, const
 
 // Rank 0 gathers what it writes or checks, in global token order (every rank takes part): the
 // gradients asked for, and for a sampled check the forward's output and lse.
-GlobalGrads gather_grads(const RunOptions& o, const GlobalProblem& p, const HostGrads& h, const HostResult& fwd,
-                         bool sampled, World& w) {
+GlobalGrads gather_grads(const RunOptions& o, const GlobalProblem& p, const LocalProblem& local, const HostGrads& h,
+                         const HostResult& fwd, bool sampled, World& w) {
   Transport& t = *w.transport;
-  const std::vector<ShardLayout> ql = all_layouts(p, w.size, false), kl = all_layouts(p, w.size, true);
+  const std::vector<ShardLayout> ql = all_layouts(p, local.ring, w.size, false),
+                                 kl = all_layouts(p, local.ring, w.size, true);
   const int64_t B = p.batch, D = p.head_dim;
   GlobalGrads gg;
   if (o.check || !o.dq_file.empty()) gg.dq = gather_rows(t, ql, B * p.q_heads, p.q_len, D, h.dq.data());
@@ -592,7 +593,7 @@ int backward_on(const CommandLine& cl, World& w) {
   const HostResult fwd = copy_result(p, local, *w.backend);
   const int64_t bad = sum_over_ranks(t, count_nonfinite(h)), bad_fwd = sum_over_ranks(t, count_nonfinite(p, fwd));
   const bool sampled = o.check && sampled_check(p, o.problem.check_rows);
-  const GlobalGrads gg = gather_grads(o, p, h, fwd, sampled, w);
+  const GlobalGrads gg = gather_grads(o, p, local, h, fwd, sampled, w);
   // Every output of the run (--json, --dq/--dk/--dv, --out, --lse) moves into place together, or
   // none does.
   FileSet staged;

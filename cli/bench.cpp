@@ -109,7 +109,7 @@ RankStats call_once(const std::string& impl, const GlobalProblem& p, LocalProble
   if (impl == "naive") return run_naive(p, local);
   RankStats stats;
   try {
-    stats = run_attention(p, local.views, *w.backend, *w.transport, ro);
+    stats = run_forward(p, local, *w.backend, *w.transport, ro);
   } catch (const InvalidArgument& e) {
     throw CollectiveError(e.what());
   }
@@ -150,7 +150,8 @@ double time_calls(const BenchOptions& o, World& w, Call&& call) {
 }
 
 // One size, one implementation, on every rank.
-SizeResult bench_size(const BenchOptions& o, GlobalProblem p, InputSource& src, World& w, const std::string& impl) {
+SizeResult bench_size(const BenchOptions& o, const GlobalProblem& p, const RingPlan* ring, InputSource& src, World& w,
+                      const std::string& impl) {
   Transport& t = *w.transport;
   SizeResult r;
   r.seq = p.q_len;
@@ -158,7 +159,7 @@ SizeResult bench_size(const BenchOptions& o, GlobalProblem p, InputSource& src, 
   r.flops = attention_flops(p);
   if (!p.is_ring()) r.kv_bytes = kv_read_bytes(p);
   w.counter->reset_peak();  // each size reports its own workspace
-  LocalProblem local = load_local(p, src, *w.backend, w.rank, w.size);
+  LocalProblem local = load_local(p, ring, src, *w.backend, w.rank, w.size);
   ringattn::RunOptions ro;
   ro.tile_q = o.problem.tile_q;
   ro.tile_k = o.problem.tile_k;
@@ -304,9 +305,16 @@ std::vector<int64_t> sweep_sizes(const BenchOptions& o) {
   return sizes;
 }
 
-// The problem of one size: self-attention of n tokens, or n queries against the fixed cache.
-// Throws InvalidArgument (the same on every rank) when it cannot run.
-GlobalProblem problem_at(const BenchOptions& o, const GlobalProblem& base, int64_t n, int world) {
+// One size of the sweep: its problem and, for a ring, its plan (made once, for every call).
+struct SweepSize {
+  GlobalProblem p;
+  std::optional<RingPlan> ring;
+};
+
+// The problem of one size: self-attention of n tokens (with its ring plan for this rank), or n
+// queries against the fixed cache. Throws InvalidArgument (the same on every rank) when it
+// cannot run.
+SweepSize problem_at(const BenchOptions& o, const GlobalProblem& base, int64_t n, int rank, int world) {
   GlobalProblem p = base;
   p.q_len = n;
   if (!decode_sweep(o)) {
@@ -314,8 +322,8 @@ GlobalProblem problem_at(const BenchOptions& o, const GlobalProblem& base, int64
     p.q_offset.reset();
     if (!o.docs.empty()) p.doc_lens = generate_documents(o.docs, n, o.problem.seed);
     validate_problem(p, world);
-    resolve_sharding(o.problem, p, world);
-    return p;
+    std::optional<RingPlan> ring = plan_ring(o.problem, p, world, rank);
+    return {std::move(p), std::move(ring)};
   }
   try {
     validate_problem(p, world);
@@ -326,7 +334,7 @@ GlobalProblem problem_at(const BenchOptions& o, const GlobalProblem& base, int64
     fail_arg("bench --kv-seq {}: the sweep reaches {} queries at q_offset 0, which is self-attention (a ring run), "
              "not decode; keep -e/--seq-max below --kv-seq, give another --q-offset, or drop --kv-seq for a ring "
              "sweep", p.kv_len, n);
-  return p;
+  return {std::move(p), std::nullopt};
 }
 
 // Every rank sees the same flags, so these errors are collective.
@@ -375,16 +383,17 @@ int bench_on(const CommandLine& cl, World& w) {
   check_bench(o, w);
   std::string error;
   ProblemSetup setup;
-  std::vector<GlobalProblem> problems;
+  std::vector<SweepSize> problems;
   try {
     if (w.rank == 0) check_bench_outputs(o);  // only rank 0 writes; its verdict is shared below
     setup = setup_problem(o.problem);
-    for (const int64_t n : sweep_sizes(o)) problems.push_back(problem_at(o, setup.problem, n, w.size));
+    for (const int64_t n : sweep_sizes(o)) problems.push_back(problem_at(o, setup.problem, n, w.rank, w.size));
     // A plan fires in the first ring run, the first size's (a decode sweep has no hops to fault,
     // the naive oracle no ring).
     if (o.impl == "naive" && w.fault.active())
       fail_arg("{} applies to ring runs; bench --impl naive runs the oracle only", w.fault.text());
-    if (!problems.empty()) check_fault_plan(w.fault, problems.front(), w.size, o.backward);
+    if (!problems.empty())
+      check_fault_plan(w.fault, problems.front().p, ring_of(problems.front().ring), w.size, o.backward);
   } catch (const InvalidArgument& e) {
     error = e.what();
   }
@@ -401,7 +410,7 @@ int bench_on(const CommandLine& cl, World& w) {
   nlohmann::json rows = nlohmann::json::array();
   const auto sweep_t0 = std::chrono::steady_clock::now();
   for (size_t i = 0; i < problems.size(); ++i) {
-    const GlobalProblem& p = problems[i];
+    const GlobalProblem& p = problems[i].p;
     // A long sweep says where it is, on stderr so the table on stdout stays clean to parse; the
     // first seconds stay quiet so short sweeps print nothing extra. '#' keeps it a comment line.
     const double elapsed = seconds_since(sweep_t0);
@@ -411,7 +420,7 @@ int bench_on(const CommandLine& cl, World& w) {
     }
     double flash_s = 0;
     for (const std::string& impl : impls) {
-      const SizeResult r = bench_size(o, p, *setup.source, w, impl);
+      const SizeResult r = bench_size(o, p, ring_of(problems[i].ring), *setup.source, w, impl);
       all_ok = all_ok && r.pass;
       any_checked = any_checked || r.checked;
       if (impl == "flash") flash_s = r.median_s;

@@ -13,6 +13,7 @@
 #include <spdlog/spdlog.h>
 
 #include "cli/flags.hpp"
+#include "cli/gather.hpp"
 #include "cli/outputs.hpp"
 #include "cli/problem.hpp"
 #include "cli/report.hpp"
@@ -146,11 +147,10 @@ int dry_run_on(const CommandLine& cl, World& w) {
   if (w.rank == 0) {
     // Ranks' query tokens: the smallest and largest shard (uneven shards differ by a token or two).
     int64_t tmin = 0, tmax = 0;
-    for (int r = 0; r < w.size; ++r) {
-      ShardLayout q_layout, kv_layout;
-      layouts_for(p, r, w.size, q_layout, kv_layout);
-      if (r == 0 || q_layout.tokens() < tmin) tmin = q_layout.tokens();
-      if (r == 0 || q_layout.tokens() > tmax) tmax = q_layout.tokens();
+    const std::vector<ShardLayout> layouts = all_layouts(p, ring_of(setup.ring), w.size, false);
+    for (size_t r = 0; r < layouts.size(); ++r) {
+      if (r == 0 || layouts[r].tokens() < tmin) tmin = layouts[r].tokens();
+      if (r == 0 || layouts[r].tokens() > tmax) tmax = layouts[r].tokens();
     }
     fmt::print(f, "problem  ok: {}{}\n", problem_line(p), o.backward ? ", forward and backward" : "");
     fmt::print(f, "flags    ok: {}\n", given_flags_line(cl));

@@ -34,7 +34,8 @@ int commit_outputs(FileSet& staged);
 std::vector<float> gather_rows(Transport& t, const std::vector<ShardLayout>& layouts, int64_t bh, int64_t len,
                                int64_t width, const float* mine);
 
-// Every rank's q (kv: k/v) layout of `p` over `world` ranks (layouts_for).
-std::vector<ShardLayout> all_layouts(const GlobalProblem& p, int world, bool kv);
+// Every rank's q (kv: k/v) layout of `p` over `world` ranks: the ring plan's (`ring`) for a ring
+// problem, else layouts_for's.
+std::vector<ShardLayout> all_layouts(const GlobalProblem& p, const RingPlan* ring, int world, bool kv);
 
 }  // namespace ringattn::cli

@@ -3,11 +3,13 @@
 // hops, the hops the ring takes, and the load balance of every sharding, so a sharding can be
 // chosen before a long run.
 //
-// Memory and time stay linear in the ranks: a rank's visible pairs come from its positions alone
-// (rank_pairs), and the full per-rank schedule (P hops each, for the kernel calls) is built one
-// rank at a time, only up to kPlanRowRanks ranks; beyond, the table is a summary. Pair counts are
-// 128-bit, so no length the flags allow wraps them. A window (--window) has no closed form here:
-// its pairs come from each rank's schedule, so a windowed plan is limited to kPlanRowRanks ranks.
+// Memory and time stay linear in the ranks beyond kPlanRowRanks: a rank's visible pairs come from
+// its positions alone (rank_pairs), and the table is a summary. Up to kPlanRowRanks ranks the
+// table has a row per rank from the ring plan (ring_plan.hpp: every rank's schedule built once, P
+// hops each, one rank's in memory at a time), which a run follows too. Pair counts are 128-bit,
+// so no length the flags allow wraps them. A window (--window) or documents have no closed form
+// here: their pairs come from the plans of every sharding, so such a plan is limited to
+// kPlanRowRanks ranks.
 #include <algorithm>
 
 #include <fmt/format.h>
@@ -18,13 +20,13 @@
 #include "runner/problem/checked.hpp"
 #include "core/error.hpp"
 #include "runner/ring/ring.hpp"
-#include "runner/ring/schedule.hpp"
+#include "runner/ring/ring_plan.hpp"
 
 namespace ringattn::cli {
 namespace {
 
-// Up to this many ranks the plan prints one row per rank (with its kernel calls, which need the
-// rank's whole schedule: P^2 work in all); beyond it, a summary of the ranks.
+// Up to this many ranks the plan prints one row per rank (with its kernel calls, which need every
+// rank's schedule: P^2 work in all); beyond it, a summary of the ranks.
 constexpr int kPlanRowRanks = 1024;
 
 std::string segments_text(const ShardLayout& l) {
@@ -41,7 +43,7 @@ std::string segments_text(const ShardLayout& l) {
 
 // The query-key pairs a rank computes over the whole ring, per (batch, head), from its positions
 // alone: causal self-attention lets the query at position t see the t + 1 keys 0..t; without the
-// mask each query sees all seq keys. Equals RingSchedule::visible_pairs (tests/unit).
+// mask each query sees all seq keys. Equals RingPlan::visible_pairs (tests/unit).
 PairCount rank_pairs(const ShardLayout& l, int64_t seq, bool causal) {
   PairCount n = 0;
   for (const Segment& g : l.segments) {
@@ -62,18 +64,28 @@ struct PairStats {
   int64_t min_tokens = 0, max_tokens = 0;  // shards may be uneven (by one token per chunk)
 };
 
-PairStats pair_stats(Sharding s, int64_t seq, bool causal, int world, Window w = {}, Documents docs = {}) {
+void add_rank(PairStats& st, int r, int64_t tokens, PairCount v) {
+  if (r == 0 || tokens < st.min_tokens) st.min_tokens = tokens;
+  if (r == 0 || tokens > st.max_tokens) st.max_tokens = tokens;
+  if (r == 0 || v > st.max) st.max = v, st.max_rank = r;
+  if (r == 0 || v < st.min) st.min = v, st.min_rank = r;
+  st.sum += v;
+}
+
+// From the closed form (dense attention over one document), one rank's layout at a time.
+PairStats pair_stats(Sharding s, int64_t seq, bool causal, int world) {
   PairStats st;
   for (int r = 0; r < world; ++r) {
-    const ShardLayout l = shard_layout(s, seq, r, world, docs);
-    const PairCount v = w.none() && docs.none() ? rank_pairs(l, seq, causal)
-                                                : RingSchedule(s, seq, causal, r, world, docs, w).visible_pairs();
-    if (r == 0 || l.tokens() < st.min_tokens) st.min_tokens = l.tokens();
-    if (r == 0 || l.tokens() > st.max_tokens) st.max_tokens = l.tokens();
-    if (r == 0 || v > st.max) st.max = v, st.max_rank = r;
-    if (r == 0 || v < st.min) st.min = v, st.min_rank = r;
-    st.sum += v;
+    const ShardLayout l = shard_layout(s, seq, r, world);
+    add_rank(st, r, l.tokens(), rank_pairs(l, seq, causal));
   }
+  return st;
+}
+
+// From a plan's schedules.
+PairStats pair_stats(const RingPlan& plan) {
+  PairStats st;
+  for (int r = 0; r < plan.world(); ++r) add_rank(st, r, plan.layout(r).tokens(), plan.visible_pairs(r));
   return st;
 }
 
@@ -85,30 +97,23 @@ double imbalance(const PairStats& st, int world) {
 double share_percent(PairCount v, PairCount total) { return total > 0 ? 100.0 * to_double(v) / to_double(total) : 0.0; }
 
 // One row per rank: tokens, kernel calls, GFLOP, the hops (of those the ring takes) that only
-// forward, the share of the pairs, the K/V bytes it sends (ring_bytes_sent: what a run reports).
-void print_rank_rows(const GlobalProblem& p, int ranks, PairCount total, double flop_per_pair) {
-  const std::vector<int64_t> bounds = p.doc_bounds();
-  const Documents docs = documents_of(bounds);
-  const RingRoutes ring = ring_routes(p.sharding, p.q_len, p.causal, ranks, docs, p.window);
-  const std::vector<char>& routes = ring.carried;
-  const std::vector<int64_t> tokens = ring.shipped_tokens();
-  const uint64_t token_bytes = 2ull * uint64_t(p.batch * p.kv_heads * p.head_dim) * uint64_t(dtype_size(p.dtype));
-  const int hops = ring_hops(routes, ranks);
+// forward, the share of the pairs, the K/V bytes it sends (RingPlan::ring_bytes: what a run reports).
+void print_rank_rows(const GlobalProblem& p, const RingPlan& plan, PairCount total, double flop_per_pair) {
+  const int ranks = plan.world(), hops = plan.hops();
   fmt::print("# ring hops: {} of {} (the ring stops after the last hop that carries a block); sent: K/V bytes of "
              "batch x kv_heads x dim x {} per token\n", hops, ranks, dtype_name(p.dtype));
   fmt::print("# {:>4} {:>10} {:>6} {:>12} {:>10} {:>8} {:>11}  {}\n", "rank", "tokens", "calls", "GFLOP", "skipped",
              "share", "sent", "segments");
   uint64_t all_bytes = 0;
   for (int r = 0; r < ranks; ++r) {
-    const RingSchedule s(p.sharding, p.q_len, p.causal, r, ranks, docs, p.window);  // one rank at a time: O(P) memory
     int skipped = 0;  // hops taken that only forward the block
-    for (int h = 0; h < hops; ++h) skipped += s.hops()[size_t(h)].calls.empty();
-    const PairCount pairs = s.visible_pairs();
-    const uint64_t sent = ring_bytes_sent(routes, tokens, token_bytes, r, ranks);
+    for (int h = 0; h < hops; ++h) skipped += !plan.computes(r, h);
+    const PairCount pairs = plan.visible_pairs(r);
+    const uint64_t sent = plan.ring_bytes(r);
     all_bytes += sent;
-    fmt::print("  {:>4} {:>10} {:>6} {:>12.3f} {:>10} {:>7.1f}% {:>11}  {}\n", r, s.local_layout().tokens(),
-               s.kernel_calls(), flop_per_pair * to_double(pairs) / 1e9, fmt::format("{} hops", skipped),
-               share_percent(pairs, total), sent, segments_text(s.local_layout()));
+    fmt::print("  {:>4} {:>10} {:>6} {:>12.3f} {:>10} {:>7.1f}% {:>11}  {}\n", r, plan.layout(r).tokens(),
+               plan.kernel_calls(r), flop_per_pair * to_double(pairs) / 1e9, fmt::format("{} hops", skipped),
+               share_percent(pairs, total), sent, segments_text(plan.layout(r)));
   }
   fmt::print("# sent in all: {} bytes ({})\n", all_bytes, human_bytes(double(all_bytes)));
 }
@@ -146,40 +151,53 @@ GlobalProblem plan_problem(const PlanOptions& o) {
   return p;
 }
 
-// --shard auto: the runner's rule (pick_balanced; with a window or documents, best_sharding with
-// its hops), from the closed-form counts otherwise.
-Sharding plan_sharding(const PlanOptions& o, const GlobalProblem& p, Documents docs) {
+// The plans of every sharding (kAutoOrder), when a window or documents leave no closed form for
+// the pairs; none otherwise.
+std::vector<RingPlan> scheduled_plans(const GlobalProblem& p, int ranks) {
+  if (p.window.none() && p.doc_lens.empty()) return {};
+  return candidate_plans(p, ranks);
+}
+
+// --shard auto: the runner's rule (best_of over the plans of every sharding, with their traffic
+// under a window), or pick_balanced over the closed-form counts without a window or documents.
+Sharding plan_sharding(const PlanOptions& o, const GlobalProblem& p, const std::vector<RingPlan>& plans) {
   if (o.shard != "auto") return parse_sharding(o.shard);
-  if (!p.window.none() || !docs.none()) return best_sharding(o.seq, o.causal, o.ranks, docs, p.window);
+  if (!plans.empty()) return kAutoOrder[best_of(plans, !p.window.none())];
   double imb[kShardings];
   for (int i = 0; i < kShardings; ++i) imb[i] = imbalance(pair_stats(kAutoOrder[i], o.seq, o.causal, o.ranks), o.ranks);
   return pick_balanced(imb);
+}
+
+// The pairs of sharding `s`: from its plan when there are plans, else by the closed form.
+PairStats stats_of(Sharding s, const PlanOptions& o, const std::vector<RingPlan>& plans) {
+  if (plans.empty()) return pair_stats(s, o.seq, o.causal, o.ranks);
+  return pair_stats(plans[size_t(std::find(kAutoOrder, kAutoOrder + kShardings, s) - kAutoOrder)]);
 }
 
 }  // namespace
 
 int plan_command(const PlanOptions& o) {
   GlobalProblem p = plan_problem(o);
-  const std::vector<int64_t> bounds = p.doc_bounds();
-  const Documents docs = documents_of(bounds);
   const Window w = p.window;
-  const Sharding sharding = p.sharding = plan_sharding(o, p, docs);
+  const std::vector<RingPlan> plans = scheduled_plans(p, o.ranks);  // each sharding's, built once
+  const Sharding sharding = p.sharding = plan_sharding(o, p, plans);
   const double flop_per_pair = 4.0 * double(o.batch) * double(o.heads) * double(o.dim);
   fmt::print("# ringattn plan: seq {} over {} ranks, {} sharding{}, {}{}{}; batch {} heads {}/{} dim {}\n", o.seq,
              o.ranks, sharding_name(sharding), o.shard == "auto" ? " (auto: the best balanced)" : "",
              o.causal ? "causal" : "full", w.none() ? "" : fmt::format(", window {},{}", w.left, w.right),
-             docs.none() ? "" : fmt::format(", {} packed documents", p.doc_lens.size()), o.batch, o.heads, o.kv_heads,
-             o.dim);
-  const PairStats mine = pair_stats(sharding, o.seq, o.causal, o.ranks, w, docs);
-  if (o.ranks <= kPlanRowRanks)
-    print_rank_rows(p, o.ranks, mine.sum, flop_per_pair);
-  else
+             p.doc_lens.empty() ? "" : fmt::format(", {} packed documents", p.doc_lens.size()), o.batch, o.heads,
+             o.kv_heads, o.dim);
+  const PairStats mine = stats_of(sharding, o, plans);
+  if (o.ranks <= kPlanRowRanks) {
+    const size_t i = size_t(std::find(kAutoOrder, kAutoOrder + kShardings, sharding) - kAutoOrder);
+    print_rank_rows(p, plans.empty() ? ring_plan(p, o.ranks) : plans[i], mine.sum, flop_per_pair);
+  } else {
     print_summary(o, mine, flop_per_pair);
+  }
   fmt::print("# balance (max / mean visible pairs per rank; 1.00 is perfect):");
   for (Sharding s : {Sharding::Contiguous, Sharding::Zigzag, Sharding::Striped, Sharding::DocZigzag}) {
-    if (s == Sharding::DocZigzag && docs.none()) continue;  // zigzag without documents
-    fmt::print(" {} {:.2f}", sharding_name(s),
-               imbalance(s == sharding ? mine : pair_stats(s, o.seq, o.causal, o.ranks, w, docs), o.ranks));
+    if (s == Sharding::DocZigzag && p.doc_lens.empty()) continue;  // zigzag without documents
+    fmt::print(" {} {:.2f}", sharding_name(s), imbalance(s == sharding ? mine : stats_of(s, o, plans), o.ranks));
   }
   fmt::print("\n");
   return kExitOk;

@@ -13,7 +13,7 @@
 #include "core/mask.hpp"
 #include "core/error.hpp"
 #include "runner/io/npy.hpp"
-#include "runner/ring/schedule.hpp"
+#include "runner/ring/ring_plan.hpp"
 
 namespace ringattn::cli {
 namespace {
@@ -208,14 +208,17 @@ std::vector<OraclePart> oracle_parts(const GlobalProblem& p) {
   return parts;
 }
 
-void resolve_sharding(const ProblemOptions& o, GlobalProblem& p, int world) {
+std::optional<RingPlan> plan_ring(const ProblemOptions& o, GlobalProblem& p, int world, int rank) {
   if (!p.is_ring() && o.shard != "auto")
     fail_arg("--shard {}: a decode (q_len {}, kv_len {}, q_offset {}) has no query sharding: every rank holds "
              "every query and a contiguous part of the keys; drop --shard", o.shard, p.q_len, p.kv_len,
              p.resolved_q_offset());
-  if (o.shard != "auto" || !p.is_ring()) return;
-  const std::vector<int64_t> bounds = p.doc_bounds();
-  p.sharding = best_sharding(p.q_len, p.causal, world, documents_of(bounds), p.window);
+  if (!p.is_ring()) return std::nullopt;
+  if (o.shard != "auto") return ring_plan(p, world, rank);
+  std::vector<RingPlan> candidates = candidate_plans(p, world, rank);
+  const int best = best_of(candidates, !p.window.none());
+  p.sharding = kAutoOrder[best];
+  return std::move(candidates[size_t(best)]);
 }
 
 namespace {
@@ -263,7 +266,7 @@ ProblemSetup setup_problem(const ProblemOptions& o) {
   ProblemSetup s;
   GlobalProblem& p = s.problem;
   p.causal = o.causal;
-  p.sharding = o.shard == "auto" ? Sharding::Zigzag : parse_sharding(o.shard);  // auto: resolve_sharding
+  p.sharding = o.shard == "auto" ? Sharding::Zigzag : parse_sharding(o.shard);  // auto: plan_ring
   if (!o.from_files()) {
     p.batch = o.batch;
     p.q_heads = o.heads;
@@ -283,20 +286,24 @@ ProblemSetup setup_problem(const ProblemOptions& o) {
   return s;
 }
 
-void layouts_for(const GlobalProblem& p, int rank, int world, ShardLayout& q_layout, ShardLayout& kv_layout) {
+void layouts_for(const GlobalProblem& p, const RingPlan* ring, int rank, int world, ShardLayout& q_layout,
+                 ShardLayout& kv_layout) {
   if (p.is_ring()) {
-    const std::vector<int64_t> bounds = p.doc_bounds();
-    q_layout = shard_layout(p.sharding, p.q_len, rank, world, documents_of(bounds));
-    kv_layout = q_layout;
+    if (ring == nullptr || ring->world() != world)
+      fail_arg("the rows of rank {} of a ring problem over {} ranks come from its ring plan (none was made for {} "
+               "ranks)", rank, world, world);
+    q_layout = kv_layout = ring->layout(rank);
   } else {
     q_layout.segments = {Segment{0, p.q_len, 1}};
     kv_layout.segments = {kv_shard(p.kv_len, rank, world)};
   }
 }
 
-LocalProblem load_local(const GlobalProblem& p, InputSource& src, Backend& b, int rank, int world) {
+LocalProblem load_local(const GlobalProblem& p, const RingPlan* ring, InputSource& src, Backend& b, int rank,
+                        int world) {
   LocalProblem l;
-  layouts_for(p, rank, world, l.q_layout, l.kv_layout);
+  layouts_for(p, ring, rank, world, l.q_layout, l.kv_layout);
+  l.ring = p.is_ring() ? ring : nullptr;
   const int64_t tq = l.q_layout.tokens(), tk = l.kv_layout.tokens();
   const int es = dtype_size(p.dtype);
   const size_t qn = size_t(p.batch * p.q_heads * tq * p.head_dim), kn = size_t(p.batch * p.kv_heads * tk * p.head_dim);
@@ -341,6 +348,12 @@ double visible_pairs(const GlobalProblem& p) {
   const std::vector<int64_t> bounds = p.doc_bounds();
   if (!bounds.empty()) return count_document_pairs<double>(documents_of(bounds), p.causal, p.window);
   return count_visible<double>(p.mask(), 0, T, S);
+}
+
+RankStats run_forward(const GlobalProblem& p, const LocalProblem& local, Backend& b, Transport& t,
+                      const ringattn::RunOptions& ro) {
+  return local.ring ? run_ring_attention(p, *local.ring, local.views, b, t, ro)
+                    : run_distributed_decode(p, local.views, b, t, ro);
 }
 
 double attention_flops(const GlobalProblem& p) {

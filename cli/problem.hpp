@@ -3,6 +3,7 @@
 #pragma once
 
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -49,6 +50,9 @@ struct ProblemSetup {
   // How the files map to the problem's elements: --layout, or thd for three-dimensional inputs.
   // --out/--lse and the backward's --do/--dq/--dk/--dv use it too.
   FileLayout layout = FileLayout::Bhsd;
+  // The ring plan of a ring problem over the world, keeping this rank's calls (plan_ring), made
+  // once and passed to everything that follows it; none for a decode.
+  std::optional<RingPlan> ring;
 };
 ProblemSetup setup_problem(const ProblemOptions& o);
 
@@ -60,26 +64,38 @@ struct OraclePart {
 };
 std::vector<OraclePart> oracle_parts(const GlobalProblem& p);
 
-// --shard auto (the default): a ring problem takes the best balanced sharding over `world` ranks
-// for its mask and documents (best_sharding); an explicit --shard is kept, and refused for a decode
-// (which shards only its keys, contiguously). Call after
-// validate_problem. Every rank resolves the same.
-void resolve_sharding(const ProblemOptions& o, GlobalProblem& p, int world);
+// The ring plan of `p` over `world` ranks, keeping rank `rank`'s calls, with --shard auto (the
+// default) resolved into p.sharding: a ring problem takes the best balanced sharding for its
+// mask and documents (best_of over candidate_plans, whose pick becomes the plan: each candidate
+// is built once); an explicit --shard is kept, and refused for a decode (which shards only its
+// keys, contiguously), whose plan is none. Call after validate_problem. Every rank resolves the
+// same.
+std::optional<RingPlan> plan_ring(const ProblemOptions& o, GlobalProblem& p, int world, int rank);
+// The plan of an optional one, or null.
+inline const RingPlan* ring_of(const std::optional<RingPlan>& ring) { return ring ? &*ring : nullptr; }
 
 // This rank's tensors, in backend memory, with the poisoned output buffers.
 struct LocalProblem {
   ShardLayout q_layout, kv_layout;  // local rows of q and of k/v as global positions
+  const RingPlan* ring = nullptr;   // a ring problem's plan (its layouts); null for a decode
   DeviceBuffer q, k, v, out, lse;
   LocalTensors views;
 };
 
-// Which global rows this rank holds: the ring's shard_layout for self-attention, all queries
-// and the kv_shard for decode (ARCHITECTURE.md "Sharding"; runner/problem/sharding.hpp).
-void layouts_for(const GlobalProblem& p, int rank, int world, ShardLayout& q_layout, ShardLayout& kv_layout);
+// Which global rows this rank holds: the ring plan's layout for self-attention (`ring`, which a
+// ring problem needs), all queries and the kv_shard for decode (ARCHITECTURE.md "Sharding";
+// runner/problem/sharding.hpp).
+void layouts_for(const GlobalProblem& p, const RingPlan* ring, int rank, int world, ShardLayout& q_layout,
+                 ShardLayout& kv_layout);
 
 // Allocates and fills this rank's q, k, v and poisons out and lse with NaN, so that anything the
-// run does not write shows up in the check.
-LocalProblem load_local(const GlobalProblem& p, InputSource& src, Backend& b, int rank, int world);
+// run does not write shows up in the check. `ring`: as for layouts_for (kept in LocalProblem).
+LocalProblem load_local(const GlobalProblem& p, const RingPlan* ring, InputSource& src, Backend& b, int rank,
+                        int world);
+
+// The forward on this rank's tensors: the ring along local.ring, or the distributed decode.
+RankStats run_forward(const GlobalProblem& p, const LocalProblem& local, Backend& b, Transport& t,
+                      const ringattn::RunOptions& ro);
 
 // Query-key pairs of the global problem (the causal mask applied): 4 * dim * pairs * batch * heads
 // is the flop count of a run.

@@ -70,22 +70,13 @@ ProblemSetup prepare_run(const RunOptions& o, const World& w) {
   if (w.rank == 0) check_run_outputs(o);  // only rank 0 writes; the callers share its verdict
   ProblemSetup setup = setup_problem(o.problem);
   validate_problem(setup.problem, w.size);
-  resolve_sharding(o.problem, setup.problem, w.size);
+  setup.ring = plan_ring(o.problem, setup.problem, w.size, w.rank);
   if (o.backward) check_backward_setup(o, setup, w.size);
-  check_fault_plan(w.fault, setup.problem, w.size, o.backward);
+  check_fault_plan(w.fault, setup.problem, ring_of(setup.ring), w.size, o.backward);
   return setup;
 }
 
 namespace {
-
-// The bytes of the ring's K/V block, the same on every rank: packed K and V of the largest shard.
-size_t ring_block_bytes(const GlobalProblem& p, int world) {
-  int64_t tokens = 0;
-  const std::vector<int64_t> bounds = p.doc_bounds();
-  for (int r = 0; r < world; ++r)
-    tokens = std::max(tokens, shard_layout(p.sharding, p.kv_len, r, world, documents_of(bounds)).tokens());
-  return 2 * size_t(p.batch * p.kv_heads * tokens * p.head_dim) * size_t(dtype_size(p.dtype));
-}
 
 // Warms the ring before the timed run: one untimed exchange of the real block size around it,
 // through the same Transport, so that the transport's one-time set-up (NCCL builds a pair's peer
@@ -94,11 +85,12 @@ size_t ring_block_bytes(const GlobalProblem& p, int world) {
 // rate is the attention's. Chosen over an untimed first run, which would also load the GPU
 // kernels (their first launch stays in the timed run) but doubles the cost of every run (minutes
 // for a long CPU run) and would run a faulty hop twice. Skipped (-1) where nothing
-// connects: a world of one, a decode (its allgather runs over the collectives the agreement has
-// already used), and under RINGATTN_FAULT, whose hop count starts at the run's first exchange.
-double warm_up(const GlobalProblem& p, World& w) {
-  if (w.size <= 1 || !p.is_ring() || w.fault.active()) return -1;
-  const double s = warm_ring(*w.transport, *w.backend, ring_block_bytes(p, w.size));
+// connects: a world of one, a decode (no ring plan: its allgather runs over the collectives the
+// agreement has already used), and under RINGATTN_FAULT, whose hop count starts at the run's
+// first exchange. The block is the plan's (RingPlan::block_bytes: the ring's buffers).
+double warm_up(const RingPlan* ring, World& w) {
+  if (w.size <= 1 || ring == nullptr || w.fault.active()) return -1;
+  const double s = warm_ring(*w.transport, *w.backend, ring->block_bytes());
   w.counter->reset_peak();  // the workspace reported is the run's
   return s;
 }
@@ -118,7 +110,7 @@ int load_phase(const RunOptions& o, World& w, ProblemSetup& setup, LocalProblem&
   const int code = agreed_step(*w.transport, [&] {
     setup = prepare_run(o, w);
     if (w.rank == 0) spdlog::info("problem: {}; world {} over {}", problem_line(setup.problem), w.size, w.transport_name);
-    local = load_local(setup.problem, *setup.source, *w.backend, w.rank, w.size);
+    local = load_local(setup.problem, ring_of(setup.ring), *setup.source, *w.backend, w.rank, w.size);
     return o.check_finite ? check_inputs_finite(setup.problem, local, *w.backend, w.rank, *setup.source) : std::string();
   });
   times.inputs_s = seconds_since(t0);
@@ -186,7 +178,7 @@ int run_on(const CommandLine& cl, World& w, double world_s) {
   times.world_s = world_s;
   if (load_phase(o, w, setup, local, times) != kExitOk) return kExitError;
   const GlobalProblem& p = setup.problem;
-  times.warm_s = warm_up(p, w);
+  times.warm_s = warm_up(local.ring, w);
 
   ringattn::RunOptions ro;
   ro.tile_q = o.problem.tile_q;
@@ -195,7 +187,7 @@ int run_on(const CommandLine& cl, World& w, double world_s) {
   t.barrier();
   const auto t0 = std::chrono::steady_clock::now();
   try {
-    stats = run_attention(p, local.views, *w.backend, t, ro);
+    stats = run_forward(p, local, *w.backend, t, ro);
     w.backend->synchronize();
   } catch (const InvalidArgument& e) {
     throw CollectiveError(e.what());  // the runtime validates identically on every rank

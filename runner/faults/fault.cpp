@@ -5,8 +5,7 @@
 
 #include "core/error.hpp"
 #include "core/settings.hpp"
-#include "runner/ring/grad_ring.hpp"
-#include "runner/ring/schedule.hpp"
+#include "runner/ring/ring_plan.hpp"
 
 namespace ringattn {
 namespace {
@@ -90,43 +89,39 @@ FaultPlan parse_fault_plan(const std::string& text) {
 
 namespace {
 
-// The dK/dV ring's hops of rank `rank` (FaultHops' grads meanings; grad_ring.hpp's routes).
-FaultHops grad_fault_hops(const RingRoutes& routes, const RingSchedule& sched, int rank, int world) {
+// The dK/dV ring's hops of rank `rank` (FaultHops' grads meanings; the plan's dK/dV ring).
+FaultHops grad_fault_hops(const RingPlan& plan, int rank) {
+  const int world = plan.world();
   FaultHops h;
-  h.ring_hops = ring_hops(routes.carried, world);
+  h.ring_hops = plan.hops();
   for (int s = 1; s <= world && world > 1; ++s) {
-    if (!grad_exchange_runs(routes, s, world)) continue;
+    if (!plan.grad_exchange_runs(s)) continue;
     h.posts.push_back(s);
-    if (grad_sends(routes, rank, world, s)) h.sends.push_back(s);
+    if (plan.grad_sends(rank, s)) h.sends.push_back(s);
     // Hop s < P folds what it received into the accumulator it computed; exchange P brings
     // this rank's own accumulator home, into dk and dv.
-    const bool folds = s == world || !sched.hops()[size_t(s)].calls.empty();
-    if (folds && grad_receives(routes, rank, world, s)) h.computes.push_back(s);
+    const bool folds = s == world || plan.computes(rank, s);
+    if (folds && plan.grad_receives(rank, s)) h.computes.push_back(s);
   }
   return h;
 }
 
 }  // namespace
 
-FaultHops fault_hops(const GlobalProblem& p, int rank, int world, FaultPhase phase) {
-  const std::vector<int64_t> bounds = p.doc_bounds();
-  const RingRoutes routes = ring_routes(p.sharding, p.q_len, p.causal, world, documents_of(bounds), p.window);
-  const RingSchedule sched(p.sharding, p.q_len, p.causal, rank, world, documents_of(bounds), p.window);
-  if (phase == FaultPhase::Grads) return grad_fault_hops(routes, sched, rank, world);
+FaultHops fault_hops(const RingPlan& plan, int rank, FaultPhase phase) {
+  if (phase == FaultPhase::Grads) return grad_fault_hops(plan, rank);
   FaultHops h;
-  h.ring_hops = ring_hops(routes.carried, world);
+  h.ring_hops = plan.hops();
   for (int s = 0; s + 1 < h.ring_hops; ++s) {
     h.posts.push_back(s);
-    const int src = ((rank - s) % world + world) % world;  // the block this hop holds and passes on
-    if (routes.carried[size_t(src) * size_t(world) + size_t(s)] && !routes.shipped[size_t(src)].empty())
-      h.sends.push_back(s);
+    if (plan.sends_block(rank, s)) h.sends.push_back(s);
   }
   for (int s = 0; s < h.ring_hops; ++s)
-    if (!sched.hops()[size_t(s)].calls.empty()) h.computes.push_back(s);
+    if (plan.computes(rank, s)) h.computes.push_back(s);
   return h;
 }
 
-void check_fault_plan(const FaultPlan& plan, const GlobalProblem& p, int world, bool backward) {
+void check_fault_plan(const FaultPlan& plan, const GlobalProblem& p, const RingPlan* ring, int world, bool backward) {
   if (!plan.active()) return;
   const std::string value = plan.text();
   const char* phase = fault_phase_name(plan.phase);
@@ -140,8 +135,9 @@ void check_fault_plan(const FaultPlan& plan, const GlobalProblem& p, int world, 
              p.kv_len);
   if (!p.is_ring())
     fail_arg("{} applies to ring runs; this is a distributed decode (q_offset {} != 0)", value, p.resolved_q_offset());
+  if (ring == nullptr) fail_arg("{}: checking a plan for a ring run needs the run's ring plan", value);
   const bool grads = plan.phase == FaultPhase::Grads;
-  const FaultHops h = fault_hops(p, plan.rank, world, plan.phase);
+  const FaultHops h = fault_hops(*ring, plan.rank, plan.phase);
   const std::vector<int>* at = &h.posts;
   const char* does = grads ? "posts no dK/dV exchange" : "posts no exchange";
   if (plan.kind == FaultKind::Corrupt) {
@@ -153,13 +149,13 @@ void check_fault_plan(const FaultPlan& plan, const GlobalProblem& p, int world, 
   }
   for (int s : *at)
     if (s == plan.hop) return;
-  const std::string ring =
+  const std::string travel =
       grads ? fmt::format("the dK/dV accumulators of this problem travel at {} over {} rank{}", hop_list(h.posts),
                           world, world == 1 ? "" : "s")
             : fmt::format("this problem's ring takes {} hop{} over {} rank{}", h.ring_hops, h.ring_hops == 1 ? "" : "s",
                           world, world == 1 ? "" : "s");
   fail_arg("{} can never fire: rank {} {} at hop {} of the {} ring ({}); on rank {}, {} can fire at {}", value,
-           plan.rank, does, plan.hop, phase, ring, plan.rank, fault_kind_name(plan.kind), hop_list(*at));
+           plan.rank, does, plan.hop, phase, travel, plan.rank, fault_kind_name(plan.kind), hop_list(*at));
 }
 
 const FaultPlan& fault_plan() {

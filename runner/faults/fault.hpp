@@ -25,6 +25,7 @@
 #include <vector>
 
 #include "runner/problem/problem.hpp"
+#include "runner/ring/ring_plan.hpp"
 
 namespace ringattn {
 
@@ -55,11 +56,11 @@ struct FaultPlan {
 // and the allowed form.
 FaultPlan parse_fault_plan(const std::string& text);
 
-// The hops of a ring run of `p` over `world` ranks at which a plan for rank `rank` fires in ring
-// `phase` (the backward's K/V ring follows the forward's routes, so both have the same ones; the
-// dK/dV ring's are those of the same routes' accumulators, grad_ring.hpp):
+// The hops of a ring run with the ring plan `plan` at which a fault plan for rank `rank` fires in
+// ring `phase` (the backward's K/V ring follows the forward's routes, so both have the same ones;
+// the dK/dV ring's are those of the same routes' accumulators, RingPlan::grad_sends):
 struct FaultHops {
-  int ring_hops = 1;          // the hops the K/V ring takes (ring_hops in schedule.hpp)
+  int ring_hops = 1;          // the hops the K/V ring takes (RingPlan::hops)
   std::vector<int> posts;     // exit, hang, error: the exchanges the rank posts, 0..ring_hops-2
                               //   (grads: the dK/dV exchanges that run, within 1..P)
   std::vector<int> sends;     // corrupt: those in which it sends a block (grads: an accumulator)
@@ -67,15 +68,15 @@ struct FaultHops {
   std::vector<int> computes;  // throw: the hops at which it computes on a block (grads: at which
                               //   it folds a received accumulator into its own or into dk, dv)
 };
-FaultHops fault_hops(const GlobalProblem& p, int rank, int world, FaultPhase phase = FaultPhase::Forward);
+FaultHops fault_hops(const RingPlan& plan, int rank, FaultPhase phase = FaultPhase::Forward);
 
 // Refuses a plan that could never fire in a run of `p` over `world` ranks (`backward`: the run
-// has a ring backward), naming RINGATTN_FAULT, its value and what is allowed: a rank outside
+// has a ring backward; `ring`: the run's ring plan, null only for a problem that is no ring), naming RINGATTN_FAULT, its value and what is allowed: a rank outside
 // 0..world-1, a backward or grads plan without a backward, any plan when the run has no ring hops
 // (a distributed decode), or a hop at which the rank does nothing the kind hooks into (fault_hops:
 // the message lists the hops it could fire at). Throws InvalidArgument; the same text on every
 // rank (it depends on the plan and the problem only).
-void check_fault_plan(const FaultPlan& plan, const GlobalProblem& p, int world, bool backward);
+void check_fault_plan(const FaultPlan& plan, const GlobalProblem& p, const RingPlan* ring, int world, bool backward);
 
 // The process's plan: RINGATTN_FAULT of settings() (core/settings.hpp), parsed once (the default of
 // the decorators' installers; the CLI parses its own Settings' text).

@@ -21,6 +21,8 @@ struct Description {
   int64_t doc_count = 0, doc_hash = 0;  // packed documents: how many, and a hash of their lengths
   int64_t window_left = -1, window_right = -1;
   uint32_t dtype = 0, out_dtype = 0, causal = 0, sharding = 0, scale_bits = 0, k_layout = 0, v_layout = 0;
+  uint32_t unused = 0;  // keeps layouts_hash 8-aligned with no indeterminate padding in the bytes sent
+  uint64_t layouts_hash = 0;
   char error[224] = {};
 };
 
@@ -55,6 +57,7 @@ Description describe(const GlobalProblem& p, const LocalVerdict& local, int worl
   std::memcpy(&d.scale_bits, &s, 4);
   d.k_layout = local.k_layout;
   d.v_layout = local.v_layout;
+  d.layouts_hash = local.layouts_hash;
   std::strncpy(d.error, local.error.c_str(), sizeof(d.error) - 1);
   return d;
 }
@@ -93,6 +96,8 @@ std::string first_difference(const Description& a, const Description& ref, int r
   if (a.sharding != ref.sharding)
     return field("sharding", sharding_name(Sharding(a.sharding)), sharding_name(Sharding(ref.sharding)));
   if (a.scale_bits != ref.scale_bits) return field("scale", bits_to_float(a.scale_bits), bits_to_float(ref.scale_bits));
+  // Last: layouts of one sharding differ only when the fields above do.
+  if (a.layouts_hash != ref.layouts_hash) return field("ring layouts (hash)", a.layouts_hash, ref.layouts_hash);
   return "";
 }
 

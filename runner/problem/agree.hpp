@@ -11,11 +11,13 @@
 namespace ringattn {
 
 // What a rank adds to the shared problem: the layouts of its packed K/V blocks (every rank must
-// read incoming blocks the same way) and an error found in its local tensors ("" when none).
+// read incoming blocks the same way), the ring's layouts (every rank must follow the same plan)
+// and an error found in its local tensors ("" when none).
 struct LocalVerdict {
   uint32_t k_layout = 0, v_layout = 0;
   bool decode = false;  // run_distributed_decode (also of a self-attention shaped problem)
   bool backward = false;  // run_attention_backward: a rank running the forward disagrees
+  uint64_t layouts_hash = 0;  // a ring run: its plan's hash of every rank's layout (RingPlan::layouts_hash)
   std::string error;
 };
 

@@ -16,8 +16,9 @@ namespace ringattn {
 // ---------------------------------------------------------------------------------------------
 // The global problem. Every rank passes the same one; agree_on_problem checks that they do.
 
-// 2: packed documents, 3: the window in the description, 4: the output dtype in the description
-inline constexpr uint32_t kProblemVersion = 4;
+// 2: packed documents, 3: the window in the description, 4: the output dtype in the description,
+// 5: the ring layouts
+inline constexpr uint32_t kProblemVersion = 5;
 
 struct GlobalProblem {
   int64_t batch = 1;

@@ -1,7 +1,12 @@
 // Sharding of a global sequence over ranks: the segments of global positions each rank holds.
+#include <algorithm>
 #include <cmath>
+#include <numeric>
 #include <optional>
+#include <span>
 #include <string>
+#include <tuple>
+#include <utility>
 
 #include "core/mask.hpp"
 #include "runner/problem/checked.hpp"
@@ -116,6 +121,89 @@ ShardLayout shard_layout(Sharding s, int64_t seq_len, int rank, int world, Docum
       l.segments.push_back(g);
   }
   return l;
+}
+
+std::vector<ShardLayout> shard_layouts(Sharding s, int64_t seq_len, int world, Documents docs) {
+  check_shardable(s, seq_len, world);
+  std::vector<ShardLayout> all(static_cast<size_t>(world));
+  for (int r = 0; r < world; ++r) all[size_t(r)] = shard_layout(s, seq_len, r, world, docs);
+  return all;
+}
+
+namespace {
+
+// The inverse of a modulo m (gcd(a, m) = 1), in [0, m); 0 when m is 1.
+int64_t inverse_mod(int64_t a, int64_t m) {
+  PairCount r0 = m, r1 = a, x0 = 0, x1 = 1;
+  while (r1 != 0) {
+    const PairCount q = r0 / r1;
+    std::tie(r0, r1) = std::pair{r1, r0 - q * r1};
+    std::tie(x0, x1) = std::pair{x1, x0 - q * x1};
+  }
+  return int64_t((x0 % m + m) % m);
+}
+
+// The first position that runs a and b both hold (a.start <= b.start, both inside the sequence),
+// or none: b.start + t j for the least j >= 0 with t j = a.start - b.start (mod a's stride).
+std::optional<int64_t> first_common(const Segment& a, const Segment& b) {
+  const int64_t hi = std::min(a.position(a.len - 1), b.position(b.len - 1));
+  const int64_t s = a.stride, t = b.stride, g = std::gcd(s, t), d = b.start - a.start;
+  if (hi < b.start || d % g != 0) return std::nullopt;
+  const int64_t m = s / g, rhs = ((-(d / g)) % m + m) % m;
+  const PairCount j = PairCount(rhs) * inverse_mod((t / g) % m, m) % m;
+  const PairCount x = PairCount(b.start) + PairCount(t) * j;
+  if (x > hi) return std::nullopt;
+  return int64_t(x);
+}
+
+struct HeldRun {
+  int rank;
+  size_t segment;
+  Segment run;
+  int64_t last;  // its last position
+};
+
+// Every segment of every rank, checked on its own; sorted by first position.
+std::vector<HeldRun> held_runs(std::span<const ShardLayout> layouts, int64_t seq_len) {
+  std::vector<HeldRun> runs;
+  for (size_t r = 0; r < layouts.size(); ++r)
+    for (size_t i = 0; i < layouts[r].segments.size(); ++i) {
+      const Segment& g = layouts[r].segments[i];
+      const auto bad = [&](const std::string& why) {
+        fail_arg("rank {} segment {} (start {}, {} tokens, stride {}): {}", r, i, g.start, g.len, g.stride, why);
+      };
+      if (g.len < 1) bad("a segment holds at least one token");
+      if (g.stride < 1) bad("the stride must be >= 1");
+      const PairCount last = PairCount(g.start) + PairCount(g.stride) * (g.len - 1);
+      if (g.start < 0 || last >= seq_len)
+        bad(fmt::format("its positions {} to {:.0f} leave the sequence [0, {})", g.start, to_double(last), seq_len));
+      runs.push_back({int(r), i, g, int64_t(last)});
+    }
+  std::sort(runs.begin(), runs.end(), [](const HeldRun& x, const HeldRun& y) { return x.run.start < y.run.start; });
+  return runs;
+}
+
+}  // namespace
+
+void check_layouts(std::span<const ShardLayout> layouts, int64_t seq_len) {
+  check_shardable(Sharding::Contiguous, seq_len, int(layouts.size()));
+  const std::vector<HeldRun> runs = held_runs(layouts, seq_len);
+  // A sweep by first position: a run can share a position only with the runs still open at its
+  // start (those whose last position is not before it).
+  std::vector<const HeldRun*> open;
+  PairCount held = 0;
+  for (const HeldRun& h : runs) {
+    std::erase_if(open, [&](const HeldRun* o) { return o->last < h.run.start; });
+    for (const HeldRun* o : open)
+      if (const std::optional<int64_t> x = first_common(o->run, h.run))
+        fail_arg("position {} is held twice: by rank {} (segment {}) and by rank {} (segment {}); every position must "
+                 "be on exactly one rank", *x, o->rank, o->segment, h.rank, h.segment);
+    open.push_back(&h);
+    held += h.run.len;
+  }
+  if (held != seq_len)
+    fail_arg("the layouts of the {} ranks hold {} of the {} positions: every position must be on exactly one rank",
+             layouts.size(), int64_t(held), seq_len);
 }
 
 std::vector<int64_t> shard_tokens(Sharding s, int64_t seq_len, int world, Documents docs) {

@@ -4,6 +4,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -56,6 +57,17 @@ void check_shardable(Sharding s, int64_t seq_len, int world);
 // and gives rank r chunks r and 2P-1-r of each, document by document, so causal work inside
 // every document is balanced; without documents it is zigzag.
 ShardLayout shard_layout(Sharding s, int64_t seq_len, int rank, int world, Documents docs = {});
+
+// Every rank's layout under scheme `s` (shard_layout for rank 0 .. world - 1): the layouts a ring
+// plan is made from (runner/ring/ring_plan.hpp). A plan takes any layouts that check_layouts
+// accepts, so a layout no scheme names (a hybrid group's union of shards) is made by the caller.
+std::vector<ShardLayout> shard_layouts(Sharding s, int64_t seq_len, int world, Documents docs = {});
+
+// Checks that `layouts` (one per rank) share the positions [0, seq_len) out exactly: every
+// segment non-empty with a stride >= 1 and inside the sequence, no position held twice, none left
+// out. Throws InvalidArgument naming the rank, the segment and its values, or the position held
+// twice. The layouts shard_layout makes always pass.
+void check_layouts(std::span<const ShardLayout> layouts, int64_t seq_len);
 
 // The tokens every rank holds (shard_layout(...).tokens() for rank 0 .. world - 1).
 std::vector<int64_t> shard_tokens(Sharding s, int64_t seq_len, int world, Documents docs = {});

@@ -8,7 +8,6 @@
 #include "core/error.hpp"
 #include "core/host.hpp"
 #include "runner/diagnostics/log.hpp"
-#include "runner/ring/schedule.hpp"
 
 namespace ringattn {
 
@@ -33,26 +32,19 @@ std::unique_ptr<StagingTransport> staging_for(Backend& b, Transport& t, size_t c
   return std::make_unique<StagingTransport>(t, std::move(copies), capacity);
 }
 
-BlockRing::BlockRing(Backend& b, Transport& t, const TensorView& k, const TensorView& v, std::vector<int64_t> tokens,
-                     FlightRecorder& recorder, std::vector<char> carried, std::vector<KeyRange> shipped)
-    : t_(t), recorder_(recorder), k_(k), v_(v), k_layout_(layout_of(k)), v_layout_(layout_of(v)), rank_(t.rank()),
-      world_(t.size()), tokens_(std::move(tokens)), carried_(std::move(carried)), shipped_(std::move(shipped)) {
-  if (!carried_.empty() && carried_.size() != size_t(world_) * size_t(world_))
-    fail_arg("rank {}: the block routes need {} x {} entries (got {})", rank_, world_, world_, carried_.size());
-  hops_ = carried_.empty() ? world_ : ring_hops(carried_, world_);
-  if (tokens_.size() != size_t(world_) || tokens_[size_t(rank_)] != k.len || v.len != k.len)
-    fail_arg("rank {}: the block ring needs the token count of each of the {} ranks, this rank's equal to the "
-             "{} rows of k and the {} of v (got {} counts)", rank_, world_, k.len, v.len, tokens_.size());
-  bool shipped_ok = shipped_.empty() || shipped_.size() == tokens_.size();
-  for (size_t q = 0; shipped_ok && !shipped_.empty() && q < shipped_.size(); ++q)
-    shipped_ok = shipped_[q].empty() || (shipped_[q].begin >= 0 && shipped_[q].end <= tokens_[q]);
-  if (!shipped_ok) fail_arg("rank {}: the shipped rows need one range inside each of the {} shards", rank_, world_);
+BlockRing::BlockRing(Backend& b, Transport& t, const TensorView& k, const TensorView& v, const RingPlan& plan,
+                     FlightRecorder& recorder)
+    : t_(t), recorder_(recorder), k_(k), v_(v), k_layout_(layout_of(k)), v_layout_(layout_of(v)), plan_(plan),
+      rank_(t.rank()), world_(t.size()) {
+  if (plan.world() != world_)
+    fail_arg("rank {}: the block ring's plan is for {} ranks, but the transport has {}", rank_, plan.world(), world_);
+  if (plan.layout(rank_).tokens() != k.len || v.len != k.len)
+    fail_arg("rank {}: the block ring needs k and v of this rank's {} tokens (got {} rows of k and {} of v)", rank_,
+             plan.layout(rank_).tokens(), k.len, v.len);
   if (b.stream() != nullptr) t.set_stream(b.stream());
   if (world_ <= 1) return;  // nothing to send: hop 0 reads k and v in place
   token_bytes_ = size_t(k.batch * k.heads * k.dim) * size_t(dtype_size(k.dtype));
-  int64_t most = 0;  // the largest block that travels
-  for (int q = 0; q < world_; ++q) most = std::max(most, travel(q).size());
-  const size_t capacity = 2 * token_bytes_ * size_t(std::max<int64_t>(most, 1));  // never a 0-byte buffer
+  const size_t capacity = 2 * token_bytes_ * size_t(plan.block_tokens());  // the largest block that travels
   for (DeviceBuffer& blk : blocks_) blk = DeviceBuffer(b, capacity);
   staging_ = staging_for(b, t, capacity);
   const KeyRange mine = travel(rank_);

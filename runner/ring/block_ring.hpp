@@ -20,6 +20,7 @@
 #include "kernels/backend.hpp"
 #include "runner/diagnostics/flight_recorder.hpp"
 #include "runner/ring/ring_buffers.hpp"
+#include "runner/ring/ring_plan.hpp"
 
 namespace ringattn {
 
@@ -35,29 +36,26 @@ std::unique_ptr<StagingTransport> staging_for(Backend& b, Transport& t, size_t c
 class BlockRing {
  public:
   // Packs `k` and `v` into the first block when the world has more than one rank (a world of one
-  // reads them in place). `tokens[r]` is how many tokens rank r holds (shards may be uneven, and
-  // empty); k.len must be tokens[rank]. Every block travels with exactly its source's tokens, in
-  // buffers sized for the largest. Device blocks travel through host memory (StagingTransport)
-  // when `t` cannot take device pointers; device-side exchanges are ordered after `b`'s stream.
-  // `carried[q * P + h]` says whether hop h's exchange carries the block of rank q on
-  // (block_routes in schedule.hpp); empty: every block travels the whole ring. A block that is not
-  // carried is sent and received as 0 bytes, and no later hop may compute on it. `shipped[q]`
-  // (RingRoutes, schedule.hpp; empty: every block whole) is the rows of rank q's shard its block
-  // travels with: hop 0 reads this rank's whole k and v, a later hop's block holds only the
-  // shipped rows of its source.
-  BlockRing(Backend& b, Transport& t, const TensorView& k, const TensorView& v, std::vector<int64_t> tokens,
-            FlightRecorder& recorder, std::vector<char> carried = {}, std::vector<KeyRange> shipped = {});
+  // reads them in place). `plan` (ring_plan.hpp; it must outlive the ring) says how many tokens
+  // each rank holds (shards may be uneven, and empty; k.len must be this rank's), which hop's
+  // exchange carries which block on (a block that is not carried is sent and received as 0
+  // bytes, and no later hop may compute on it), the rows of its source's shard each block travels
+  // with (RingRoutes::shipped: hop 0 reads this rank's whole k and v, a later hop's block holds
+  // only the shipped rows of its source), and the buffers' size (RingPlan::block_tokens). Device
+  // blocks travel through host memory (StagingTransport) when `t` cannot take device pointers;
+  // device-side exchanges are ordered after `b`'s stream.
+  BlockRing(Backend& b, Transport& t, const TensorView& k, const TensorView& v, const RingPlan& plan,
+            FlightRecorder& recorder);
   ~BlockRing();
   BlockRing(const BlockRing&) = delete;
   BlockRing& operator=(const BlockRing&) = delete;
 
   int rank() const { return rank_; }
   int world() const { return world_; }
-  // The hops the ring takes: P, or with routes one more than the last that carries a block
-  // (ring_hops in schedule.hpp).
-  int hops() const { return hops_; }
+  // The hops the ring takes: one more than the last that carries a block (RingPlan::hops).
+  int hops() const { return plan_.hops(); }
   // Whether hop `hop` passes its block on (every hop but the last).
-  bool exchanges(int hop) const { return hop + 1 < hops_; }
+  bool exchanges(int hop) const { return hop + 1 < hops(); }
   // Posts hop `hop`'s exchange: the block held now goes to rank r + 1, the next one arrives from
   // rank r - 1. Returns the bytes the transport sent. Failures name the hop (RuntimeError).
   uint64_t post(int hop);
@@ -86,17 +84,15 @@ class BlockRing {
   void* block(int hop) const { return blocks_[hop % 2].get(); }
   TensorView shaped(const TensorView& x, int hop) const;  // x with the token count of hop's source
   // The rows of rank q's shard that its block travels with.
-  KeyRange travel(int q) const { return shipped_.empty() ? KeyRange{0, tokens_[size_t(q)]} : shipped_[size_t(q)]; }
-  bool carries(int src, int hop) const { return carried_.empty() || carried_[size_t(src) * size_t(world_) + size_t(hop)]; }
+  KeyRange travel(int q) const { return plan_.routes().shipped[size_t(q)]; }
+  bool carries(int src, int hop) const { return plan_.carries(src, hop); }
 
   Transport& t_;
   FlightRecorder& recorder_;
   TensorView k_, v_;
   BlockLayout k_layout_, v_layout_;
-  int rank_, world_, hops_;
-  std::vector<int64_t> tokens_;
-  std::vector<char> carried_;
-  std::vector<KeyRange> shipped_;
+  const RingPlan& plan_;
+  int rank_, world_;
   size_t token_bytes_ = 0;  // bytes of one token of K (or of V): batch x kv_heads x dim x dtype size
   DeviceBuffer blocks_[2];
   std::unique_ptr<StagingTransport> staging_;  // after the blocks: destroyed first

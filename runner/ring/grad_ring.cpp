@@ -8,34 +8,14 @@
 #include "runner/ring/block_ring.hpp"
 
 namespace ringattn {
-namespace {
-
-int block_at(int rank, int world, int s) { return ((rank - s) % world + world) % world; }
-
-bool travels(const RingRoutes& routes, int block, int s) {
-  return grad_exchange_carries(routes, block, s) && !routes.shipped[size_t(block)].empty();
-}
-
-}  // namespace
-
-bool grad_sends(const RingRoutes& routes, int rank, int world, int s) {
-  return travels(routes, block_at(rank, world, s - 1), s);
-}
-
-bool grad_receives(const RingRoutes& routes, int rank, int world, int s) {
-  return travels(routes, block_at(rank, world, s), s);
-}
-
-GradRing::GradRing(Backend& b, Transport& t, const TensorView& shape, RingRoutes routes, FlightRecorder& recorder)
-    : b_(b), t_(t), recorder_(recorder), routes_(std::move(routes)), shape_(shape), rank_(t.rank()), world_(t.size()) {
-  if (routes_.shipped.size() != size_t(world_) || routes_.first_remote_hop.size() != size_t(world_))
-    fail_arg("rank {}: the dK/dV ring needs the routes of {} ranks", rank_, world_);
+GradRing::GradRing(Backend& b, Transport& t, const TensorView& shape, const RingPlan& plan, FlightRecorder& recorder)
+    : b_(b), t_(t), recorder_(recorder), plan_(plan), shape_(shape), rank_(t.rank()), world_(t.size()) {
+  if (plan.world() != world_)
+    fail_arg("rank {}: the dK/dV ring's plan is for {} ranks, but the transport has {}", rank_, plan.world(), world_);
   if (b.stream() != nullptr) t.set_stream(b.stream());
   if (world_ <= 1) return;
   token_bytes_ = size_t(shape.batch * shape.heads * shape.dim) * sizeof(float);
-  int64_t most = 1;  // never a 0-byte buffer
-  for (int q = 0; q < world_; ++q) most = std::max(most, rows(q));
-  const size_t capacity = 2 * token_bytes_ * size_t(most);
+  const size_t capacity = 2 * token_bytes_ * size_t(plan.block_tokens());  // the largest accumulator
   for (DeviceBuffer& buf : bufs_) buf = DeviceBuffer(b, capacity);
   staging_ = staging_for(b, t, capacity);
 }
@@ -46,11 +26,11 @@ GradRing::~GradRing() {
 }
 
 size_t GradRing::send_bytes(int s) const {
-  return grad_sends(routes_, rank_, world_, s) ? 2 * token_bytes_ * size_t(rows(source(s - 1))) : 0;
+  return plan_.grad_sends(rank_, s) ? 2 * token_bytes_ * size_t(rows(source(s - 1))) : 0;
 }
 
 size_t GradRing::recv_bytes(int s) const {
-  return grad_receives(routes_, rank_, world_, s) ? 2 * token_bytes_ * size_t(rows(source(s))) : 0;
+  return plan_.grad_receives(rank_, s) ? 2 * token_bytes_ * size_t(rows(source(s))) : 0;
 }
 
 uint64_t GradRing::post(int s) {
@@ -104,7 +84,7 @@ void GradRing::fold(int s, bool computed) {
 
 void GradRing::bring_home(const TensorView& dk, const TensorView& dv) {
   if (recv_bytes(world_) == 0) return;
-  const KeyRange home = routes_.shipped[size_t(rank_)];
+  const KeyRange home = plan_.routes().shipped[size_t(rank_)];
   add_received(world_, dk.rows(home.begin, home.size()), dv.rows(home.begin, home.size()));
 }
 

@@ -7,8 +7,8 @@
 // After the compute, the received accumulator is added into the new one, which exchange s + 1
 // sends on. Exchange P brings every accumulator home (rank r receives its own block's), where it
 // is added into the rank's dk and dv. Hop 0's gradients never travel: they go into dk and dv
-// directly. An accumulator travels from the first hop that computes on its block (grad routes in
-// schedule.hpp), so exchanges carry only accumulators holding something.
+// directly. An accumulator travels from the first hop that computes on its block (the dK/dV ring
+// of ring_plan.hpp), so exchanges carry only accumulators holding something.
 #pragma once
 
 #include <cstddef>
@@ -19,28 +19,22 @@
 #include "comm/staging_transport.hpp"
 #include "kernels/backend.hpp"
 #include "runner/diagnostics/flight_recorder.hpp"
-#include "runner/ring/schedule.hpp"
+#include "runner/ring/ring_plan.hpp"
 
 namespace ringattn {
-
-// Whether rank `rank` sends, or receives, an accumulator holding rows in dK/dV exchange `s`
-// (1..P) of `routes`: it sends that of block rank - s + 1 (computed into at hop s - 1) and
-// receives that of block rank - s. The GradRing's sizes and the hops at which a fault plan on the
-// dK/dV ring can fire (runner/faults/fault.hpp) both come from here.
-bool grad_sends(const RingRoutes& routes, int rank, int world, int s);
-bool grad_receives(const RingRoutes& routes, int rank, int world, int s);
 
 class GradRing {
  public:
   // `t` carries the accumulators only (not the K/V ring's transport). `shape` is a K view of
-  // this rank (batch, kv heads, head dim).
-  GradRing(Backend& b, Transport& t, const TensorView& shape, RingRoutes routes, FlightRecorder& recorder);
+  // this rank (batch, kv heads, head dim). `plan` (which must outlive the ring) says which
+  // exchange sends and receives which accumulator (RingPlan::grad_sends, grad_receives).
+  GradRing(Backend& b, Transport& t, const TensorView& shape, const RingPlan& plan, FlightRecorder& recorder);
   ~GradRing();
   GradRing(const GradRing&) = delete;
   GradRing& operator=(const GradRing&) = delete;
 
   // Whether exchange `s` (1..P) runs: some rank sends in it (the same answer on every rank).
-  bool exchanges(int s) const { return s >= 1 && s <= world_ && grad_exchange_runs(routes_, s, world_); }
+  bool exchanges(int s) const { return plan_.grad_exchange_runs(s); }
   // Posts exchange `s`; returns the bytes the transport sent. Failures name the hop.
   uint64_t post(int s);
   // Completes exchange `s`: then the received accumulator is folded in (fold) or, after
@@ -67,7 +61,7 @@ class GradRing {
  private:
   Transport& exchange() const { return staging_ ? *staging_ : t_; }
   int source(int s) const { return ((rank_ - s) % world_ + world_) % world_; }
-  int64_t rows(int q) const { return routes_.shipped[size_t(q)].size(); }
+  int64_t rows(int q) const { return plan_.routes().shipped[size_t(q)].size(); }
   TensorView view(int buf, int which) const;  // dK (0) or dV (1) of buffer `buf`, shaped for rows_
   void add_received(int s, const TensorView& dk, const TensorView& dv);  // += exchange s's accumulator
   void* data(int buf) const { return bufs_[buf].get(); }
@@ -75,7 +69,7 @@ class GradRing {
   Backend& b_;
   Transport& t_;
   FlightRecorder& recorder_;
-  RingRoutes routes_;
+  const RingPlan& plan_;
   TensorView shape_;
   int rank_, world_;
   int64_t buf_rows_[3] = {0, 0, 0};  // rows of the accumulator each buffer holds

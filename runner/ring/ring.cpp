@@ -1,7 +1,7 @@
 // The ring runner (ARCHITECTURE.md): each rank keeps its queries and an fp32 (o, lse) state; the
 // K/V blocks travel around the ring, one hop at a time, and each hop's exchange is posted before
 // the hop's compute so the two overlap. Backend- and transport-agnostic. The parts: the per-hop
-// plan (RingSchedule, data), the block ring (BlockRing: buffers, packing, exchanges, the error
+// plan (the RingPlan made once per run: this rank's schedule, the routes), the block ring (BlockRing: buffers, packing, exchanges, the error
 // path), the row bookkeeping (RowState: first touch, fold, finish); this file is the loop.
 #include <algorithm>
 #include <chrono>
@@ -16,7 +16,7 @@
 #include "runner/ring/ring.hpp"
 #include "runner/ring/ring_buffers.hpp"
 #include "runner/ring/row_state.hpp"
-#include "runner/ring/schedule.hpp"
+#include "runner/ring/ring_plan.hpp"
 
 namespace ringattn {
 namespace {
@@ -35,9 +35,10 @@ std::string check_ring_tensors(const GlobalProblem& p, const LocalTensors& x, in
 // Checks the problem, then agrees on it with every rank (the local verdict on the tensors
 // included): errors are identical on every rank and come before any communication of the ring.
 RankStats agree_on_ring(const GlobalProblem& p, const LocalTensors& x, Backend& b, Transport& t,
-                        const RunOptions& opt, const RingSchedule& sched) {
+                        const RunOptions& opt, const RingPlan& plan) {
   LocalVerdict verdict;
-  verdict.error = check_ring_tensors(p, x, sched.local_layout().tokens());
+  verdict.error = check_ring_tensors(p, x, plan.schedule().local_layout().tokens());
+  verdict.layouts_hash = plan.layouts_hash();
   if (verdict.error.empty()) verdict.error = t.check_backend_device(b.device());
   verdict.k_layout = uint32_t(layout_of(x.k));
   verdict.v_layout = uint32_t(layout_of(x.v));
@@ -116,15 +117,6 @@ void validate_run_options(const RunOptions& opt) {
   if (opt.decode_splits < 0) fail_arg("decode splits {} must be >= 0 (0: the default)", opt.decode_splits);
 }
 
-uint64_t expected_ring_bytes(const GlobalProblem& p, int rank, int world) {
-  // Hop s (s < P - 1) passes on the block of rank (r - s) mod P, K and V of its shipped tokens,
-  // when a later rank needs it (ring_routes); the ring stops after the last hop that carries one.
-  const std::vector<int64_t> bounds = p.doc_bounds();
-  const RingRoutes routes = ring_routes(p.sharding, p.q_len, p.causal, world, documents_of(bounds), p.window);
-  const uint64_t per_token = 2ull * uint64_t(p.batch * p.kv_heads * p.head_dim) * uint64_t(dtype_size(p.dtype));
-  return ring_bytes_sent(routes.carried, routes.shipped_tokens(), per_token, rank, world);
-}
-
 void RankStats::add_hop(const HopStats& hs) {
   compute_s += hs.compute_s;
   exposed_comm_s += hs.exposed_comm_s;
@@ -139,27 +131,24 @@ double RankStats::hidden_fraction() const {
   return std::clamp(1.0 - exposed_comm_s / transfer_s, 0.0, 1.0);
 }
 
-RankStats run_ring_attention(const GlobalProblem& p, const LocalTensors& x, Backend& b, Transport& t,
-                             const RunOptions& opt) {
-  const auto t_start = Clock::now();
-  const int P = t.size(), r = t.rank();
+namespace {
+
+void check_is_ring(const GlobalProblem& p) {
   if (!p.is_ring())
     fail_arg("ring attention needs self-attention (q_len == kv_len, q_offset 0); got q_len={}, kv_len={}, "
              "q_offset={}: use run_distributed_decode", p.q_len, p.kv_len, p.resolved_q_offset());
-  // Rejected locally, before any communication: identical on every rank that has this problem.
-  validate_problem(p, P);
-  validate_run_options(opt);
-  const std::vector<int64_t> doc_bounds = p.doc_bounds();
-  const RingSchedule sched(p.sharding, p.q_len, p.causal, r, P, documents_of(doc_bounds), p.window);
-  RankStats st = agree_on_ring(p, x, b, t, opt, sched);
+}
+
+// The run after its checks: agreement, buffers, the hop loop, the finish. `t_start`: the run's start.
+RankStats run_ring(const GlobalProblem& p, const RingPlan& plan, const LocalTensors& x, Backend& b, Transport& t,
+                   const RunOptions& opt, Clock::time_point t_start) {
+  const RingSchedule& sched = plan.schedule();
+  RankStats st = agree_on_ring(p, x, b, t, opt, plan);
 
   // Every buffer is allocated before the hop loop.
   const auto t_setup = Clock::now();
   RowState rows(b, sched, x.out, x.lse);
-  RingRoutes routes = ring_routes(p.sharding, p.q_len, p.causal, P, documents_of(doc_bounds), p.window);
-  BlockRing ring(b, t, x.k, x.v, shard_tokens(p.sharding, p.q_len, P, documents_of(doc_bounds)), flight_recorder(),
-                 std::move(routes.carried),
-                 std::move(routes.shipped));
+  BlockRing ring(b, t, x.k, x.v, plan, flight_recorder());
   b.synchronize();
   st.setup_s = seconds_since(t_setup);
 
@@ -170,8 +159,8 @@ RankStats run_ring_attention(const GlobalProblem& p, const LocalTensors& x, Back
   base.mode = StateMode::Fold;
   base.tile_q = opt.tile_q;
   base.tile_k = opt.tile_k;
-  // The ring stops after the last hop that computes (ring_hops): later hops would pass only empty
-  // blocks.
+  // The ring stops after the last hop that computes (RingPlan::hops): later hops would pass only
+  // empty blocks.
   st.hops.reserve(size_t(ring.hops()));
   st.transfer_s = ring.hops() > 1 ? 0.0 : -1.0;
   flight_recorder().begin_pass(RingPhase::Forward);
@@ -183,6 +172,28 @@ RankStats run_ring_attention(const GlobalProblem& p, const LocalTensors& x, Back
   st.finalize_s = seconds_since(t_fin);
   st.total_s = seconds_since(t_start);
   return st;
+}
+
+}  // namespace
+
+RankStats run_ring_attention(const GlobalProblem& p, const RingPlan& plan, const LocalTensors& x, Backend& b,
+                             Transport& t, const RunOptions& opt) {
+  const auto t_start = Clock::now();
+  check_is_ring(p);
+  // Rejected locally, before any communication: identical on every rank that has this problem.
+  validate_problem(p, t.size());
+  validate_run_options(opt);
+  plan.check_fits(p, t.size(), t.rank());
+  return run_ring(p, plan, x, b, t, opt, t_start);
+}
+
+RankStats run_ring_attention(const GlobalProblem& p, const LocalTensors& x, Backend& b, Transport& t,
+                             const RunOptions& opt) {
+  const auto t_start = Clock::now();
+  check_is_ring(p);
+  validate_problem(p, t.size());
+  validate_run_options(opt);
+  return run_ring(p, ring_plan(p, t.size(), t.rank()), x, b, t, opt, t_start);
 }
 
 RankStats run_attention(const GlobalProblem& p, const LocalTensors& x, Backend& b, Transport& t,

@@ -3,7 +3,7 @@
 // schedule and routes), and their fp32 dK/dV accumulators travel one hop behind them over a
 // second transport (GradRing) and come home at the end. Both hops' exchanges are posted before
 // the hop's compute, so they overlap it. This file is the loop; the parts are shared with the
-// forward (schedule, routes, agreement, block ring, flight recorder).
+// forward (the ring plan: schedule and routes; agreement, block ring, flight recorder).
 #include <chrono>
 #include <tuple>
 #include <vector>
@@ -16,7 +16,7 @@
 #include "runner/ring/grad_ring.hpp"
 #include "runner/ring/ring.hpp"
 #include "runner/ring/ring_buffers.hpp"
-#include "runner/ring/schedule.hpp"
+#include "runner/ring/ring_plan.hpp"
 
 namespace ringattn {
 namespace {
@@ -140,37 +140,32 @@ HopStats bring_home(GradRing& grads, const BackwardTensors& g, int P) {
 
 }  // namespace
 
-uint64_t expected_backward_bytes(const GlobalProblem& p, int rank, int world) {
-  const std::vector<int64_t> bounds = p.doc_bounds();
-  const RingRoutes routes = ring_routes(p.sharding, p.q_len, p.causal, world, documents_of(bounds), p.window);
-  const uint64_t grad_token = 2ull * uint64_t(p.batch * p.kv_heads * p.head_dim) * sizeof(float);
-  return expected_ring_bytes(p, rank, world) + grad_bytes_sent(routes, grad_token, rank, world);
-}
+namespace {
 
-RankStats run_attention_backward(const GlobalProblem& p, const LocalTensors& x, const BackwardTensors& g, Backend& b,
-                                 Transport& t, Transport& grad_t, const RunOptions& opt) {
-  const auto t_start = Clock::now();
-  const int P = t.size(), r = t.rank();
+void check_is_ring(const GlobalProblem& p) {
   if (!p.is_ring())
     fail_arg("the ring backward needs self-attention (q_len == kv_len, q_offset 0); got q_len={}, kv_len={}, "
              "q_offset={}", p.q_len, p.kv_len, p.resolved_q_offset());
-  validate_problem(p, P);
-  validate_run_options(opt);
-  const std::vector<int64_t> doc_bounds = p.doc_bounds();
-  const RingSchedule sched(p.sharding, p.q_len, p.causal, r, P, documents_of(doc_bounds), p.window);
+}
+
+// The backward after its checks: agreement, buffers, the hop loop, the gradients brought home.
+RankStats run_backward_ring(const GlobalProblem& p, const RingPlan& plan, const LocalTensors& x,
+                            const BackwardTensors& g, Backend& b, Transport& t, Transport& grad_t,
+                            const RunOptions& opt, Clock::time_point t_start) {
+  const int P = t.size();
+  const RingSchedule& sched = plan.schedule();
   LocalVerdict verdict;
   verdict.backward = true;
   verdict.error = check_backward(p, x, g, sched.local_layout().tokens(), t, grad_t);
   if (verdict.error.empty()) verdict.error = t.check_backend_device(b.device());
   verdict.k_layout = uint32_t(layout_of(x.k));
   verdict.v_layout = uint32_t(layout_of(x.v));
+  verdict.layouts_hash = plan.layouts_hash();
   RankStats st = begin_run(p, verdict, t, opt);
 
   const auto t_setup = Clock::now();
-  RingRoutes routes = ring_routes(p.sharding, p.q_len, p.causal, P, documents_of(doc_bounds), p.window);
-  GradRing grads(b, grad_t, x.k, routes, flight_recorder());
-  BlockRing kv(b, t, x.k, x.v, shard_tokens(p.sharding, p.q_len, P, documents_of(doc_bounds)), flight_recorder(),
-               std::move(routes.carried), std::move(routes.shipped));
+  GradRing grads(b, grad_t, x.k, plan, flight_recorder());
+  BlockRing kv(b, t, x.k, x.v, plan, flight_recorder());
   for (const TensorView* v : {&g.dq, &g.dk, &g.dv}) b.zero_f32(*v);
   b.synchronize();
   st.setup_s = seconds_since(t_setup);
@@ -187,6 +182,28 @@ RankStats run_attention_backward(const GlobalProblem& p, const LocalTensors& x, 
   st.finalize_s = seconds_since(t_fin);
   st.total_s = seconds_since(t_start);
   return st;
+}
+
+}  // namespace
+
+RankStats run_attention_backward(const GlobalProblem& p, const RingPlan& plan, const LocalTensors& x,
+                                 const BackwardTensors& g, Backend& b, Transport& t, Transport& grad_t,
+                                 const RunOptions& opt) {
+  const auto t_start = Clock::now();
+  check_is_ring(p);
+  validate_problem(p, t.size());
+  validate_run_options(opt);
+  plan.check_fits(p, t.size(), t.rank());
+  return run_backward_ring(p, plan, x, g, b, t, grad_t, opt, t_start);
+}
+
+RankStats run_attention_backward(const GlobalProblem& p, const LocalTensors& x, const BackwardTensors& g, Backend& b,
+                                 Transport& t, Transport& grad_t, const RunOptions& opt) {
+  const auto t_start = Clock::now();
+  check_is_ring(p);
+  validate_problem(p, t.size());
+  validate_run_options(opt);
+  return run_backward_ring(p, ring_plan(p, t.size(), t.rank()), x, g, b, t, grad_t, opt, t_start);
 }
 
 }  // namespace ringattn

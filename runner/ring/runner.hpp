@@ -12,6 +12,8 @@
 
 namespace ringattn {
 
+class RingPlan;  // runner/ring/ring_plan.hpp
+
 // ---------------------------------------------------------------------------------------------
 // The runs. Tensors live in the backend's memory (Backend::device_memory), any strides.
 
@@ -42,7 +44,13 @@ struct RunOptions {
 // call it before allocating or communicating anything.
 void validate_run_options(const RunOptions& opt);
 
-// Ring attention of a self-attention problem (p.is_ring()). Collective over `t`.
+// Ring attention of a self-attention problem (p.is_ring()) with the ring plan `plan`, made once
+// for this problem over t.size() ranks keeping rank t.rank()'s calls (ring_plan for p.sharding,
+// or RingPlan from any layouts; x holds this rank's rows of plan.layout(t.rank())), which the run
+// follows and does not rebuild. Without it the run makes ring_plan(p, t.size(), t.rank()).
+// Collective over `t`.
+RankStats run_ring_attention(const GlobalProblem& p, const RingPlan& plan, const LocalTensors& x, Backend& b,
+                             Transport& t, const RunOptions& opt = {});
 RankStats run_ring_attention(const GlobalProblem& p, const LocalTensors& x, Backend& b, Transport& t,
                              const RunOptions& opt = {});
 
@@ -64,16 +72,12 @@ RankStats run_attention(const GlobalProblem& p, const LocalTensors& x, Backend& 
 // second transport over the same ranks (MPI: another make_mpi_transport on the communicator; a
 // transport carries one exchange at a time); in a world of one it may be `t` itself. Ranks agree
 // on running a backward before the first hop (a rank running the forward disagrees by name).
-// Collective over both transports. The stats count the bytes of both rings.
+// Collective over both transports. The stats count the bytes of both rings (RingPlan::
+// backward_bytes). With `plan`, the forward's (run_ring_attention), which both rings follow.
+RankStats run_attention_backward(const GlobalProblem& p, const RingPlan& plan, const LocalTensors& x,
+                                 const BackwardTensors& g, Backend& b, Transport& t, Transport& grad_t,
+                                 const RunOptions& opt = {});
 RankStats run_attention_backward(const GlobalProblem& p, const LocalTensors& x, const BackwardTensors& g, Backend& b,
                                  Transport& t, Transport& grad_t, const RunOptions& opt = {});
-
-// Bytes rank `rank` sends in run_attention_backward: the K/V ring's (expected_ring_bytes) plus the
-// dK/dV ring's (fp32 dK and dV of the shipped rows, per exchange that carries an accumulator).
-uint64_t expected_backward_bytes(const GlobalProblem& p, int rank, int world);
-
-// Bytes rank `rank` sends through the ring exchange for `p` over `world` ranks: P - 1 hops, hop s
-// passing on the K and V of the tokens of rank (rank - s) mod P (shards may be uneven).
-uint64_t expected_ring_bytes(const GlobalProblem& p, int rank, int world);
 
 }  // namespace ringattn

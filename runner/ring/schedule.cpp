@@ -64,7 +64,7 @@ std::vector<DocPiece> split_by_document(const Segment& g, const Documents& docs)
 }
 
 // Cuts a masked call's keys to those some row sees (a window leaves most of a long key segment
-// unseen; a block then travels with only those keys, ring_routes). The mask moves with the first
+// unseen; a block then travels with only those keys, RingRoutes::shipped). The mask moves with the first
 // key; a call that becomes fully visible drops its mask.
 void trim_keys(PairCall& call, int64_t q_rows) {
   const KeyRange seen = visible_range_of_rows(clamp_offset(call.mask, q_rows, call.k_rows), 0, q_rows, call.k_rows);
@@ -109,132 +109,16 @@ void add_calls(HopPlan& hop, const ShardLayout& local, const ShardLayout& remote
 
 }  // namespace
 
-RingSchedule::RingSchedule(Sharding sharding, int64_t seq_len, bool causal, int rank, int world, Documents docs,
-                           Window window)
-    : local_(shard_layout(sharding, seq_len, rank, world, docs)) {
-  if (!docs.none() && docs.cu[docs.count] != seq_len)
-    fail_arg("the documents cover {} tokens but the sequence has {}", docs.cu[docs.count], seq_len);
+RingSchedule::RingSchedule(std::span<const ShardLayout> layouts, int rank, bool causal, Documents docs, Window window) {
+  const int world = int(layouts.size());
+  if (rank < 0 || rank >= world) fail_arg("rank {} is outside the world of {} ranks", rank, world);
+  local_ = layouts[size_t(rank)];
   hops_.resize(size_t(world));
   for (int s = 0; s < world; ++s) {
     HopPlan& hop = hops_[size_t(s)];
     hop.source_rank = ((rank - s) % world + world) % world;
-    add_calls(hop, local_, shard_layout(sharding, seq_len, hop.source_rank, world, docs), causal, docs, window);
+    add_calls(hop, local_, layouts[size_t(hop.source_rank)], causal, docs, window);
   }
-}
-
-std::vector<char> block_routes(Sharding sharding, int64_t seq_len, bool causal, int world, Documents docs,
-                               Window window) {
-  return ring_routes(sharding, seq_len, causal, world, docs, window).carried;
-}
-
-std::vector<int64_t> RingRoutes::shipped_tokens() const {
-  std::vector<int64_t> n;
-  for (const KeyRange& r : shipped) n.push_back(r.size());
-  return n;
-}
-
-RingRoutes ring_routes(Sharding sharding, int64_t seq_len, bool causal, int world, Documents docs, Window window) {
-  const size_t P = size_t(world);
-  std::vector<char> need(P * P, 0), carried(P * P, 0);
-  RingRoutes routes;
-  routes.shipped.assign(P, KeyRange{});
-  for (int x = 0; x < world; ++x) {
-    const RingSchedule s(sharding, seq_len, causal, x, world, docs, window);
-    for (size_t h = 0; h < P; ++h) {
-      const HopPlan& hop = s.hops()[h];
-      need[size_t(hop.source_rank) * P + h] = !hop.calls.empty();
-      KeyRange& ship = routes.shipped[size_t(hop.source_rank)];
-      for (const PairCall& c : hop.calls) {
-        if (h == 0) continue;  // hop 0 reads the rank's own tensors in place
-        ship = ship.empty() ? KeyRange{c.k_row0, c.k_row0 + c.k_rows}
-                            : KeyRange{std::min(ship.begin, c.k_row0), std::max(ship.end, c.k_row0 + c.k_rows)};
-      }
-    }
-  }
-  for (size_t q = 0; q < P; ++q) {
-    bool later = false;  // some hop after h needs the block
-    for (size_t h = P; h-- > 0;) {
-      carried[q * P + h] = later && h + 1 < P;
-      later = later || need[q * P + h];
-    }
-  }
-  routes.carried = std::move(carried);
-  routes.first_remote_hop.assign(P, world);
-  for (size_t q = 0; q < P; ++q)
-    for (size_t h = P; h-- > 1;)
-      if (need[q * P + h]) routes.first_remote_hop[q] = int(h);
-  return routes;
-}
-
-int ring_hops(const std::vector<char>& carried, int world) {
-  int hops = 1;
-  for (size_t i = 0; i < carried.size(); ++i)
-    if (carried[i]) hops = std::max(hops, int(i % size_t(world)) + 2);
-  return std::min(hops, world);
-}
-
-double sharding_imbalance(Sharding sharding, int64_t seq_len, bool causal, int world, Documents docs, Window window) {
-  PairCount max = 0, sum = 0;
-  for (int r = 0; r < world; ++r) {
-    const PairCount v = RingSchedule(sharding, seq_len, causal, r, world, docs, window).visible_pairs();
-    max = v > max ? v : max;
-    sum += v;
-  }
-  return sum > 0 ? to_double(max) * world / to_double(sum) : 1.0;
-}
-
-Sharding pick_balanced(const double (&imbalance)[kShardings], const double (*traffic)[kShardings]) {
-  int best = 0;
-  for (int i = 1; i < kShardings; ++i)
-    if (imbalance[i] < imbalance[best] - 1e-12) best = i;
-  if (traffic == nullptr) return kAutoOrder[best];
-  int pick = -1;
-  for (int i = 0; i < kShardings; ++i)
-    if (imbalance[i] <= imbalance[best] * kTrafficTolerance + 1e-12 && (pick < 0 || (*traffic)[i] < (*traffic)[pick]))
-      pick = i;
-  return kAutoOrder[pick];
-}
-
-Sharding best_sharding(int64_t seq_len, bool causal, int world, Documents docs, Window window) {
-  double imb[kShardings], traffic[kShardings];
-  for (int i = 0; i < kShardings; ++i) {
-    imb[i] = sharding_imbalance(kAutoOrder[i], seq_len, causal, world, docs, window);
-    if (window.none()) continue;
-    const RingRoutes routes = ring_routes(kAutoOrder[i], seq_len, causal, world, docs, window);
-    const std::vector<int64_t> tokens = routes.shipped_tokens();
-    traffic[i] = 0;
-    for (int r = 0; r < world; ++r) traffic[i] += double(ring_bytes_sent(routes.carried, tokens, 1, r, world));
-  }
-  return window.none() ? pick_balanced(imb) : pick_balanced(imb, &traffic);
-}
-
-uint64_t ring_bytes_sent(const std::vector<char>& carried, const std::vector<int64_t>& tokens, uint64_t token_bytes,
-                         int rank, int world) {
-  uint64_t bytes = 0;
-  for (int s = 0; s + 1 < world; ++s) {
-    const int q = ((rank - s) % world + world) % world;
-    if (carried[size_t(q) * size_t(world) + size_t(s)]) bytes += token_bytes * uint64_t(tokens[size_t(q)]);
-  }
-  return bytes;
-}
-
-bool grad_exchange_carries(const RingRoutes& routes, int source, int exchange) {
-  return routes.first_remote_hop[size_t(source)] <= exchange - 1;
-}
-
-bool grad_exchange_runs(const RingRoutes& routes, int exchange, int world) {
-  for (int q = 0; q < world; ++q)
-    if (grad_exchange_carries(routes, q, exchange)) return true;
-  return false;
-}
-
-uint64_t grad_bytes_sent(const RingRoutes& routes, uint64_t token_bytes, int rank, int world) {
-  uint64_t bytes = 0;
-  for (int s = 1; s <= world; ++s) {
-    const int q = ((rank - s + 1) % world + world) % world;
-    if (grad_exchange_carries(routes, q, s)) bytes += token_bytes * uint64_t(routes.shipped[size_t(q)].size());
-  }
-  return bytes;
 }
 
 PairCount RingSchedule::visible_pairs() const {

@@ -15,6 +15,7 @@ struct Fixture {
   InputSource src;
   std::unique_ptr<Backend> b = make_cpu_backend();
   std::unique_ptr<Transport> t = make_local_transport();
+  std::optional<RingPlan> ring;
   LocalProblem local;
   HostResult result;
 
@@ -26,8 +27,9 @@ struct Fixture {
     p.head_dim = 32;
     p.causal = true;
     p.dtype = dtype;
-    local = load_local(p, src, *b, 0, 1);
-    run_attention(p, local.views, *b, *t);
+    ring.emplace(ring_plan(p, 1, 0));
+    local = load_local(p, &*ring, src, *b, 0, 1);
+    run_forward(p, local, *b, *t, {});
     result = copy_result(p, local, *b);
   }
   CheckResult check() { return check_rows(p, src, local, result, 0, 1, 0, 1); }

@@ -16,7 +16,8 @@ TEST(CliFinite, NamesTheFirstNonFiniteOutputByGlobalIndex) {
   p.q_len = p.kv_len = 16;
   p.sharding = Sharding::Zigzag;
   LocalProblem l;
-  layouts_for(p, 1, 2, l.q_layout, l.kv_layout);  // rank 1 of 2: tokens 4..11
+  const RingPlan ring = ring_plan(p, 2, 1);
+  layouts_for(p, &ring, 1, 2, l.q_layout, l.kv_layout);  // rank 1 of 2: tokens 4..11
   const int64_t T = l.q_layout.tokens();
   ASSERT_EQ(T, 8);
   HostResult r;

@@ -114,8 +114,9 @@ TEST(FileLayout, OutputsAreTheTransposes) {
     InputSource src(test::fresh_seed());
     auto b = make_cpu_backend();
     auto t = make_local_transport();
-    LocalProblem local = load_local(p, src, *b, 0, 1);
-    run_attention(p, local.views, *b, *t);
+    const RingPlan ring = ring_plan(p, 1, 0);
+    LocalProblem local = load_local(p, &ring, src, *b, 0, 1);
+    run_forward(p, local, *b, *t, {});
     const HostResult r = copy_result(p, local, *b);
     const int64_t B = p.batch, H = p.q_heads, T = p.q_len, D = p.head_dim;
     for (FileLayout l : {FileLayout::Bhsd, FileLayout::Bshd, FileLayout::Thd}) {

@@ -80,8 +80,9 @@ TEST(CliProblem, FileShardsEqualSeededShards) {
       auto b = make_cpu_backend();
       for (int world : {1, 2, 3, 4})
         for (int rank = 0; rank < world; ++rank) {
-          LocalProblem a = load_local(files.problem, *files.source, *b, rank, world);
-          LocalProblem c = load_local(files.problem, seeded, *b, rank, world);
+          const std::optional<RingPlan> ring = plan_ring(o, files.problem, world, rank);
+          LocalProblem a = load_local(files.problem, ring_of(ring), *files.source, *b, rank, world);
+          LocalProblem c = load_local(files.problem, ring_of(ring), seeded, *b, rank, world);
           const std::string where = fmt::format("{} {} rank {}/{}", layout, shard, rank, world);
           ASSERT_EQ(a.q.bytes(), c.q.bytes());
           EXPECT_EQ(0, std::memcmp(a.q.get(), c.q.get(), a.q.bytes())) << where;

@@ -77,4 +77,20 @@ double max_abs_error(const A& a, const std::vector<double>& ref) {
   return m;
 }
 
+// Key position k visible to query position q by the definition, not the mask code: same packed
+// document (the lengths `docs`, scanned; none: one document), k <= q when causal, and
+// q - left <= k <= q + right for a window (-1: unbounded).
+inline bool visible_by_definition(bool causal, Window w, const std::vector<int64_t>& docs, int64_t q, int64_t k) {
+  if (causal && k > q) return false;
+  if (w.left >= 0 && k < q - w.left) return false;
+  if (w.right >= 0 && k > q + w.right) return false;
+  int64_t a = 0;
+  for (int64_t n : docs) {
+    if ((q < a + n) != (k < a + n)) return false;  // one of them is in this document, the other later
+    if (q < a + n) return true;
+    a += n;
+  }
+  return true;
+}
+
 }  // namespace ringattn::test

@@ -86,22 +86,6 @@ struct GlobalInputs {
 };
 
 // Sums of squared error and squared reference, reduced over ranks: the relative error of the
-// Key position k visible to query position q by the definition, not the mask code: same packed
-// document (the lengths `docs`, scanned; none: one document), k <= q when causal, and
-// q - left <= k <= q + right for a window (-1: unbounded).
-inline bool visible_by_definition(bool causal, Window w, const std::vector<int64_t>& docs, int64_t q, int64_t k) {
-  if (causal && k > q) return false;
-  if (w.left >= 0 && k < q - w.left) return false;
-  if (w.right >= 0 && k > q + w.right) return false;
-  int64_t a = 0;
-  for (int64_t n : docs) {
-    if ((q < a + n) != (k < a + n)) return false;  // one of them is in this document, the other later
-    if (q < a + n) return true;
-    a += n;
-  }
-  return true;
-}
-
 // gathered output, identical on every rank.
 struct ErrorSums {
   double num = 0, den = 0;

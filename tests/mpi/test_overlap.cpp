@@ -122,7 +122,7 @@ Measured run_once(MpiProgress mode, bool watch) {
   std::unique_ptr<Transport> t = make_mpi_transport(MPI_COMM_WORLD, mode);
   if (watch) t = std::make_unique<WatchedTransport>(std::move(t), arrival);
   const RankStats st = run_ring_attention(p, LocalTensors{q.view, k.view, v.view, out.view, nullptr}, backend, *t);
-  EXPECT_EQ(st.bytes_sent, expected_ring_bytes(p, r, P));
+  EXPECT_EQ(st.bytes_sent, ring_plan(p, P).ring_bytes(r));
   Measured m;
   for (const HopStats& h : st.hops)
     if (h.hop + 1 < P) m.exposed += h.exposed_comm_s, m.compute += h.compute_s;

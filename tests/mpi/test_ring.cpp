@@ -1,11 +1,12 @@
 // ranks: 1 2 3 4
 // Ring attention over real MPI ranks with the CPU backend: every sharding, causal and full, GQA
-// and odd head counts, any length (uneven shards, ranks with no tokens), checked against the fp64
-// oracle and a world-of-one run of the same inputs, bitwise determinism, and the exact bytes each
-// rank must have sent.
+// and odd head counts, any length (uneven shards, ranks with no tokens), and layouts no sharding
+// names (a ring plan made from them), checked against the fp64 oracle and a world-of-one run of
+// the same inputs, bitwise determinism, and the exact bytes each rank must have sent.
 #include <cstring>
 #include <tuple>
 
+#include "common/layouts.hpp"
 #include "mpi_test_util.hpp"
 
 namespace ringattn {
@@ -25,16 +26,29 @@ struct RingCase {
   int64_t len = 0;  // > 0: seq_len itself, any length (uneven shards, ranks with no tokens)
   std::vector<int64_t> docs = {};  // packed documents (their lengths sum to len)
   Window window = {};              // sliding window (left, right; -1 unbounded)
+  // Layouts no sharding names, run with a RingPlan made from them (test::custom_layouts): 1 a
+  // permuted union of contiguous shards, 2 striped groups.
+  int custom = 0;
 };
 
+// The ranks' layouts of a case: the sharding's, or the custom ones, the same on every rank.
+std::vector<ShardLayout> case_layouts(const RingCase& c, const GlobalProblem& p, int P, uint64_t seed) {
+  const std::vector<int64_t> bounds = p.doc_bounds();
+  if (c.custom == 0) return shard_layouts(p.sharding, p.q_len, P, documents_of(bounds));
+  return test::custom_layouts(c.custom, p.q_len, P, seed);
+}
+
 void PrintTo(const RingCase& c, std::ostream* os) {
-  *os << sharding_name(c.sharding) << (c.causal ? " causal" : " full") << " B=" << c.batch << " Hq=" << c.q_heads
+  *os << (c.custom ? test::custom_name(c.custom) : sharding_name(c.sharding)) << (c.causal ? " causal" : " full") << " B=" << c.batch << " Hq=" << c.q_heads
       << " Hkv=" << c.kv_heads << " D=" << c.dim << " " << dtype_name(c.dtype);
 }
 
 std::string case_name(const ::testing::TestParamInfo<RingCase>& i) {
   const RingCase& c = i.param;
-  return fmt::format("{}_{}_b{}h{}kv{}d{}_{}{}{}{}_{}", c.sharding == Sharding::DocZigzag ? "doczigzag" : sharding_name(c.sharding),
+  return fmt::format("{}_{}_b{}h{}kv{}d{}_{}{}{}{}_{}",
+                     c.custom                          ? test::custom_name(c.custom)
+                     : c.sharding == Sharding::DocZigzag ? "doczigzag"
+                                                         : sharding_name(c.sharding),
                      c.causal ? "causal" : "full",
                      c.batch, c.q_heads, c.kv_heads, c.dim, dtype_name(c.dtype), c.bthd ? "_bthd" : "",
                      c.progress == MpiProgress::Nonblocking ? "_nonblocking" : "",
@@ -85,18 +99,21 @@ TEST_P(RingAttention, MatchesOracleAndWorldOfOneAndIsDeterministic) {
   p.sharding = c.sharding;
   p.doc_lens = c.docs;
   p.window = c.window;
-  const std::vector<int64_t> bounds = p.doc_bounds();
-  const Documents docs = documents_of(bounds);  // doc-zigzag lays shards out by document
   SCOPED_TRACE(fmt::format("seed {} rank {} of {} N {}", seed, r, P, p.q_len));
 
-  const ShardLayout layout = shard_layout(p.sharding, p.q_len, r, P, docs);
+  // Doc-zigzag lays shards out by document; a custom case's layouts come from the shared seed.
+  const std::vector<ShardLayout> layouts = case_layouts(c, p, P, seed);
+  const ShardLayout& layout = layouts[size_t(r)];
   RingShard shard(p, layout, seed, c.bthd);
   auto backend = make_cpu_backend();
   auto transport = make_mpi_transport(MPI_COMM_WORLD, c.progress);
   RunOptions opt;
   opt.tile_q = opt.tile_k = 16;  // small tiles: several tiles per segment, so tile masks are exercised
   const uint64_t sent_before = transport->bytes_sent();
-  const RankStats st = run_ring_attention(p, shard.tensors(), *backend, *transport, opt);
+  // A sharding's run makes its own plan; a custom case's plan is made here, from its layouts.
+  const RingPlan plan(p, layouts, r);
+  const RankStats st = c.custom ? run_ring_attention(p, plan, shard.tensors(), *backend, *transport, opt)
+                                : run_ring_attention(p, shard.tensors(), *backend, *transport, opt);
 
   // Bytes: hop s passes on the block of rank q = r - s when a later rank needs it (some query of
   // the rank holding it at a later hop sees one of its keys, by positions, documents and window),
@@ -105,11 +122,11 @@ TEST_P(RingAttention, MatchesOracleAndWorldOfOneAndIsDeterministic) {
   uint64_t want_bytes = 0;
   for (int s = 0; s + 1 < P; ++s) {
     const int q = (r - s + P) % P;
-    const ShardLayout kl = shard_layout(p.sharding, p.q_len, q, P, docs);
+    const ShardLayout& kl = layouts[size_t(q)];
     bool needed = false;
     int64_t lo = kl.tokens(), hi = -1;  // rows of q's shard seen by any other rank
     for (int h = 1; h < P; ++h) {
-      const ShardLayout ql = shard_layout(p.sharding, p.q_len, (q + h) % P, P, docs);
+      const ShardLayout& ql = layouts[size_t((q + h) % P)];
       for (int64_t i = 0; i < ql.tokens(); ++i)
         for (int64_t j = 0; j < kl.tokens(); ++j)
           if (test_visible(c, ql.global_position(i), kl.global_position(j))) {
@@ -122,16 +139,16 @@ TEST_P(RingAttention, MatchesOracleAndWorldOfOneAndIsDeterministic) {
       want_bytes += uint64_t(hi - lo + 1) * 2 * uint64_t(p.batch * p.kv_heads * p.head_dim * dtype_size(p.dtype));
   }
   EXPECT_EQ(st.bytes_sent, want_bytes);
-  EXPECT_EQ(expected_ring_bytes(p, r, P), want_bytes);
-  EXPECT_EQ(transport->bytes_sent() - sent_before, expected_ring_bytes(p, r, P));
+  EXPECT_EQ(plan.ring_bytes(r), want_bytes);
+  EXPECT_EQ(transport->bytes_sent() - sent_before, plan.ring_bytes(r));
   // Hops: the ring stops after the last hop whose block some later rank needs (rank x holds the
   // block of x - s at hop s; the ranks x + 1 .. at hops s + 1 .. see it or not, by positions).
   int want_hops = 1;
   for (int x = 0; x < P; ++x)
     for (int s = 0; s + 1 < P; ++s) {
-      const ShardLayout kl = shard_layout(p.sharding, p.q_len, ((x - s) % P + P) % P, P, docs);
+      const ShardLayout& kl = layouts[size_t(((x - s) % P + P) % P)];
       for (int h = 1; s + h < P && want_hops < s + 2; ++h) {
-        const ShardLayout ql = shard_layout(p.sharding, p.q_len, (x + h) % P, P, docs);
+        const ShardLayout& ql = layouts[size_t((x + h) % P)];
         for (int64_t i = 0; i < ql.tokens() && want_hops < s + 2; ++i)
           for (int64_t j = 0; j < kl.tokens() && want_hops < s + 2; ++j)
             if (test_visible(c, ql.global_position(i), kl.global_position(j))) want_hops = s + 2;
@@ -197,7 +214,10 @@ TEST_P(RingAttention, MatchesOracleAndWorldOfOneAndIsDeterministic) {
   const std::vector<uint8_t> first_out = shard.out.bytes;
   const std::vector<float> first_lse = shard.lse;
   shard.poison();
-  run_ring_attention(p, shard.tensors(), *backend, *transport, opt);
+  if (c.custom)
+    run_ring_attention(p, plan, shard.tensors(), *backend, *transport, opt);
+  else
+    run_ring_attention(p, shard.tensors(), *backend, *transport, opt);
   EXPECT_TRUE(test::all_ranks(first_out == shard.out.bytes && first_lse.size() == shard.lse.size() &&
                               (first_lse.empty() ||
                                std::memcmp(first_lse.data(), shard.lse.data(), first_lse.size() * 4) == 0)));
@@ -234,10 +254,47 @@ std::vector<RingCase> ring_cases() {
       v.push_back({sh, causal, 1, 2, 1, 0, 16, DType::F32, sh == Sharding::Striped, MpiProgress::Auto, 101, {}, {40, -1}});
       v.push_back({sh, causal, 1, 2, 2, 0, 8, DType::F32, false, MpiProgress::Auto, 19, {1, 5, 1, 9, 3}, {2, causal ? -1 : 1}});
     }
+  // Layouts no sharding names: a permuted union of contiguous shards and striped groups, causal
+  // and full, with documents and with a window.
+  for (int custom : {1, 2})
+    for (bool causal : {true, false}) {
+      RingCase c{Sharding::Contiguous, causal, 1, 4, 2, 0, 8, DType::F32, custom == 2, MpiProgress::Auto, 77};
+      c.custom = custom;
+      v.push_back(c);
+      c.len = 78, c.docs = {37, 1, 40}, c.bthd = false;
+      v.push_back(c);
+      c.len = 101, c.docs = {}, c.window = {9, causal ? 0 : 4};
+      v.push_back(c);
+    }
   return v;
 }
 
 INSTANTIATE_TEST_SUITE_P(Cases, RingAttention, ::testing::ValuesIn(ring_cases()), case_name);
+
+// Ranks whose plans come from different layouts stop before the first hop, every rank with the
+// same message naming the ring layouts (RingPlan::layouts_hash in the agreement).
+TEST(RingAttentionLayouts, RanksWithOtherLayoutsDisagreeBeforeTheFirstHop) {
+  const int P = test::world_size(), r = test::world_rank();
+  if (P < 2) GTEST_SKIP() << "needs two ranks";
+  GlobalProblem p;
+  p.batch = 1, p.q_heads = 2, p.kv_heads = 1, p.head_dim = 8, p.q_len = p.kv_len = 40, p.causal = true;
+  const uint64_t seed = test::shared_seed();
+  std::mt19937_64 rng(seed);
+  std::vector<ShardLayout> layouts = test::permuted_chunks(p.q_len, P, 2, rng);
+  if (r == P - 1) std::rotate(layouts.begin(), layouts.begin() + 1, layouts.end());  // its own view of the ring
+  RingShard shard(p, layouts[size_t(r)], seed, false);
+  auto backend = make_cpu_backend();
+  auto transport = make_mpi_transport(MPI_COMM_WORLD);
+  const RingPlan plan(p, layouts, r);
+  std::string m;
+  try {
+    run_ring_attention(p, plan, shard.tensors(), *backend, *transport);
+  } catch (const InvalidArgument& e) {
+    m = e.what();
+  }
+  EXPECT_NE(m.find(fmt::format("differ from rank 0): rank {}: ring layouts (hash) = ", P - 1)), std::string::npos) << m;
+  EXPECT_EQ(transport->bytes_sent(), 0u);  // no exchange was posted
+}
 
 // Load balance of causal attention at P = 4. The assertion uses the schedule's count of visible
 // query-key pairs each rank computes, a deterministic cost proxy: on a 2-core machine running 4

@@ -1,12 +1,13 @@
 // ranks: 1 2 3 4
 // The ring backward over real MPI ranks with the CPU backend: every sharding, causal and full, GQA
 // and odd head counts, odd lengths (uneven shards, ranks with no tokens), packed documents and
-// sliding windows; the gradients against the fp64 oracle (naive_backward per document), their
+// sliding windows, and layouts no sharding names (a ring plan made from them); the gradients against the fp64 oracle (naive_backward per document), their
 // error against a world of one's (it must not grow with P), and the exact bytes both rings send.
 #include <algorithm>
 #include <cstring>
 
 #include "core/error.hpp"
+#include "common/layouts.hpp"
 #include "mpi_test_util.hpp"
 
 namespace ringattn {
@@ -22,11 +23,14 @@ struct BwdCase {
   DType dtype = DType::F32;
   std::vector<int64_t> docs = {};
   Window window = {};
+  int custom = 0;  // layouts no sharding names, run with a RingPlan made from them (test::custom_layouts)
 };
 
 std::string case_name(const ::testing::TestParamInfo<BwdCase>& i) {
   const BwdCase& c = i.param;
-  const char* shard = c.sharding == Sharding::DocZigzag ? "doczigzag" : sharding_name(c.sharding);  // no '-'
+  const char* shard = c.custom                          ? test::custom_name(c.custom)
+                      : c.sharding == Sharding::DocZigzag ? "doczigzag"  // no '-'
+                                                          : sharding_name(c.sharding);
   return fmt::format("{}_{}_b{}h{}kv{}d{}_n{}_{}", shard, c.causal ? "causal" : "full", c.batch,
                      c.q_heads, c.kv_heads, c.dim, c.len, dtype_name(c.dtype)) +
          (c.docs.empty() ? "" : fmt::format("_docs{}", c.docs.size())) +
@@ -57,6 +61,14 @@ GlobalProblem problem_of(const BwdCase& c) {
 ShardLayout rank_layout(const GlobalProblem& p, int rank, int P) {
   const std::vector<int64_t> bounds = p.doc_bounds();
   return shard_layout(p.sharding, p.q_len, rank, P, documents_of(bounds));
+}
+
+// Every rank's layout of a case: the sharding's, or the custom ones (the same on every rank).
+std::vector<ShardLayout> case_layouts(const BwdCase& c, const GlobalProblem& p, int P, uint64_t seed) {
+  if (c.custom) return test::custom_layouts(c.custom, p.q_len, P, seed);
+  std::vector<ShardLayout> all;
+  for (int r = 0; r < P; ++r) all.push_back(rank_layout(p, r, P));
+  return all;
 }
 
 // One rank's tensors: inputs and dO from the deterministic global inputs, outputs poisoned (NaN).
@@ -132,16 +144,17 @@ double grad_error(const ShardTensor& grad, const std::vector<double>& ref, const
 // The bytes rank r must send, by brute force over positions: the K/V ring as the forward's test
 // counts it, plus per dK/dV exchange s = 2..P the accumulator of block q = r - s + 1 when a rank
 // q + h (1 <= h <= s - 1) computed on it: fp32 dK and dV of the rows of q other ranks see.
-uint64_t brute_force_bytes(const BwdCase& c, const GlobalProblem& p, int r, int P) {
+uint64_t brute_force_bytes(const BwdCase& c, const GlobalProblem& p, const std::vector<ShardLayout>& layouts, int r) {
+  const int P = int(layouts.size());
   uint64_t bytes = 0;
   const uint64_t kv_token = 2 * uint64_t(p.batch * p.kv_heads * p.head_dim * dtype_size(p.dtype));
   const uint64_t grad_token = 2 * uint64_t(p.batch * p.kv_heads * p.head_dim) * 4;
   for (int q = 0; q < P; ++q) {
-    const ShardLayout kl = rank_layout(p, q, P);
+    const ShardLayout& kl = layouts[size_t(q)];
     int64_t lo = kl.tokens(), hi = -1;
     int first = P;  // the first hop h >= 1 whose holder q + h sees a key of q
     for (int h = 1; h < P; ++h) {
-      const ShardLayout ql = rank_layout(p, (q + h) % P, P);
+      const ShardLayout& ql = layouts[size_t((q + h) % P)];
       for (int64_t i = 0; i < ql.tokens(); ++i)
         for (int64_t j = 0; j < kl.tokens(); ++j)
           if (test_visible(c, ql.global_position(i), kl.global_position(j))) {
@@ -154,7 +167,7 @@ uint64_t brute_force_bytes(const BwdCase& c, const GlobalProblem& p, int r, int 
     if (s_kv + 1 < P && first < P) {          // the K/V exchange s_kv passes it on if a later hop needs it
       bool later = false;
       for (int h = s_kv + 1; h < P && !later; ++h) {
-        const ShardLayout ql = rank_layout(p, (q + h) % P, P);
+        const ShardLayout& ql = layouts[size_t((q + h) % P)];
         for (int64_t i = 0; i < ql.tokens() && !later; ++i)
           for (int64_t j = 0; j < kl.tokens() && !later; ++j)
             later = test_visible(c, ql.global_position(i), kl.global_position(j));
@@ -175,21 +188,29 @@ TEST_P(RingBackward, MatchesOracleAndWorldOfOneWithExactBytes) {
   const uint64_t seed = test::shared_seed();
   const GlobalProblem p = problem_of(c);
   SCOPED_TRACE(fmt::format("seed {} rank {} of {} N {}", seed, r, P, p.q_len));
-  const ShardLayout layout = rank_layout(p, r, P);
+  const std::vector<ShardLayout> layouts = case_layouts(c, p, P, seed);
+  const ShardLayout& layout = layouts[size_t(r)];
   BwdShard shard(p, layout.segments, layout.tokens(), seed);
   auto backend = make_cpu_backend();
   auto t = make_mpi_transport(MPI_COMM_WORLD), grad_t = make_mpi_transport(MPI_COMM_WORLD);
   RunOptions opt;
   opt.tile_q = opt.tile_k = 16;
-  run_ring_attention(p, shard.tensors(), *backend, *t, opt);
+  // A sharding's runs make their own plans; a custom case's one plan serves both runs.
+  const RingPlan plan(p, layouts, r);
+  if (c.custom)
+    run_ring_attention(p, plan, shard.tensors(), *backend, *t, opt);
+  else
+    run_ring_attention(p, shard.tensors(), *backend, *t, opt);
   const uint64_t before = t->bytes_sent() + grad_t->bytes_sent();
-  const RankStats st = run_attention_backward(p, shard.tensors(), shard.grads(), *backend, *t, *grad_t, opt);
+  const RankStats st =
+      c.custom ? run_attention_backward(p, plan, shard.tensors(), shard.grads(), *backend, *t, *grad_t, opt)
+               : run_attention_backward(p, shard.tensors(), shard.grads(), *backend, *t, *grad_t, opt);
 
   // Bytes: both rings, exact.
-  const uint64_t want = brute_force_bytes(c, p, r, P);
+  const uint64_t want = brute_force_bytes(c, p, layouts, r);
   EXPECT_EQ(st.bytes_sent, want);
   EXPECT_EQ(t->bytes_sent() + grad_t->bytes_sent() - before, want);
-  EXPECT_EQ(expected_backward_bytes(p, r, P), want);
+  EXPECT_EQ(plan.backward_bytes(r), want);
   uint64_t hop_bytes = 0;
   for (const HopStats& h : st.hops) hop_bytes += h.bytes_sent;
   EXPECT_EQ(hop_bytes, st.bytes_sent);
@@ -237,6 +258,12 @@ std::vector<BwdCase> backward_cases() {
     }
   v.push_back({Sharding::Zigzag, true, 1, 5, 5, 33, 24, DType::F16});
   v.push_back({Sharding::Striped, true, 1, 4, 2, 29, 16, DType::BF16});
+  for (int custom : {1, 2})  // layouts no sharding names: causal and full, documents, a window
+    for (bool causal : {true, false}) {
+      v.push_back({Sharding::Contiguous, causal, 1, 4, 2, 77, 8, DType::F32, {}, {}, custom});
+      v.push_back({Sharding::Contiguous, causal, 1, 2, 1, 78, 16, DType::F32, {37, 1, 40}, {}, custom});
+      v.push_back({Sharding::Contiguous, causal, 1, 4, 2, 77, 8, DType::F32, {}, {9, causal ? 0 : 4}, custom});
+    }
   return v;
 }
 

@@ -124,7 +124,7 @@ TEST_P(GpuRing, MatchesOracleAndErrorDoesNotGrowWithRanks) {
     EXPECT_LT(e.lse, c.dtype == DType::F32 ? 1e-5 : 1e-3);
     // fp32 state across hops: more ranks may not make the answer worse than 2x (plus fp32 noise).
     EXPECT_LE(e.out, 2 * err1 + 1e-6) << "P=" << P << " error " << e.out << " vs world of one " << err1;
-    EXPECT_EQ(e.stats.bytes_sent, expected_ring_bytes(p, r, P));
+    EXPECT_EQ(e.stats.bytes_sent, ring_plan(p, P).ring_bytes(r));
   }
 }
 

@@ -67,7 +67,7 @@ TEST(Checked, PairCountsAreExact) {
   EXPECT_TRUE(count_visible<PairCount>(MaskSpec{true, kInt64Max}, 0, n, n) == PairCount(n) * n);  // every key
   EXPECT_TRUE(count_visible<PairCount>(MaskSpec{true, kInt64Min}, 0, n, n) == 0);                 // none
   EXPECT_TRUE(count_visible<PairCount>(MaskSpec{true, kInt64Max}, 0, m, m) == PairCount(m) * m);  // past 2^63
-  EXPECT_GT(to_double(RingSchedule(Sharding::Contiguous, n, true, 0, 1).visible_pairs()), 4.8e18);
+  EXPECT_GT(to_double(RingSchedule(shard_layouts(Sharding::Contiguous, n, 1), 0, true).visible_pairs()), 4.8e18);
 }
 
 TEST(Checked, VisibleKeysAtTheOffsetLimits) {

@@ -64,7 +64,9 @@ GlobalProblem ring_problem(int64_t n, bool causal, Sharding s, Window w = {}) {
 
 std::string refusal(const char* plan, const GlobalProblem& p, int world, bool backward = false) {
   try {
-    check_fault_plan(parse_fault_plan(plan), p, world, backward);
+    std::optional<RingPlan> ring;
+    if (p.is_ring()) ring.emplace(ring_plan(p, world));
+    check_fault_plan(parse_fault_plan(plan), p, ring ? &*ring : nullptr, world, backward);
   } catch (const InvalidArgument& e) {
     return e.what();
   }

@@ -143,9 +143,17 @@ TEST(BlockRing, TwoRingsAtOnceKeepTheirOwnBlocks) {
   test::HostTensor k2(DType::BF16, 2, 1, 4, 8, rng, true), v2(DType::BF16, 2, 1, 4, 8, rng, true);
   FaultyTransport t1(1, world, TransportFault::None, -1), t2(1, world, TransportFault::None, -1);
   FlightRecorder rec;
-  // Every rank holds as many tokens as this one (the double echoes this rank's block).
-  BlockRing r1(*cpu, t1, k1.view, v1.view, std::vector<int64_t>(world, 8), rec),
-      r2(*cpu, t2, k2.view, v2.view, std::vector<int64_t>(world, 4), rec);
+  // Every rank holds as many tokens as this one (the double echoes this rank's block), and full
+  // attention sends every block whole around the ring.
+  const auto plan_of = [&](const TensorView& k) {
+    GlobalProblem p;
+    p.batch = k.batch, p.q_heads = p.kv_heads = k.heads, p.head_dim = k.dim, p.dtype = k.dtype;
+    p.q_len = p.kv_len = k.len * world;
+    p.sharding = Sharding::Contiguous;
+    return ring_plan(p, world);
+  };
+  const RingPlan plan1 = plan_of(k1.view), plan2 = plan_of(k2.view);
+  BlockRing r1(*cpu, t1, k1.view, v1.view, plan1, rec), r2(*cpu, t2, k2.view, v2.view, plan2, rec);
   const auto same = [](const TensorView& a, const test::HostTensor& b) {
     const size_t bytes = b.bytes.size();
     std::vector<unsigned char> dense(bytes);

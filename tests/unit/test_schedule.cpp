@@ -9,6 +9,7 @@
 
 #include "common/test_util.hpp"
 #include "core/error.hpp"
+#include "runner/ring/ring_plan.hpp"
 #include "runner/ring/schedule.hpp"
 
 namespace ringattn {
@@ -71,11 +72,22 @@ TEST(RingSchedule, UnequalStridesAreRejected) {
   EXPECT_THROW(classify_pair({0, 4, 1}, {0, 4, 2}, true), InvalidArgument);
 }
 
+// The self-attention problem of N tokens under sharding `sh`, with documents `lens` and window `w`.
+GlobalProblem problem_of(Sharding sh, int64_t N, bool causal, const std::vector<int64_t>& lens = {}, Window w = {}) {
+  GlobalProblem p;
+  p.q_len = p.kv_len = N;
+  p.causal = causal;
+  p.sharding = sh;
+  p.doc_lens = lens;
+  p.window = w;
+  return p;
+}
+
 // Every (query position, key position) pair that the calls of `s` compute, counted into `count`
 // (for the rank's hops in order; `remote(rank)` is the layout of a block's source).
 using PairTally = std::map<std::pair<int64_t, int64_t>, int>;
 void tally_calls(const RingSchedule& s, Sharding sh, int64_t N, int P, int r, PairTally& count,
-                 const std::vector<char>* routes = nullptr, Documents docs = {}) {
+                 const RingPlan* plan = nullptr, Documents docs = {}) {
   ASSERT_EQ(int(s.hops().size()), P);
   for (int h = 0; h < P; ++h) {
     const HopPlan& hop = s.hops()[size_t(h)];
@@ -87,11 +99,11 @@ void tally_calls(const RingSchedule& s, Sharding sh, int64_t N, int P, int r, Pa
         for (int64_t j = 0; j < c.k_rows; ++j)
           if (is_visible(c.mask, i, j))
             ++count[{s.local_layout().global_position(c.q_row0 + i), remote.global_position(c.k_row0 + j)}];
-      // A hop computes only on a block that reached it: the ring takes it (ring_hops) and the
-      // previous holder carried it on (block_routes).
-      if (routes != nullptr && h > 0) {
-        ASSERT_LT(h, ring_hops(*routes, P)) << "hop " << h << " computes past the ring's last hop";
-        ASSERT_TRUE((*routes)[size_t(hop.source_rank) * size_t(P) + size_t(h - 1)]) << "hop " << h << " block not carried";
+      // A hop computes only on a block that reached it: the ring takes it (RingPlan::hops) and
+      // the previous holder carried it on (RingPlan::carries).
+      if (plan != nullptr && h > 0) {
+        ASSERT_LT(h, plan->hops()) << "hop " << h << " computes past the ring's last hop";
+        ASSERT_TRUE(plan->carries(hop.source_rank, h - 1)) << "hop " << h << " block not carried";
       }
     }
   }
@@ -107,8 +119,9 @@ TEST(RingSchedule, CoversTheMaskExactlyOnce) {
         SCOPED_TRACE(testing::Message() << sharding_name(sh) << " P=" << P << " N=" << N << " causal=" << causal);
         PairTally count;
         int64_t total = 0;
+        const std::vector<ShardLayout> layouts = shard_layouts(sh, N, P);
         for (int r = 0; r < P; ++r) {
-          const RingSchedule s(sh, N, causal, r, P);
+          const RingSchedule s(layouts, r, causal);
           tally_calls(s, sh, N, P, r, count);
           total += s.visible_pairs();
         }
@@ -140,8 +153,9 @@ TEST(RingSchedule, DocumentsAreCoveredExactlyOnceAndNeverCrossed) {
           SCOPED_TRACE(testing::Message() << sharding_name(sh) << " P=" << P << " N=" << N << " causal=" << causal);
           PairTally count;
           int64_t total = 0;
+          const std::vector<ShardLayout> layouts = shard_layouts(sh, N, P, docs);
           for (int r = 0; r < P; ++r) {
-            const RingSchedule s(sh, N, causal, r, P, docs);
+            const RingSchedule s(layouts, r, causal, docs);
             tally_calls(s, sh, N, P, r, count, nullptr, docs);
             total += int64_t(s.visible_pairs());
           }
@@ -160,8 +174,8 @@ TEST(RingSchedule, DocumentsAreCoveredExactlyOnceAndNeverCrossed) {
 
 // Windows, with and without documents: over every sharding, P = 1..4, odd lengths and windows
 // narrower and wider than a shard, every pair inside the band (and the document) is computed
-// exactly once and none outside; every hop that computes received its block (block_routes), and
-// the ring stops after the last one (ring_hops).
+// exactly once and none outside; every hop that computes received its block (RingPlan::carries),
+// and the ring stops after the last one (RingPlan::hops).
 TEST(RingSchedule, WindowsAreCoveredExactlyOnceAndHopsStopEarly) {
   const std::vector<std::vector<int64_t>> packings = {{}, {5, 1, 9, 3, 13}};
   const std::vector<Window> windows = {{0, 0}, {1, -1}, {3, 2}, {-1, 1}, {6, 0}, {20, -1}, {2, 5}};
@@ -177,12 +191,12 @@ TEST(RingSchedule, WindowsAreCoveredExactlyOnceAndHopsStopEarly) {
             const Documents docs = lens.empty() ? Documents{} : Documents{cu.data(), int64_t(lens.size())};
             SCOPED_TRACE(testing::Message() << sharding_name(sh) << " P=" << P << " N=" << N << " causal=" << causal
                                             << " window " << w.left << "," << w.right << " docs " << lens.size());
-            const std::vector<char> routes = block_routes(sh, N, causal, P, docs, w);
+            const RingPlan plan = ring_plan(problem_of(sh, N, causal, lens, w), P);
             PairTally count;
             int64_t total = 0;
             for (int r = 0; r < P; ++r) {
-              const RingSchedule s(sh, N, causal, r, P, docs, w);
-              tally_calls(s, sh, N, P, r, count, &routes, docs);
+              const RingSchedule s(plan.layouts(), r, causal, docs, w);
+              tally_calls(s, sh, N, P, r, count, &plan, docs);
               total += int64_t(s.visible_pairs());
             }
             int64_t want = 0;
@@ -206,17 +220,18 @@ TEST(RingSchedule, ContiguousWindowTakesOneHop) {
   for (int P = 2; P <= 6; ++P)
     for (const int64_t left : {int64_t(1), int64_t(16), int64_t(100)}) {
       const int64_t N = 100 * P + 3;
-      const std::vector<char> routes = block_routes(Sharding::Contiguous, N, true, P, {}, {left, 0});
-      EXPECT_EQ(ring_hops(routes, P), 2) << "P=" << P << " left " << left;
-      for (int q = 0; q < P; ++q) EXPECT_EQ(bool(routes[size_t(q) * size_t(P)]), q + 1 < P) << "block of " << q;
+      const RingPlan plan = ring_plan(problem_of(Sharding::Contiguous, N, true, {}, {left, 0}), P);
+      EXPECT_EQ(plan.hops(), 2) << "P=" << P << " left " << left;
+      for (int q = 0; q < P; ++q) EXPECT_EQ(plan.carries(q, 0), q + 1 < P) << "block of " << q;
       // A window longer than a shard reaches two ranks back.
-      EXPECT_EQ(ring_hops(block_routes(Sharding::Contiguous, N, true, P, {}, {150, 0}), P), std::min(P, 3));
+      EXPECT_EQ(ring_plan(problem_of(Sharding::Contiguous, N, true, {}, {150, 0}), P).hops(), std::min(P, 3));
       // Zigzag needs the whole ring: each rank's second chunk borders the next rank's.
-      EXPECT_EQ(ring_hops(block_routes(Sharding::Zigzag, N, true, P, {}, {left, 0}), P), P);
+      EXPECT_EQ(ring_plan(problem_of(Sharding::Zigzag, N, true, {}, {left, 0}), P).hops(), P);
       // Auto: contiguous is balanced (its first rank's ramp is short) and sends the least. A
       // window as long as a shard makes rank 0 light (imbalance ~1.2): auto then balances work.
-      if (left <= 16) EXPECT_EQ(best_sharding(N, true, P, {}, {left, 0}), Sharding::Contiguous) << "P=" << P;
-      else EXPECT_NE(best_sharding(N, true, P, {}, {left, 0}), Sharding::Contiguous) << "P=" << P;
+      const GlobalProblem windowed = problem_of(Sharding::Zigzag, N, true, {}, {left, 0});
+      if (left <= 16) EXPECT_EQ(best_sharding(windowed, P), Sharding::Contiguous) << "P=" << P;
+      else EXPECT_NE(best_sharding(windowed, P), Sharding::Contiguous) << "P=" << P;
     }
 }
 
@@ -229,13 +244,11 @@ TEST(RingSchedule, BestShardingIsTheBestBalanced) {
   for (const std::vector<int64_t>& lens : packings)
     for (int P = 1; P <= 4; ++P)
       for (bool causal : {false, true}) {
-        std::vector<int64_t> cu{0};
-        for (int64_t n : lens) cu.push_back(cu.back() + n);
-        const int64_t N = lens.empty() ? 3000 : cu.back();
-        const Documents docs = lens.empty() ? Documents{} : Documents{cu.data(), int64_t(lens.size())};
+        int64_t N = lens.empty() ? 3000 : 0;
+        for (int64_t n : lens) N += n;
         double imb[kShardings];
-        for (int i = 0; i < kShardings; ++i) imb[i] = sharding_imbalance(kAutoOrder[i], N, causal, P, docs);
-        const Sharding best = best_sharding(N, causal, P, docs);
+        for (int i = 0; i < kShardings; ++i) imb[i] = ring_plan(problem_of(kAutoOrder[i], N, causal, lens), P).imbalance();
+        const Sharding best = best_sharding(problem_of(Sharding::Zigzag, N, causal, lens), P);
         int bi = 0;
         while (kAutoOrder[bi] != best) ++bi;
         for (int i = 0; i < kShardings; ++i) {
@@ -245,17 +258,14 @@ TEST(RingSchedule, BestShardingIsTheBestBalanced) {
         if (lens.empty() && P > 1) EXPECT_EQ(best, Sharding::Zigzag);
       }
   // Twelve documents, two of them long, over three ranks: zigzag is lopsided, striped is not.
-  std::vector<int64_t> cu{0};
-  for (int64_t n : packings[1]) cu.push_back(cu.back() + n);
-  const Documents docs{cu.data(), int64_t(packings[1].size())};
-  EXPECT_GT(sharding_imbalance(Sharding::Zigzag, 3000, true, 3, docs), 1.05);
-  EXPECT_EQ(best_sharding(3000, true, 3, docs), Sharding::Striped);
+  EXPECT_GT(ring_plan(problem_of(Sharding::Zigzag, 3000, true, packings[1]), 3).imbalance(), 1.05);
+  EXPECT_EQ(best_sharding(problem_of(Sharding::Zigzag, 3000, true, packings[1]), 3), Sharding::Striped);
 }
 
 TEST(RingSchedule, ContiguousCausalOnlyForwardsBlocksFromLaterRanks) {
   const int P = 4;
   for (int r = 0; r < P; ++r) {
-    const RingSchedule s(Sharding::Contiguous, 64, true, r, P);
+    const RingSchedule s(shard_layouts(Sharding::Contiguous, 64, P), r, true);
     for (const HopPlan& h : s.hops()) {
       EXPECT_EQ(h.calls.empty(), h.source_rank > r) << "rank " << r << " source " << h.source_rank;
       if (h.source_rank == r) {
@@ -279,8 +289,8 @@ TEST(RingSchedule, ZigzagBalancesCausalWork) {
     std::set<int64_t> zig;
     int64_t cmin = INT64_MAX, cmax = 0;
     for (int r = 0; r < P; ++r) {
-      zig.insert(RingSchedule(Sharding::Zigzag, N, true, r, P).visible_pairs());
-      const int64_t c = RingSchedule(Sharding::Contiguous, N, true, r, P).visible_pairs();
+      zig.insert(RingSchedule(shard_layouts(Sharding::Zigzag, N, P), r, true).visible_pairs());
+      const int64_t c = RingSchedule(shard_layouts(Sharding::Contiguous, N, P), r, true).visible_pairs();
       cmin = std::min(cmin, c);
       cmax = std::max(cmax, c);
     }
