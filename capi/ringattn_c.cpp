@@ -212,14 +212,45 @@ AttentionCall parse_call(const ringattn_attention_args* a, const ringattn_tensor
   return c;
 }
 
-// The backend of the tensors' device. A CUDA backend on the caller's stream plugs in here.
-std::unique_ptr<Backend> backend_for(const ringattn_tensor& q, const ringattn_attention_args& /*a*/) {
+// The backend of the tensors' device: the CPU engine, or a CUDA backend on the caller's stream
+// whose scratch comes from the caller's allocator (the driver's stream-ordered pool without one).
+// Made per call: the device's facts are read once per process (kernels/backend.hpp).
+std::unique_ptr<Backend> backend_for(const ringattn_tensor& q, const ringattn_attention_args& a) {
   if (q.device.device_type == kCpu) return make_cpu_backend();
-  if (q.device.device_type == kCuda)
-    fail_arg("q is on {}: this ringattn_c runs CPU tensors only so far (the CUDA backend on the caller's stream "
-             "is not wired into the C ABI yet)", device_text(q.device));
-  fail_arg("q is on {}; allowed are cpu (and cuda where built)", device_text(q.device));
+  if (q.device.device_type == kCuda) {
+    if (!cuda_built())
+      fail_arg("q is on {} but this ringattn_c was built without CUDA; rebuild it with RINGATTN_CUDA=ON (pip: "
+               "-C cmake.define.RINGATTN_CUDA=ON) or pass CPU tensors", device_text(q.device));
+    CudaBackendConfig config;
+    config.device = q.device.device_id;
+    config.caller_stream = true;
+    config.stream = a.stream;
+    if (a.allocator != nullptr) {
+      config.allocator.ctx = a.allocator->ctx;
+      config.allocator.allocate = a.allocator->allocate;
+      config.allocator.deallocate = a.allocator->deallocate;
+    }
+    return make_cuda_backend(config);
+  }
+  fail_arg("q is on {}; allowed are cpu and cuda", device_text(q.device));
 }
+
+// Makes `device` current for the life of the guard and restores the caller's after (the op must
+// not move its host thread to another GPU); nothing for CPU tensors.
+class DeviceGuard {
+ public:
+  explicit DeviceGuard(const ringattn_tensor& q) {
+    if (q.device.device_type == kCuda && cuda_built()) previous_ = current_cuda_device();
+  }
+  DeviceGuard(const DeviceGuard&) = delete;
+  DeviceGuard& operator=(const DeviceGuard&) = delete;
+  ~DeviceGuard() {
+    if (previous_ >= 0) set_cuda_device(previous_);
+  }
+
+ private:
+  int previous_ = -1;
+};
 
 Allocator allocator_of(const ringattn_attention_args& a) {
   Allocator al;
@@ -272,6 +303,7 @@ int32_t ringattn_attention_fwd(const ringattn_attention_args* args, const ringat
                                char* error, size_t error_size) {
   return op::guarded(error, error_size, [&] {
     const op::AttentionCall c = op::parse_call(args, q, k, v, out, lse);
+    const op::DeviceGuard guard(*q);
     const std::unique_ptr<Backend> b = op::backend_for(*q, *args);
     op::attention_forward(*b, c, op::allocator_of(*args));
   });
@@ -295,6 +327,7 @@ int32_t ringattn_attention_bwd(const ringattn_attention_args* args, const ringat
     op::same_as("dq", g.dq, "q", c.q, packed);
     op::same_as("dk", g.dk, "k", c.k, packed);
     op::same_as("dv", g.dv, "v", c.v, packed);
+    const op::DeviceGuard guard(*q);
     const std::unique_ptr<Backend> b = op::backend_for(*q, *args);
     op::attention_backward(*b, c, g, op::allocator_of(*args));
   });

@@ -55,8 +55,11 @@ typedef struct {
   uint64_t byte_offset;
 } ringattn_tensor;
 
-/* Scratch memory (the fp32 state of the forward, the fp32 gradients of the backward) from the
- * caller's allocator, on the call's device and stream; NULL in the args: the backend's own. */
+/* Scratch memory (the fp32 state of the forward, the fp32 gradients of the backward, the
+ * backward's per-row terms) from the caller's allocator, on the call's device, ordered on the
+ * call's stream: deallocate may come before the queued work that uses the memory has run (as
+ * torch's caching allocator and cudaFreeAsync allow). NULL in the args: for CUDA tensors the
+ * driver's stream-ordered pool (cudaMallocAsync on the stream), for CPU tensors the heap. */
 typedef struct {
   void* ctx;
   void* (*allocate)(void* ctx, size_t bytes, void* stream); /* NULL on failure */
@@ -73,7 +76,10 @@ typedef struct {
   const ringattn_tensor* cu_seqlens; /* NULL: batched; else int32/int64 [docs + 1] in host memory */
   int64_t max_seqlen;          /* with cu_seqlens: 0 (not given) or >= the longest document */
   int32_t deterministic;       /* bitwise reproducible gradients (the CPU engine always is) */
-  void* stream;                /* CUDA tensors: the cudaStream_t to run on (NULL: default stream) */
+  void* stream;                /* CUDA tensors: the cudaStream_t to queue on (NULL: the legacy default
+                                  stream); a call returns once its work is queued, with no host
+                                  synchronization, and leaves the calling thread's current device as
+                                  it found it */
   const ringattn_allocator* allocator;
 } ringattn_attention_args;
 

@@ -66,8 +66,41 @@ class Backend {
 // The CPU engine (kernels/cpu) behind the interface; OpenMP threads as set by OMP_NUM_THREADS.
 std::unique_ptr<Backend> make_cpu_backend();
 
-// The CUDA backend on `device` (kernels/cuda) with the kernel choices `kernels` (core/settings.hpp).
-// Throws RuntimeError when the build has no CUDA or the device does not exist.
+// Device memory from the backend's caller (a framework's caching allocator): `allocate` returns
+// `bytes` on the backend's device usable by work queued on `stream` (null when it has none),
+// `deallocate` takes it back once the work queued on `stream` so far no longer needs it (stream
+// order, as torch's caching allocator and cudaFreeAsync keep it). Null `allocate`: none given.
+struct DeviceAllocator {
+  void* ctx = nullptr;
+  void* (*allocate)(void* ctx, size_t bytes, void* stream) = nullptr;
+  void (*deallocate)(void* ctx, void* p, size_t bytes, void* stream) = nullptr;
+};
+
+// How an embedding host makes a CUDA backend (a framework's op, the C ABI):
+// - caller_stream: queue every operation on `stream`, the caller's cudaStream_t (null: the legacy
+//   default stream); the backend never synchronizes it except in synchronize() and the
+//   copy_to_host / copy_from_host that must, and never destroys it. Off: the backend makes and
+//   owns a stream of its own (the CLI, the ring).
+// - allocator: scratch (the backward's per-row D, decode partials, the caller's Backend::allocate)
+//   from the caller's allocator in stream order. None given: on the caller's stream, the CUDA
+//   driver's stream-ordered pool (cudaMallocAsync / cudaFreeAsync); on the backend's own stream,
+//   its caching allocator.
+// - kernels: the kernel choices (core/settings.hpp); null: the process's, settings().kernels().
+// Nothing in the backend is shared with another backend but the per-device facts (compute
+// capability, SMs) read once: backends on several threads and streams do not interfere.
+struct CudaBackendConfig {
+  int device = 0;
+  bool caller_stream = false;
+  void* stream = nullptr;
+  DeviceAllocator allocator;
+  const KernelChoices* kernels = nullptr;
+};
+
+// The CUDA backend (kernels/cuda) as `config` says. Throws RuntimeError when the build has no
+// CUDA or the device does not exist.
+std::unique_ptr<Backend> make_cuda_backend(const CudaBackendConfig& config);
+// The CUDA backend on `device` with its own stream and caching allocator and the kernel choices
+// `kernels` (core/settings.hpp).
 std::unique_ptr<Backend> make_cuda_backend(int device, const KernelChoices& kernels);
 // The same with the process's choices, settings().kernels() (RINGATTN_FLASH_KERNEL and the other
 // kernel variables, read once per process); a refused value of theirs throws InvalidArgument.
@@ -75,6 +108,12 @@ std::unique_ptr<Backend> make_cuda_backend(int device);
 
 // True when this build has the CUDA backend and at least one GPU is visible.
 bool cuda_available();
+// True when this build has the CUDA backend (whether or not a GPU is visible).
+bool cuda_built();
+// The calling thread's current CUDA device (-1 when the build has no CUDA or none can be asked),
+// and making `device` current (errors dropped: for guards that restore a caller's device).
+int current_cuda_device() noexcept;
+void set_cuda_device(int device) noexcept;
 
 // RAII buffer in a backend's memory.
 class DeviceBuffer {

@@ -52,11 +52,15 @@ class CpuBackend final : public Backend {
 std::unique_ptr<Backend> make_cpu_backend() { return std::make_unique<CpuBackend>(); }
 
 #ifndef RINGATTN_HAVE_CUDA
-std::unique_ptr<Backend> make_cuda_backend(int, const KernelChoices&) {
+std::unique_ptr<Backend> make_cuda_backend(const CudaBackendConfig&) {
   fail_runtime("this ringattn was built without CUDA (configure with nvcc present and -DRINGATTN_CUDA=ON)");
 }
+std::unique_ptr<Backend> make_cuda_backend(int, const KernelChoices&) { return make_cuda_backend(CudaBackendConfig{}); }
 std::unique_ptr<Backend> make_cuda_backend(int device) { return make_cuda_backend(device, KernelChoices{}); }
 bool cuda_available() { return false; }
+bool cuda_built() { return false; }
+int current_cuda_device() noexcept { return -1; }
+void set_cuda_device(int) noexcept {}
 #endif
 
 }  // namespace ringattn

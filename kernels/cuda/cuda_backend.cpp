@@ -1,5 +1,6 @@
-// The CUDA backend behind the Backend interface: device buffers (cudaMalloc), one compute
-// stream on which every operation is queued asynchronously, and the one place where each
+// The CUDA backend behind the Backend interface: device buffers (its own caching cudaMalloc, the
+// caller's allocator, or the driver's stream-ordered pool), one compute stream (its own or the
+// caller's) on which every operation is queued asynchronously, and the one place where each
 // operation is validated and dispatched to a kernel (cuda_kernels.hpp).
 #include <cuda_runtime.h>
 
@@ -7,6 +8,7 @@
 #include <chrono>
 #include <thread>
 #include <map>
+#include <mutex>
 #include <unordered_map>
 #include <cstdlib>
 #include <string>
@@ -34,26 +36,55 @@ void check_grid(const char* what, int64_t n) {
   if (n > 65535) fail_arg("{} = {} exceeds the CUDA grid limit of 65535 for one launch", what, n);
 }
 
+// The facts of `device` (cuda::query_device), read once per device and process: a backend made
+// per call (the C ABI's) pays no device queries. Throws RuntimeError for a device that does not exist.
+cuda::DeviceCaps device_caps(int device) {
+  int count = 0;
+  const cudaError_t err = cudaGetDeviceCount(&count);
+  if (err != cudaSuccess || count == 0) {
+    (void)cudaGetLastError();
+    fail_runtime("no CUDA device is available ({}); use the CPU backend", cudaGetErrorString(err));
+  }
+  if (device < 0 || device >= count)
+    fail_runtime("CUDA device {} does not exist: {} device(s) visible (0..{})", device, count, count - 1);
+  static std::mutex mu;
+  static std::map<int, cuda::DeviceCaps> known;
+  const std::lock_guard<std::mutex> lock(mu);
+  if (const auto it = known.find(device); it != known.end()) return it->second;
+  return known[device] = cuda::query_device(device);
+}
+
+// Where the backend's buffers come from (CudaBackendConfig).
+enum class Memory : uint8_t {
+  Caching,  // its own cudaMalloc, freed buffers kept per size (its own stream)
+  Caller,   // the caller's DeviceAllocator, in stream order
+  Pool,     // cudaMallocAsync / cudaFreeAsync on the caller's stream
+};
+
 class CudaBackend final : public Backend {
  public:
-  CudaBackend(int device, cuda::FlashKernelOptions options) : device_(device), options_(std::move(options)) {
-    int count = 0;
-    const cudaError_t err = cudaGetDeviceCount(&count);
-    if (err != cudaSuccess || count == 0)
-      fail_runtime("no CUDA device is available ({}); use the CPU backend", cudaGetErrorString(err));
-    if (device < 0 || device >= count)
-      fail_runtime("CUDA device {} does not exist: {} device(s) visible (0..{})", device, count, count - 1);
-    caps_ = cuda::query_device(device_);
-    RA_CHECK_CUDA(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
+  CudaBackend(const CudaBackendConfig& config, cuda::FlashKernelOptions options)
+      : device_(config.device), options_(std::move(options)), caps_(device_caps(config.device)),
+        own_stream_(!config.caller_stream), alloc_(config.allocator),
+        memory_(config.allocator.allocate ? Memory::Caller : config.caller_stream ? Memory::Pool : Memory::Caching) {
+    if (own_stream_) {
+      use_device();
+      RA_CHECK_CUDA(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
+    } else {
+      stream_ = static_cast<cudaStream_t>(config.stream);
+    }
   }
   ~CudaBackend() override {
-    // Destructors must not throw: errors here are dropped.
+    // Destructors must not throw: errors here are dropped. A caller's stream is neither drained
+    // nor destroyed: buffers still live go back in stream order.
+    int previous = -1;
+    cudaGetDevice(&previous);
     cudaSetDevice(device_);
-    cudaStreamSynchronize(stream_);
-    if (workspace_) cudaFree(workspace_);
+    if (own_stream_) cudaStreamSynchronize(stream_);
     for (auto& [bytes, p] : cached_) cudaFree(p);
-    for (auto& [p, bytes] : live_) cudaFree(p);
-    cudaStreamDestroy(stream_);
+    for (auto& [p, bytes] : live_) give_back(p, bytes);
+    if (own_stream_) cudaStreamDestroy(stream_);
+    if (previous >= 0 && previous != device_) cudaSetDevice(previous);
   }
 
   std::string name() const override { return "cuda:" + std::to_string(device_); }
@@ -61,14 +92,29 @@ class CudaBackend final : public Backend {
   void* stream() const override { return stream_; }
   int device() const override { return device_; }
 
-  // A caching allocator: freed buffers are kept per size and handed out again, so that a call
-  // that allocates its buffers each time (the ring runner) pays no cudaMalloc/cudaFree (which
+  // Memory::Caching: freed buffers are kept per size and handed out again, so that a call that
+  // allocates its buffers each time (the ring runner) pays no cudaMalloc/cudaFree (which
   // synchronizes the device) after the first. Every operation runs on the one stream, so a
-  // reused buffer is only touched after the work queued on it before it was freed.
+  // reused buffer is only touched after the work queued on it before it was freed. The other two
+  // are stream-ordered by their allocator.
   void* allocate(size_t bytes) override {
     if (bytes == 0) return nullptr;
     use_device();
     const size_t rounded = (bytes + kAlign - 1) / kAlign * kAlign;
+    if (memory_ != Memory::Caching) {
+      void* p = nullptr;
+      if (memory_ == Memory::Caller) {
+        p = alloc_.allocate(alloc_.ctx, rounded, stream_);
+        if (p == nullptr)
+          fail_runtime("the caller's allocator returned no memory for {} bytes on GPU {}", rounded, device_);
+      } else if (const cudaError_t e = cudaMallocAsync(&p, rounded, stream_); e != cudaSuccess) {
+        (void)cudaGetLastError();
+        fail_runtime("cudaMallocAsync of {} bytes on GPU {} failed: {} ({})", rounded, device_, cudaGetErrorString(e),
+                     cudaGetErrorName(e));
+      }
+      live_[p] = rounded;
+      return p;
+    }
     if (auto it = cached_.find(rounded); it != cached_.end()) {
       void* p = it->second;
       cached_.erase(it);
@@ -95,8 +141,21 @@ class CudaBackend final : public Backend {
       cudaFree(p);
       return;
     }
-    cached_.emplace(it->second, p);
+    if (memory_ == Memory::Caching)
+      cached_.emplace(it->second, p);
+    else
+      give_back(p, it->second);
     live_.erase(it);
+  }
+  // A buffer back to where it came from, after the work queued on the stream so far (noexcept).
+  void give_back(void* p, size_t bytes) noexcept {
+    if (memory_ == Memory::Caller) {
+      if (alloc_.deallocate) alloc_.deallocate(alloc_.ctx, p, bytes, stream_);
+    } else if (memory_ == Memory::Pool) {
+      if (cudaFreeAsync(p, stream_) != cudaSuccess) (void)cudaGetLastError();
+    } else {
+      cudaFree(p);
+    }
   }
   void release_cache() {
     use_device();
@@ -174,7 +233,8 @@ class CudaBackend final : public Backend {
       const cuda::DecodePlan plan = cuda::plan_decode_mma(f, dp.splits, caps_.sms);
       check_grid("batch * kv_heads", f.q.batch * f.k.heads);
       check_grid("packed query row blocks", plan.row_blocks);
-      const cuda::SplitPartials parts = partials(plan.parts, rows, f.q.dim);
+      DeviceBuffer scratch;
+      const cuda::SplitPartials parts = partials(scratch, plan.parts, rows, f.q.dim);
       cuda::launch_decode_mma(f, plan, parts, stream_);
       merge_splits({parts, f.state, f.mode, f.out});
       return;
@@ -187,7 +247,8 @@ class CudaBackend final : public Backend {
     const int64_t want = dp.splits > 0 ? dp.splits : 16;
     const int64_t chunk = (keys + want - 1) / want;
     const int64_t n = (keys + chunk - 1) / chunk;
-    const cuda::SplitPartials parts = partials(n, rows, f.q.dim);
+    DeviceBuffer scratch;
+    const cuda::SplitPartials parts = partials(scratch, n, rows, f.q.dim);
     for (int64_t c = 0; c < n; ++c) {
       const int64_t c0 = key0 + c * chunk, len = std::min(chunk, key0 + keys - c0);
       FlashParams sub = f;
@@ -262,29 +323,23 @@ class CudaBackend final : public Backend {
  private:
   void use_device() { RA_CHECK_CUDA(cudaSetDevice(device_)); }
 
-  // Scratch for split partials, grown on demand. Work already queued may still read the old
-  // buffer, so the stream drains before it is freed.
-  cuda::SplitPartials partials(int64_t parts, int64_t rows, int64_t dim) {
-    const size_t bytes = size_t(parts * rows * (dim + 1)) * sizeof(float);
-    if (bytes > workspace_bytes_) {
-      RA_CHECK_CUDA(cudaStreamSynchronize(stream_));
-      if (workspace_) RA_CHECK_CUDA(cudaFree(workspace_));
-      workspace_ = nullptr;
-      workspace_bytes_ = 0;
-      RA_CHECK_CUDA(cudaMalloc(&workspace_, bytes));
-      workspace_bytes_ = bytes;
-    }
-    float* base = static_cast<float*>(workspace_);
+  // Scratch for split partials in `buf`, a buffer of the backend for the one call: freed when the
+  // call has queued its work, which only later work on the one stream can reuse (every Memory is
+  // stream-ordered).
+  cuda::SplitPartials partials(DeviceBuffer& buf, int64_t parts, int64_t rows, int64_t dim) {
+    buf = DeviceBuffer(*this, size_t(parts * rows * (dim + 1)) * sizeof(float));
+    float* base = buf.as<float>();
     return cuda::SplitPartials{base, base + parts * rows * dim, parts, rows, dim};
   }
 
   int device_ = 0;
   cuda::FlashKernelOptions options_;
   cuda::DeviceCaps caps_;
+  bool own_stream_ = true;
+  DeviceAllocator alloc_;
+  Memory memory_ = Memory::Caching;
   double wait_timeout_s_ = 300.0;
   cudaStream_t stream_ = nullptr;
-  void* workspace_ = nullptr;
-  size_t workspace_bytes_ = 0;
   static constexpr size_t kAlign = 512;
   std::multimap<size_t, void*> cached_;      // freed buffers by (rounded) size
   std::unordered_map<void*, size_t> live_;  // handed-out buffers and their size
@@ -292,13 +347,37 @@ class CudaBackend final : public Backend {
 
 }  // namespace
 
+std::unique_ptr<Backend> make_cuda_backend(const CudaBackendConfig& config) {
+  if (config.allocator.allocate == nullptr && config.allocator.deallocate != nullptr)
+    fail_arg("the CUDA backend's allocator has a deallocate but no allocate function");
+  return std::make_unique<CudaBackend>(
+      config, cuda::flash_options(config.kernels ? *config.kernels : settings().kernels()));
+}
 std::unique_ptr<Backend> make_cuda_backend(int device, const KernelChoices& kernels) {
-  return std::make_unique<CudaBackend>(device, cuda::flash_options(kernels));
+  CudaBackendConfig config;
+  config.device = device;
+  config.kernels = &kernels;
+  return make_cuda_backend(config);
 }
 // The library's default: the process's kernel choices (core/settings.hpp), read once per process.
 std::unique_ptr<Backend> make_cuda_backend(int device) { return make_cuda_backend(device, settings().kernels()); }
 std::unique_ptr<Backend> make_cuda_backend(int device, const cuda::FlashKernelOptions& options) {
-  return std::make_unique<CudaBackend>(device, options);
+  CudaBackendConfig config;
+  config.device = device;
+  return std::make_unique<CudaBackend>(config, options);
+}
+
+bool cuda_built() { return true; }
+int current_cuda_device() noexcept {
+  int device = -1;
+  if (cudaGetDevice(&device) != cudaSuccess) {
+    (void)cudaGetLastError();
+    return -1;
+  }
+  return device;
+}
+void set_cuda_device(int device) noexcept {
+  if (cudaSetDevice(device) != cudaSuccess) (void)cudaGetLastError();
 }
 
 bool cuda_available() {

@@ -42,7 +42,41 @@ class _Descs:
         return ctypes.pointer(d)
 
 
-def _args(descs, cu_seqlens, causal, window_left, window_right, softmax_scale, max_seqlen, deterministic):
+# Scratch on a GPU from torch's caching allocator, in the order of the call's stream (the library
+# gives memory back once its work is queued; the allocator reuses it only after that work on the
+# same stream). ctx is the device index + 1 (ctypes passes a null void* as None).
+@_lib.ALLOCATE
+def _torch_allocate(ctx, nbytes, stream):
+    try:
+        return torch.cuda.caching_allocator_alloc(nbytes, device=ctx - 1, stream=stream or 0)
+    except Exception:  # noqa: BLE001 - an exception cannot cross ctypes; the library reports the null
+        return None
+
+
+@_lib.DEALLOCATE
+def _torch_deallocate(ctx, ptr, nbytes, stream):
+    try:
+        torch.cuda.caching_allocator_delete(ptr)
+    except Exception:  # noqa: BLE001 - nothing to report to: the memory stays with torch
+        pass
+
+
+_ALLOCATORS = {}
+
+
+def _cuda_allocator(index):
+    if index not in _ALLOCATORS:
+        _ALLOCATORS[index] = _lib.Allocator(index + 1, _torch_allocate, _torch_deallocate)
+    return _ALLOCATORS[index]
+
+
+def _host_cu_seqlens(cu_seqlens):
+    """The library reads the boundaries on the host: a CUDA tensor is copied (a synchronization)."""
+    return cu_seqlens if cu_seqlens is None or cu_seqlens.device.type == "cpu" else cu_seqlens.cpu()
+
+
+def _args(descs, cu_seqlens, causal, window_left, window_right, softmax_scale, max_seqlen, deterministic,
+          device):
     a = _lib.Args()
     a.abi_version = _lib.ABI_VERSION
     a.causal = int(causal)
@@ -53,6 +87,10 @@ def _args(descs, cu_seqlens, causal, window_left, window_right, softmax_scale, m
     a.deterministic = int(deterministic)
     a.stream = None
     a.allocator = None
+    if device.type == "cuda":
+        index = device.index if device.index is not None else torch.cuda.current_device()
+        a.stream = torch.cuda.current_stream(index).cuda_stream or None
+        a.allocator = ctypes.pointer(_cuda_allocator(index))
     return a
 
 
@@ -73,7 +111,8 @@ def attention_fwd(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu_seqlens:
     out = torch.empty(q.shape, dtype=q.dtype, device=q.device)
     lse = torch.empty(_lse_shape(q, cu_seqlens is not None), dtype=torch.float32, device=q.device)
     d = _Descs()
-    a = _args(d, cu_seqlens, causal, window_left, window_right, softmax_scale, max_seqlen, deterministic)
+    a = _args(d, _host_cu_seqlens(cu_seqlens), causal, window_left, window_right, softmax_scale, max_seqlen,
+              deterministic, q.device)
     err = ctypes.create_string_buffer(_ERROR_BYTES)
     rc = _lib.lib().ringattn_attention_fwd(ctypes.byref(a), d(q), d(k), d(v), d(out), d(lse), err, _ERROR_BYTES)
     _lib.check(rc, err)
@@ -95,7 +134,8 @@ def attention_bwd(dout: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch
     lse = lse if lse.size(-1) <= 1 or lse.stride(-1) == 1 else lse.contiguous()
     dq, dk, dv = (torch.empty(t.shape, dtype=t.dtype, device=t.device) for t in (q, k, v))
     d = _Descs()
-    a = _args(d, cu_seqlens, causal, window_left, window_right, softmax_scale, max_seqlen, deterministic)
+    a = _args(d, _host_cu_seqlens(cu_seqlens), causal, window_left, window_right, softmax_scale, max_seqlen,
+              deterministic, q.device)
     err = ctypes.create_string_buffer(_ERROR_BYTES)
     rc = _lib.lib().ringattn_attention_bwd(ctypes.byref(a), d(dout), d(q), d(k), d(v), d(out), d(lse), d(dq), d(dk),
                                            d(dv), err, _ERROR_BYTES)
@@ -209,8 +249,9 @@ def _check_packing(q, cu_seqlens, max_seqlen):
     if cu_seqlens.dim() != 1 or cu_seqlens.size(0) < 2:
         raise ValueError(f"cu_seqlens has shape {list(cu_seqlens.shape)}; it must be [docs + 1] with at least one "
                          "document")
-    if cu_seqlens.device != q.device:
-        raise ValueError(f"cu_seqlens is on {cu_seqlens.device} but q is on {q.device}; they must be on one device")
+    if cu_seqlens.device != q.device and cu_seqlens.device.type != "cpu":
+        raise ValueError(f"cu_seqlens is on {cu_seqlens.device} but q is on {q.device}; it must be on q's device "
+                         "or on the CPU")
     if max_seqlen is None:
         return 0
     if not isinstance(max_seqlen, int) or isinstance(max_seqlen, bool) or max_seqlen < 1:

@@ -1,8 +1,15 @@
 """Shared by the Python tests: the float64 reference (an explicit softmax over the masked scores)
-and per-dtype tolerances. Inputs are fresh random tensors on every run."""
+and per-dtype tolerances. Inputs are fresh random tensors on every run, on RINGATTN_TEST_DEVICE
+(default cpu; `cuda` runs the same tests on the GPU's kernels); the reference runs on the CPU."""
+
+import os
 
 import pytest
 import torch
+
+DEVICE = torch.device(os.environ.get("RINGATTN_TEST_DEVICE", "cpu"))
+if DEVICE.type == "cuda" and not torch.cuda.is_available():
+    raise RuntimeError(f"RINGATTN_TEST_DEVICE={DEVICE} but torch sees no CUDA device")
 
 torch.set_num_threads(2)
 
@@ -30,14 +37,14 @@ def reference(q, k, v, causal=False, window=(-1, -1), scale=None, cu_seqlens=Non
     packed = cu_seqlens is not None
     if packed:
         q, k, v = q.unsqueeze(0), k.unsqueeze(0), v.unsqueeze(0)
-    q, k, v = (x.double() for x in (q, k, v))
+    q, k, v = (x.double().cpu() for x in (q, k, v))
     t, s, d = q.size(1), k.size(1), q.size(-1)
     g = q.size(2) // k.size(2)
     k, v = k.repeat_interleave(g, dim=2), v.repeat_interleave(g, dim=2)
     scale = d ** -0.5 if scale is None else scale
     docs = None
     if packed:
-        cu = cu_seqlens.long()
+        cu = cu_seqlens.long().cpu()
         docs = torch.repeat_interleave(torch.arange(cu.numel() - 1), cu[1:] - cu[:-1])
     mask = visible(t, s, causal, window, 0 if packed else s - t, docs)
     scores = torch.einsum("bthd,bshd->bhts", q, k) * scale
@@ -52,13 +59,13 @@ def reference(q, k, v, causal=False, window=(-1, -1), scale=None, cu_seqlens=Non
 
 def close(got, want, tol, what):
     atol, rtol = tol
-    got = got.double()
+    got, want = got.double().cpu(), want.double().cpu()
     scale = max(1.0, want[torch.isfinite(want)].abs().max().item() if want.numel() else 1.0)
     torch.testing.assert_close(got, want, atol=atol * scale, rtol=rtol, equal_nan=False, msg=lambda m: f"{what}: {m}")
 
 
 def make(shape, dtype, scale=1.0):
-    return (torch.randn(shape, dtype=torch.float64) * scale).to(dtype)
+    return (torch.randn(shape, dtype=torch.float64) * scale).to(dtype).to(DEVICE)
 
 
 @pytest.fixture(autouse=True)

@@ -4,7 +4,7 @@ import pytest
 import torch
 
 import ringattn.torch as rt
-from conftest import TOL, close, make, reference
+from conftest import DEVICE, TOL, close, make, reference
 
 F32, F16, BF16 = torch.float32, torch.float16, torch.bfloat16
 
@@ -88,7 +88,8 @@ PACKED = [
 def test_packed(case, index):
     cu, hq, hkv, d, causal, window, dtype = case
     n = cu[-1]
-    cu_seqlens = torch.tensor(cu, dtype=index)
+    # int64 boundaries on the inputs' device (copied to the host inside the op), int32 on the CPU.
+    cu_seqlens = torch.tensor(cu, dtype=index, device=DEVICE if index == torch.int64 else "cpu")
     q, k, v = make((n, hq, d), dtype), make((n, hkv, d), dtype), make((n, hkv, d), dtype)
     check_against_reference(q, k, v, causal, window, cu_seqlens=cu_seqlens, max_seqlen=max(
         b - a for a, b in zip(cu, cu[1:])))

@@ -8,7 +8,7 @@ import torch
 
 import ringattn.torch as rt
 from ringattn import _lib
-from conftest import close, make, reference
+from conftest import DEVICE, close, make, reference
 
 
 def loss_fn(q, k, v, cu_seqlens=None):
@@ -145,7 +145,7 @@ def c_call(args, q, k, v, out, lse):
 
 
 def c_args(**kw):
-    a = rt._args(rt._Descs(), None, False, -1, -1, 0.5, 0, False)
+    a = rt._args(rt._Descs(), None, False, -1, -1, 0.5, 0, False, DEVICE)
     for key, val in kw.items():
         setattr(a, key, val)
     return a
@@ -154,14 +154,14 @@ def c_args(**kw):
 def test_c_abi_refuses_with_text():
     """The C ABI checks on its own (for hosts other than this package): status and text, no throw."""
     q = t4()
-    out, lse = torch.empty_like(q), torch.empty(1, 2, 5)
+    out, lse = torch.empty_like(q), torch.empty(1, 2, 5, device=DEVICE)
     assert c_call(c_args(abi_version=99), q, q, q, out, lse) == (
         _lib.INVALID_ARGUMENT, "args.abi_version is 99 but this library is ABI version 1; rebuild the caller against "
         "its ringattn_c.h")
     rc, text = c_call(c_args(), q[..., ::2], q[..., ::2], q[..., ::2], out[..., ::2], lse)
     assert rc == _lib.INVALID_ARGUMENT
     assert text == "q has stride 2 along head_dim (shape [1, 5, 2, 4]); the head dim must be contiguous (stride 1)"
-    assert c_call(c_args(), q, q, q, out, torch.empty(1, 5, 2)) == (
+    assert c_call(c_args(), q, q, q, out, torch.empty(1, 5, 2, device=DEVICE)) == (
         _lib.INVALID_ARGUMENT, "lse has shape [1, 5, 2]; it must be [1, 2, 5] (batch, q_heads, q_len)")
     assert c_call(c_args(), q, q, q, out.half(), lse) == (
         _lib.INVALID_ARGUMENT, "out is fp16 but q is fp32; they must be equal")
