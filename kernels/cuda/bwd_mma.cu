@@ -583,7 +583,6 @@ size_t backward_mma_smem_bytes(int64_t head_dim, bool atomic_dq) {
 
 void launch_backward_mma(const BackwardParams& p, bool atomic_dq, float* delta, cudaStream_t stream,
                          BackwardGate gate) {
-  launch_backward_delta(p, delta, stream);
   switch (p.q.dtype) {
     case DType::BF16: return launch_dim<__nv_bfloat16>(p, atomic_dq, delta, stream, gate);
     case DType::F16: return launch_dim<__half>(p, atomic_dq, delta, stream, gate);

@@ -92,10 +92,12 @@ __device__ __forceinline__ float2 prob_and_grad(const QueryRow<kPer>& r, const f
 #define RA_FOR_WARP_ROWS(i, len) \
   for (int64_t i = int64_t(blockIdx.x) * kWarps + threadIdx.x / 32; i < (len); i += int64_t(gridDim.x) * kWarps)
 
-// D_i = dout_i . o_i, one warp per row; grid (<= ceil(T / kWarps), B * Hq).
+// D_i = dout_i . o_i, one warp per row; grid (<= ceil(T / kWarps), B * Hq). nonfinite (the
+// tensor-core paths' flag, or null): set when a D is not finite, which a NaN or an Inf in dout
+// (or o) makes it, so that the non-finite scan need not read dout.
 template <typename T, int kPer>
 __global__ void __launch_bounds__(32 * kWarps) bwd_delta_kernel(const BackwardParams p, float* delta,
-                                                                const BackwardGate gate) {
+                                                                const BackwardGate gate, int* nonfinite) {
   if (gate_shut(gate)) return;
   const int lane = threadIdx.x % 32;
   const int64_t b = blockIdx.y / p.q.heads, h = blockIdx.y % p.q.heads;
@@ -105,6 +107,7 @@ __global__ void __launch_bounds__(32 * kWarps) bwd_delta_kernel(const BackwardPa
     load_row<T, kPer>(dout, static_cast<const T*>(p.dout.data) + view_offset(p.dout, b, h, i), p.q.dim, lane);
     const float s = warp_dot(o, dout);
     if (lane == 0) delta[(b * p.q.heads + h) * p.q.len + i] = s;
+    if (nonfinite != nullptr && lane == 0 && !isfinite(s)) *nonfinite = 1;
   }
 }
 
@@ -236,8 +239,9 @@ dim3 rows_grid_of(const BackwardParams& p, const BackwardGate& gate) {
 }
 
 template <typename T, int kPer>
-void launch_delta(const BackwardParams& p, float* delta, cudaStream_t stream, const BackwardGate& gate) {
-  bwd_delta_kernel<T, kPer><<<rows_grid_of(p, gate), 32 * kWarps, 0, stream>>>(p, delta, gate);
+void launch_delta(const BackwardParams& p, float* delta, cudaStream_t stream, const BackwardGate& gate,
+                  int* nonfinite = nullptr) {
+  bwd_delta_kernel<T, kPer><<<rows_grid_of(p, gate), 32 * kWarps, 0, stream>>>(p, delta, gate, nonfinite);
   RA_CHECK_CUDA_LAUNCH("bwd_delta_kernel");
 }
 
@@ -289,20 +293,18 @@ __device__ __forceinline__ bool chunk_not_finite(const uint4 w) {
   return bad;
 }
 
-// grid x: one CTA per (tensor, batch, head) of q, dout (B * Hq each), then k, v (B * Hkv each);
-// grid y: the CTAs that share its rows. Each thread reads one 16-byte chunk of a row per pass.
+// grid x: one CTA per (tensor, batch, head) of q (B * Hq), then k, v (B * Hkv each); dout is the
+// delta kernel's to check (launch_backward_delta). grid y: the CTAs that share its rows. Each
+// thread reads one 16-byte chunk of a row per pass.
 template <uint32_t kExp>
 __global__ void __launch_bounds__(kScanThreads) nonfinite_scan_kernel(const BackwardParams p, int* flag) {
   const int64_t nq = p.q.batch * p.q.heads, nk = p.k.batch * p.k.heads;
   int64_t bh = blockIdx.x;
   TensorView t = p.q;
-  if (bh >= 2 * nq) {
-    bh -= 2 * nq;
+  if (bh >= nq) {
+    bh -= nq;
     t = bh < nk ? p.k : p.v;
     bh = bh < nk ? bh : bh - nk;
-  } else if (bh >= nq) {
-    t = p.dout;
-    bh -= nq;
   }
   const int chunks = int(t.dim / 8), rows = kScanThreads / chunks;
   const int row = threadIdx.x / chunks, chunk = threadIdx.x % chunks;
@@ -327,16 +329,18 @@ void check_scannable(const char* name, const TensorView& t) {
 
 }  // namespace
 
-void launch_backward_delta(const BackwardParams& p, float* delta, cudaStream_t stream) {
+void launch_backward_delta(const BackwardParams& p, float* delta, cudaStream_t stream, int* nonfinite) {
   const int64_t per = (p.q.dim + 31) / 32;
   const bool bf16 = p.q.dtype == DType::BF16;
   if (p.q.dtype != DType::BF16 && p.q.dtype != DType::F16)
     fail_no_instance("launch_backward_delta", "dtype", static_cast<long long>(p.q.dtype), "bf16, fp16");
   const BackwardGate always{};
   if (per == 2)
-    return bf16 ? launch_delta<__nv_bfloat16, 2>(p, delta, stream, always) : launch_delta<__half, 2>(p, delta, stream, always);
+    return bf16 ? launch_delta<__nv_bfloat16, 2>(p, delta, stream, always, nonfinite)
+                : launch_delta<__half, 2>(p, delta, stream, always, nonfinite);
   if (per == 4)
-    return bf16 ? launch_delta<__nv_bfloat16, 4>(p, delta, stream, always) : launch_delta<__half, 4>(p, delta, stream, always);
+    return bf16 ? launch_delta<__nv_bfloat16, 4>(p, delta, stream, always, nonfinite)
+                : launch_delta<__half, 4>(p, delta, stream, always, nonfinite);
   fail_no_instance("launch_backward_delta", "head_dim", p.q.dim, "33..64 and 97..128");
 }
 
@@ -354,9 +358,8 @@ void launch_nonfinite_scan(const BackwardParams& p, int* flag, cudaStream_t stre
   check_scannable("q", p.q);
   check_scannable("k", p.k);
   check_scannable("v", p.v);
-  check_scannable("dout", p.dout);
   RA_CHECK_CUDA(cudaMemsetAsync(flag, 0, sizeof(int), stream));
-  const int64_t tensors = 2 * (p.q.batch * p.q.heads + p.k.batch * p.k.heads);
+  const int64_t tensors = p.q.batch * p.q.heads + 2 * p.k.batch * p.k.heads;
   const int64_t rows = kScanThreads / (p.q.dim / 8), len = std::max(p.q.len, p.k.len);
   const int64_t y = std::min<int64_t>(65535, std::max<int64_t>(1, (len + rows * kScanPasses - 1) / (rows * kScanPasses)));
   if (tensors > 0x7fffffff) fail_no_instance("launch_nonfinite_scan", "(tensor, head) pairs", tensors, "up to 2^31 - 1");

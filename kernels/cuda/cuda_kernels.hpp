@@ -73,7 +73,8 @@ struct MergeSplitsParams {
 void launch_merge_splits(const MergeSplitsParams& p, cudaStream_t stream);
 
 // Which of a backward call's two kernel sets runs, decided on the device without a host
-// round trip: launch_nonfinite_scan sets *flag to 1 when q, k, v or dout holds a NaN or an Inf.
+// round trip: launch_nonfinite_scan sets *flag to 1 when q, k or v holds a NaN or an Inf, and
+// launch_backward_delta when dout does (its D is then not finite).
 // The tensor-core kernels run when it is 0 (then a masked pair's zero weight times a finite
 // operand is 0, so nothing leaks), the exact SIMT kernels when it is 1 (they visit visible pairs
 // only). flag == nullptr: the kernels run.
@@ -91,12 +92,14 @@ struct BackwardGate {
 inline constexpr int64_t kBackwardMaxHeadDim = 256;
 void launch_backward_simt(const BackwardParams& p, bool atomic_dq, float* delta, cudaStream_t stream,
                           BackwardGate gate = {});
-// *flag := 1 if q, k, v or dout (bf16/fp16, rows 16-byte aligned, head dim a multiple of 8, as
-// the tensor-core paths require) holds a NaN or an Inf, else 0.
+// *flag := 1 if q, k or v (bf16/fp16, rows 16-byte aligned, head dim a multiple of 8, as the
+// tensor-core paths require) holds a NaN or an Inf, else 0. dout is checked by the delta pass
+// that follows (launch_backward_delta with the flag), which reads it anyway.
 void launch_nonfinite_scan(const BackwardParams& p, int* flag, cudaStream_t stream);
 // The tensor-core flash backward (bwd_mma.cu): bf16/fp16 inputs, head dim 64 or 128,
 // mma.sync m16n8k16 (sm_80 and later), fp32 accumulation; q, k, v and dout 16-byte aligned with
-// strides in multiples of 8 elements (cp.async). `delta` and atomic_dq as launch_backward_simt's.
+// strides in multiples of 8 elements (cp.async). atomic_dq as launch_backward_simt's; `delta`
+// holds D already (launch_backward_delta, queued before).
 // gate: the key and dq kernels return at once unless *gate.flag == gate.runs_when.
 void launch_backward_mma(const BackwardParams& p, bool atomic_dq, float* delta, cudaStream_t stream,
                          BackwardGate gate = {});
@@ -104,8 +107,9 @@ void launch_backward_mma(const BackwardParams& p, bool atomic_dq, float* delta, 
 // 128 (the dispatch compares it with the device's opt-in limit).
 size_t backward_mma_smem_bytes(int64_t head_dim, bool atomic_dq);
 // The backward's pre-pass alone: delta[(b * q_heads + h) * q_len + i] = dout_i . o_i in fp32
-// (bwd_simt.cu; bf16/fp16 inputs of head dim 64 or 128, the tensor-core path's).
-void launch_backward_delta(const BackwardParams& p, float* delta, cudaStream_t stream);
+// (bwd_simt.cu; bf16/fp16 inputs of head dim 64 or 128, the tensor-core path's). nonfinite (the
+// scan's flag, or null): set to 1 where a D is not finite (a NaN or an Inf in dout or o).
+void launch_backward_delta(const BackwardParams& p, float* delta, cudaStream_t stream, int* nonfinite = nullptr);
 
 void launch_merge(const MergeParams& p, cudaStream_t stream);
 void launch_finalize(const FinalizeParams& p, cudaStream_t stream);

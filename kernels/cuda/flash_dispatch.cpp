@@ -237,17 +237,18 @@ BackwardChoice choose_backward_kernel(const DeviceCaps& dev, const BackwardParam
 
 // The tensor-core paths multiply whole tiles, so a masked pair's zero weight meets the other
 // operand (dS K, dS^T Q, P^T dout): a NaN or Inf there would reach rows that cannot see it as
-// 0 x NaN. The scan sets the call's flag when any input holds one; the tensor-core kernels then
-// return at once and the exact SIMT kernels, which visit visible pairs only, take the call. Both
-// are queued; the device decides, so the host never waits.
+// 0 x NaN. The scan (q, k, v) and the delta pass (dout, which it reads anyway) set the call's
+// flag when any input holds one; the tensor-core kernels then return at once and the exact SIMT
+// kernels, which visit visible pairs only, take the call. All are queued; the device decides, so
+// the host never waits.
 void launch_backward(const BackwardChoice& c, const BackwardParams& p, float* delta, int* nonfinite,
                      cudaStream_t stream) {
   switch (c.path) {
     case BackwardPath::Hopper:
     case BackwardPath::Mma:
       launch_nonfinite_scan(p, nonfinite, stream);
+      launch_backward_delta(p, delta, stream, nonfinite);
       if (c.path == BackwardPath::Hopper) {
-        launch_backward_delta(p, delta, stream);
         hopper_detail::launch_backward(c.hopper, delta, nonfinite, stream);
       } else {
         launch_backward_mma(p, c.atomic_dq, delta, stream, BackwardGate{nonfinite, 0});

@@ -30,7 +30,7 @@ using test::DeviceTensor;
 using test::Problem;
 using test::Shape;
 
-enum class Plant { None, NanQ, NanK, NanV, NanDout, InfV };
+enum class Plant { None, NanQ, NanK, NanV, NanDout, InfV, InfDout };
 const char* plant_name(Plant p) {
   switch (p) {
     case Plant::None: return "none";
@@ -39,10 +39,11 @@ const char* plant_name(Plant p) {
     case Plant::NanV: return "nan_v";
     case Plant::NanDout: return "nan_dout";
     case Plant::InfV: return "inf_v";
+    case Plant::InfDout: return "inf_dout";
   }
   return "?";
 }
-constexpr int kInfDim = 3;  // InfV: the column of v that holds +inf
+constexpr int kInfDim = 3;  // InfV, InfDout: the column of v or dout that holds +inf
 
 // Each shape's planted row (of q/dout) and key (of k/v) sit inside tiles that other rows or keys
 // of the same tiles cannot see.
@@ -60,18 +61,19 @@ const Case kCases[] = {
 
 // Writes the plant into row `at` (batch 0, head 0) of t.
 void plant_row(test::HostTensor& t, int64_t at, Plant what) {
-  const float bad = what == Plant::InfV ? std::numeric_limits<float>::infinity() : std::nanf("");
+  const bool inf = what == Plant::InfV || what == Plant::InfDout;
+  const float bad = inf ? std::numeric_limits<float>::infinity() : std::nanf("");
   const int64_t off = t.view.offset(0, 0, at);
   for (int64_t c = 0; c < t.view.dim; ++c)
-    if (what != Plant::InfV || c == kInfDim) store_from_float(t.bytes.data(), t.view.dtype, off + c, bad);
+    if (!inf || c == kInfDim) store_from_float(t.bytes.data(), t.view.dtype, off + c, bad);
 }
 
 // The problem with the plant in its inputs and o, lse recomputed by the CPU forward from them.
 void plant(Problem& pr, const Case& c, Plant what) {
   if (what == Plant::None) return;
   test::HostTensor& t = what == Plant::NanQ ? pr.q : what == Plant::NanK ? pr.k
-                                           : what == Plant::NanDout ? pr.dout : pr.v;
-  plant_row(t, what == Plant::NanQ || what == Plant::NanDout ? c.row : c.key, what);
+                                           : what == Plant::NanDout || what == Plant::InfDout ? pr.dout : pr.v;
+  plant_row(t, what == Plant::NanQ || what == Plant::NanDout || what == Plant::InfDout ? c.row : c.key, what);
   FlashParams f;
   f.q = pr.q.view;
   f.k = pr.k.view;
@@ -190,7 +192,8 @@ TEST_P(BackwardNonFinite, ReachesOnlyTheGradientsThatDependOnIt) {
                                                                                  : cuda::BackwardPath::Simt;
       ASSERT_EQ(int(choice.path), int(want)) << c.name << ": " << choice.reason;
     }
-    for (Plant what : {Plant::None, Plant::NanQ, Plant::NanK, Plant::NanV, Plant::NanDout, Plant::InfV})
+    for (Plant what :
+         {Plant::None, Plant::NanQ, Plant::NanK, Plant::NanV, Plant::NanDout, Plant::InfV, Plant::InfDout})
       for (GradMode mode : {GradMode::Write, GradMode::Accumulate}) {
         run_case(*be, cfg, c, what, mode, rng);
         if (HasFailure()) return;

@@ -58,7 +58,7 @@ const char* plan(const FlashParams& p, const HopperOptions& opt, int smem_optin,
 // launch_backward_delta.
 int backward_smem_bytes(int d);
 const char* plan_backward(const BackwardParams& p, int smem_optin, bool fused_dq, HopperBwdLaunch* out);
-// nonfinite: the call's flag (launch_nonfinite_scan), or nullptr; both kernels return at once
+// nonfinite: the call's flag (launch_nonfinite_scan and launch_backward_delta), or nullptr; both kernels return at once
 // where it is 1.
 void launch_backward(const HopperBwdLaunch& l, const float* delta, const int* nonfinite, cudaStream_t stream);
 
