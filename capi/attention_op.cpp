@@ -39,6 +39,10 @@ class Scratch {
 
 size_t f32_bytes(const TensorView& like) { return size_t(like.numel()) * sizeof(float); }
 
+// Query rows up to which a batched call on a GPU runs the split-KV decode kernel instead of the
+// flash kernel (whose query tiles would be nearly empty): ringattn_gpu_bench's rule.
+constexpr int64_t kDecodeMaxRows = 16;
+
 // A contiguous fp32 [B, H, T, D] view of `like`'s shape over `data`.
 TensorView f32_like(float* data, const TensorView& like) {
   return bhtd_view(data, DType::F32, like.batch, like.heads, like.len, like.dim);
@@ -85,7 +89,10 @@ void attention_forward(Backend& b, const AttentionCall& c, const Allocator& a) {
     f.scale = c.scale;
     f.mask = s.mask;
     f.mode = StateMode::Write;
-    b.flash(f);
+    if (b.device_memory() && c.cu.empty() && s.rows <= kDecodeMaxRows)
+      b.decode(DecodeParams{f, 0});
+    else
+      b.flash(f);
   }
   // No synchronization: on a GPU the work is queued on the backend's stream (the caller's), and
   // the scratch goes back in stream order; the CPU engine has finished when it returns.

@@ -90,6 +90,7 @@ void decode_split_kv(const DecodeParams& p) {
   }
   if (f.mode == StateMode::Write) fill_empty(st);
   for (int64_t c = 0; c < n; ++c) merge_states(MergeParams{st, parts[static_cast<size_t>(c)]});
+  if (f.out.data != nullptr) finalize(FinalizeParams{st, f.out});  // the final output, as flash writes it
 }
 
 void finalize(const FinalizeParams& p) {

@@ -49,7 +49,7 @@ class Args(ctypes.Structure):
         ("window_right", ctypes.c_int64),
         ("has_softmax_scale", ctypes.c_int32),
         ("softmax_scale", ctypes.c_double),
-        ("cu_seqlens", ctypes.POINTER(Tensor)),
+        ("cu_seqlens", ctypes.c_void_p),  # a Tensor's address
         ("max_seqlen", ctypes.c_int64),
         ("deterministic", ctypes.c_int32),
         ("stream", ctypes.c_void_p),
@@ -82,7 +82,7 @@ def lib():
     if found != ABI_VERSION:
         raise RuntimeError(f"ringattn: {path} has C ABI version {found} but this package needs {ABI_VERSION}; "
                            "reinstall the package")
-    p = ctypes.POINTER(Tensor)
+    p = ctypes.c_void_p  # a Tensor's address (ringattn.torch packs the descriptors itself)
     handle.ringattn_attention_fwd.argtypes = [ctypes.POINTER(Args), p, p, p, p, p, ctypes.c_char_p, ctypes.c_size_t]
     handle.ringattn_attention_fwd.restype = ctypes.c_int32
     handle.ringattn_attention_bwd.argtypes = [ctypes.POINTER(Args)] + [p] * 9 + [ctypes.c_char_p, ctypes.c_size_t]

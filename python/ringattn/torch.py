@@ -7,7 +7,9 @@ ctypes with DLPack-style descriptors of the tensors: no libtorch at build time, 
 every torch from 2.4 on."""
 
 import ctypes
+import functools
 import math
+import struct
 from typing import Optional, Tuple
 
 import torch
@@ -24,8 +26,21 @@ _CODES = {
 _ERROR_BYTES = 1024
 
 
+# A descriptor (_lib.Tensor, DLPack's DLTensor: data, device, ndim, dtype, shape, strides,
+# byte_offset) followed by its shape and strides, packed into one buffer by one struct call: the
+# host's cost per call is mostly these descriptors, and ctypes structures cost several times more.
+_DESC = "=QiiiBBHQQQ"
+assert struct.calcsize(_DESC) == ctypes.sizeof(_lib.Tensor), "ringattn: the descriptor layout does not match"
+
+
+@functools.lru_cache(maxsize=None)
+def _packer(ndim):
+    return struct.Struct(f"{_DESC}{ndim}q{ndim}q")
+
+
 class _Descs:
-    """Descriptors of tensors, kept alive (with their shape and stride arrays) for one call."""
+    """Descriptors of tensors (their addresses, for the C ABI's pointer arguments), kept alive with
+    the tensors for one call."""
 
     def __init__(self):
         self._keep = []
@@ -34,12 +49,16 @@ class _Descs:
         if t is None:
             return None
         n = t.dim()
-        shape, strides = (ctypes.c_int64 * n)(*t.shape), (ctypes.c_int64 * n)(*t.stride())
-        device = _lib.Device(_lib.CPU, 0) if t.device.type == "cpu" else _lib.Device(_lib.CUDA, t.device.index or 0)
+        p = _packer(n)
+        buf = ctypes.create_string_buffer(p.size)
+        at = ctypes.addressof(buf)
+        head = struct.calcsize(_DESC)
+        dev_type, dev_id = (_lib.CPU, 0) if t.device.type == "cpu" else (_lib.CUDA, t.device.index or 0)
         code, bits = _CODES[t.dtype]
-        d = _lib.Tensor(t.data_ptr(), device, n, _lib.DType(code, bits, 1), shape, strides, 0)
-        self._keep += [t, shape, strides, d]
-        return ctypes.pointer(d)
+        p.pack_into(buf, 0, t.data_ptr(), dev_type, dev_id, n, code, bits, 1, at + head, at + head + 8 * n, 0,
+                    *t.shape, *t.stride())
+        self._keep += [t, buf]
+        return at
 
 
 # Scratch on a GPU from torch's caching allocator, in the order of the call's stream (the library
@@ -103,8 +122,7 @@ def _lse_shape(q, packed):
     return (q.size(1), q.size(0)) if packed else (q.size(0), q.size(2), q.size(1))
 
 
-@torch.library.custom_op("ringattn::attention_fwd", mutates_args=())
-def attention_fwd(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu_seqlens: Optional[torch.Tensor],
+def _attention_fwd(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu_seqlens: Optional[torch.Tensor],
                   causal: bool, window_left: int, window_right: int, softmax_scale: float, max_seqlen: int,
                   deterministic: bool, lse_grad: bool) -> Tuple[torch.Tensor, torch.Tensor]:
     q, k, v = (_head_dim_contiguous(t) for t in (q, k, v))
@@ -117,6 +135,9 @@ def attention_fwd(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu_seqlens:
     rc = _lib.lib().ringattn_attention_fwd(ctypes.byref(a), d(q), d(k), d(v), d(out), d(lse), err, _ERROR_BYTES)
     _lib.check(rc, err)
     return out, lse
+
+
+attention_fwd = torch.library.custom_op("ringattn::attention_fwd", mutates_args=())(_attention_fwd)
 
 
 @attention_fwd.register_fake
@@ -183,6 +204,29 @@ def _backward(ctx, dout, dlse):
 
 
 torch.library.register_autograd("ringattn::attention_fwd", _backward, setup_context=_setup_context)
+
+
+class _EagerAttention(torch.autograd.Function):
+    """The eager path: the forward op's body called directly and the same autograd formula, without
+    the custom op's Python dispatch (about a fifth of the host's time per call). torch.compile,
+    export, tensor subclasses and dispatch modes take the custom op (_takes_eager_path)."""
+
+    @staticmethod
+    def forward(ctx, *inputs):
+        output = _attention_fwd(*inputs)
+        _setup_context(ctx, inputs, output)
+        return output
+
+    @staticmethod
+    def backward(ctx, dout, dlse):
+        return _backward(ctx, dout, dlse)
+
+
+def _takes_eager_path(q, k, v):
+    if torch.compiler.is_compiling() or not (type(q) is type(k) is type(v) is torch.Tensor):
+        return False
+    modes = getattr(torch._C, "_len_torch_dispatch_mode", None)
+    return modes is not None and modes() == 0
 
 
 def _check_tensor(name, t):
@@ -283,6 +327,7 @@ def attention(q, k, v, *, causal=False, window=(-1, -1), softmax_scale=None, cu_
     left, right = _check_window(window, bool(causal))
     max_len = _check_packing(q, cu_seqlens, max_seqlen)
     scale = _check_scale(softmax_scale, q.size(-1))
-    out, lse = attention_fwd(q, k, v, cu_seqlens, bool(causal), left, right, scale, max_len, bool(deterministic),
-                             bool(return_lse))
+    op = _EagerAttention.apply if _takes_eager_path(q, k, v) else attention_fwd
+    out, lse = op(q, k, v, cu_seqlens, bool(causal), left, right, scale, max_len, bool(deterministic),
+                  bool(return_lse))
     return (out, lse) if return_lse else out

@@ -64,6 +64,16 @@ def close(got, want, tol, what):
     torch.testing.assert_close(got, want, atol=atol * scale, rtol=rtol, equal_nan=False, msg=lambda m: f"{what}: {m}")
 
 
+def cuda_takes(dtype, head_dim):
+    """Whether the CUDA kernels take this head dim (bf16/fp16: 64, 128, 256; fp32 the SIMT path up to 256)."""
+    return head_dim in (64, 128, 256) if dtype in (torch.bfloat16, torch.float16) else head_dim <= 256
+
+
+def refused_here(dtype, head_dim):
+    """On the GPU, a head dim no CUDA kernel takes: the op must refuse it with ValueError naming it."""
+    return DEVICE.type == "cuda" and not cuda_takes(dtype, head_dim)
+
+
 def make(shape, dtype, scale=1.0):
     return (torch.randn(shape, dtype=torch.float64) * scale).to(dtype).to(DEVICE)
 

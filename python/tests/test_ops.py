@@ -42,7 +42,7 @@ def op_samples():
     yield (q, k, v, None, True, -1, -1, 0.25, 0, False, False)
     yield (q[:, :, :2], k[:, :, :1], v[:, :, :1], None, False, 3, 2, 0.5, 0, True, True)
     n = 13
-    qp, kp = make((n, 2, 8), torch.bfloat16), make((n, 1, 8), torch.bfloat16)
+    qp, kp = make((n, 2, 64), torch.bfloat16), make((n, 1, 64), torch.bfloat16)
     yield (qp, kp, kp.clone(), torch.tensor([0, 1, 5, 13], dtype=torch.int32), True, -1, 0, 0.3, 8, False, True)
 
 
