@@ -194,6 +194,33 @@ TEST(SplitDecode, EqualsUnsplit) {
   }
 }
 
+// A decode asked for the final output (FlashParams::out) writes it, in the output's dtype, as the
+// flash call does: the state's o cast once.
+TEST(SplitDecode, WritesTheFinalOutputWhenAsked) {
+  const uint64_t seed = test::fresh_seed();
+  std::mt19937_64 rng(seed);
+  const int64_t B = 1, HQ = 4, HKV = 1, T = 2, S = 40, D = 16;
+  HostTensor q(DType::BF16, B, HQ, T, D, rng), k(DType::BF16, B, HKV, S, D, rng), v(DType::BF16, B, HKV, S, D, rng);
+  HostTensor out(DType::BF16, B, HQ, T, D, rng);
+  for (int64_t i = 0; i < out.view.numel(); ++i) store_from_float(out.bytes.data(), DType::BF16, i, std::nanf(""));
+  HostState st(B, HQ, T, D);
+  FlashParams p;
+  p.q = q.view;
+  p.k = k.view;
+  p.v = v.view;
+  p.state = st.view;
+  p.scale = 0.25f;
+  p.mask = MaskSpec{true, S - T};
+  p.out = out.view;
+  cpu::decode_split_kv(DecodeParams{p, 3});
+  for (int64_t i = 0; i < out.view.numel(); ++i) {
+    const float want = load_as_float(st.o.data(), DType::F32, i);
+    const float got = load_as_float(out.bytes.data(), DType::BF16, i);
+    ASSERT_TRUE(std::isfinite(got)) << "element " << i << " not written (seed " << seed << ")";
+    EXPECT_NEAR(got, want, 1e-2 * std::max(1.f, std::abs(want))) << "element " << i << " seed " << seed;
+  }
+}
+
 // ---- validation: every bad input is an InvalidArgument whose message names the value ----
 
 struct Valid {
