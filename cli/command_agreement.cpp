@@ -20,7 +20,7 @@ namespace ringattn::cli {
 namespace {
 
 constexpr uint32_t kMagic = 0x434d444c;  // "CMDL"
-constexpr uint32_t kVersion = 2;
+constexpr uint32_t kVersion = 3;  // 3: field names of 48 bytes (the environment's fields)
 constexpr size_t kMaxFields = 64;
 
 // Fixed size and trivially copyable: one MPI_Iallgather of bytes, never truncated.
@@ -29,7 +29,7 @@ struct Record {
   char command[16] = {};
   char error[256] = {};
   struct Field {
-    char name[20] = {};
+    char name[48] = {};
     char value[44] = {};
   } fields[kMaxFields];
 };
@@ -45,6 +45,26 @@ std::string fitted(const std::string& v, size_t room) {
 
 }  // namespace
 
+namespace {
+
+// The environment's part of the agreement, after the flags: the fault plan (a rank that plans a
+// fault skips the untimed warm-up exchange, so a plan on some ranks only would leave the others
+// waiting) and the wait bound that --timeout or RINGATTN_MPI_TIMEOUT_S sets (every rank must give
+// up on a peer alike). A refused value is the rank's early error, reported before these compare.
+void add_environment(CommandFields& f, const CommandLine& cl, unsigned cmd) {
+  const Settings& env = cl.env;
+  f.emplace_back("RINGATTN_FAULT", !env.fault.refusal().empty() ? std::string("(refused)")
+                                   : env.fault.get().empty()    ? std::string("none")
+                                                                : env.fault.get());
+  if ((cmd & (kRun | kBench)) == 0) return;
+  const std::optional<double> asked = cmd == kBench ? cl.bench.problem.timeout_s : cl.run.problem.timeout_s;
+  std::string bound = "(refused)";
+  if (asked || env.mpi_timeout_s.refusal().empty()) bound = fmt::format("{:g} s", env.timeout_s(asked));
+  f.emplace_back("wait bound (--timeout, RINGATTN_MPI_TIMEOUT_S)", bound);
+}
+
+}  // namespace
+
 CommandFields command_fields(const CommandLine& cl) {
   CommandFields f;
   const unsigned cmd = command_bit(cl.command);
@@ -53,6 +73,7 @@ CommandFields command_fields(const CommandLine& cl) {
     const std::string name = flag_name(*row) + (row->agree == Agree::Given ? " given" : "");
     f.emplace_back(name, flag_text(*row, cl, Cmd(cmd)));
   }
+  add_environment(f, cl, cmd);
   return f;
 }
 

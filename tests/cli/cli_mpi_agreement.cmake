@@ -40,3 +40,14 @@ step(EXPECT_RC 0 COMMAND ${MPIRUN} ${RINGATTN} run --seq 64 --causal --out o.npy
 step(EXPECT_RC 1 COMMAND ${MPMD} -np 1 ${RINGATTN} run --seq 64 --timeout 5 : -np 1 ${RINGATTN} run --seq 0
      STDERR "ranks stopped before the start: rank 1: --seq: must be an integer in 1..9223372036854775807 \\(got '0'\\)")
 step(EXPECT_RC 1 COMMAND ${MPIRUN} ${RINGATTN} run --seq 0x40 STDERR "--seq: must be a decimal integer \\(got '0x40'\\)")
+# The environment's part: a fault plan on one rank only (it would skip the warm-up exchange that
+# the others wait in) and a wait bound that differs through RINGATTN_MPI_TIMEOUT_S stop every rank
+# at the start, named; a --timeout given on every rank overrides the variable, so they agree.
+step(EXPECT_RC 1 COMMAND ${MPMD} -np 1 ${RINGATTN} run --seq 64 --causal --timeout 20 : -np 1 -x RINGATTN_FAULT=1:0:exit
+     ${RINGATTN} run --seq 64 --causal --timeout 20
+     STDERR "rank 1 has RINGATTN_FAULT 1:0:exit where rank 0 has RINGATTN_FAULT none")
+step(EXPECT_RC 1 COMMAND ${MPMD} -np 1 ${RINGATTN} run --seq 64 --dry-run : -np 1 -x RINGATTN_MPI_TIMEOUT_S=5
+     ${RINGATTN} run --seq 64 --dry-run
+     STDERR "rank 1 has wait bound \\(--timeout, RINGATTN_MPI_TIMEOUT_S\\) 5 s where rank 0 has wait bound \\(--timeout, RINGATTN_MPI_TIMEOUT_S\\) 300 s")
+step(EXPECT_RC 0 COMMAND ${MPMD} -np 1 ${RINGATTN} run --seq 64 --timeout 9 --dry-run : -np 1 -x RINGATTN_MPI_TIMEOUT_S=5
+     ${RINGATTN} run --seq 64 --timeout 9 --dry-run STDOUT "dry run: OK")
