@@ -22,11 +22,13 @@ class ForwardingTransport : public Transport {
     return inner_.check_backend_device(backend_device);
   }
   void set_stream(void* stream) override { inner_.set_stream(stream); }
-  void start_exchange(const void* send, size_t send_bytes, void* recv, size_t recv_bytes) override {
-    inner_.start_exchange(send, send_bytes, recv, recv_bytes);
+  void start_peer_exchange(int to, const void* send, size_t send_bytes, int from, void* recv,
+                           size_t recv_bytes) override {
+    inner_.start_peer_exchange(to, send, send_bytes, from, recv, recv_bytes);
   }
-  void forward_exchange(const void* send, size_t send_bytes, void* recv, size_t recv_bytes) override {
-    inner_.forward_exchange(send, send_bytes, recv, recv_bytes);
+  void forward_peer_exchange(int to, const void* send, size_t send_bytes, int from, void* recv,
+                             size_t recv_bytes) override {
+    inner_.forward_peer_exchange(to, send, send_bytes, from, recv, recv_bytes);
   }
   void wait_exchange() override { inner_.wait_exchange(); }
   bool abandon_exchange() noexcept override { return inner_.abandon_exchange(); }

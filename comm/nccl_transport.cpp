@@ -140,7 +140,9 @@ class NcclTransport final : public Transport {
     compute_ = s;
   }
 
-  void start_exchange(const void* send, size_t send_bytes, void* recv, size_t recv_bytes) override {
+  void start_peer_exchange(int to, const void* send, size_t send_bytes, int from, void* recv,
+                           size_t recv_bytes) override {
+    check_peers(to, from);
     if (pending_) fail_runtime("rank {}: start_exchange called twice without wait_exchange", rank_);
     RA_CHECK_CUDA(cudaEventRecord(ready_, compute_));
     RA_CHECK_CUDA(cudaStreamWaitEvent(comm_stream_, ready_, 0));
@@ -152,10 +154,9 @@ class NcclTransport final : public Transport {
         RA_CHECK_CUDA(cudaMemcpyAsync(recv, send, send_bytes, cudaMemcpyDeviceToDevice, comm_stream_));
     } else if (send_bytes > 0 || recv_bytes > 0) {
       // A side of 0 bytes posts nothing: its peer's matching side is 0 bytes too (the contract).
-      const int next = (rank_ + 1) % size_, prev = (rank_ + size_ - 1) % size_;
       check(ncclGroupStart(), "ncclGroupStart", __LINE__);
-      if (send_bytes > 0) check(ncclSend(send, send_bytes, ncclInt8, next, comm_, comm_stream_), "ncclSend", __LINE__);
-      if (recv_bytes > 0) check(ncclRecv(recv, recv_bytes, ncclInt8, prev, comm_, comm_stream_), "ncclRecv", __LINE__);
+      if (send_bytes > 0) check(ncclSend(send, send_bytes, ncclInt8, to, comm_, comm_stream_), "ncclSend", __LINE__);
+      if (recv_bytes > 0) check(ncclRecv(recv, recv_bytes, ncclInt8, from, comm_, comm_stream_), "ncclRecv", __LINE__);
       const ncclResult_t r = ncclGroupEnd();
       if (r != ncclInProgress) check(r, "ncclGroupEnd", __LINE__);
       poll_until_ready("ncclGroupEnd", timeout());
@@ -165,6 +166,8 @@ class NcclTransport final : public Transport {
     pending_ = true;
     pending_send_ = send_bytes;
     pending_recv_ = recv_bytes;
+    pending_to_ = to;
+    pending_from_ = from;
   }
 
   void wait_exchange() override {
@@ -185,7 +188,7 @@ class NcclTransport final : public Transport {
         // the failure with its own hop.
         fail_runtime("rank {} on {}: exchange {}: timed out after {:.0f} s waiting for the NCCL exchange (send {} bytes "
                      "to rank {}, receive {} bytes from rank {})", rank_, host_name(), hops_ + 1, limit, pending_send_,
-                     (rank_ + 1) % size_, pending_recv_, (rank_ + size_ - 1) % size_);
+                     pending_to_, pending_recv_, pending_from_);
       }
       std::this_thread::sleep_for(std::chrono::microseconds(20));
     }
@@ -304,6 +307,7 @@ class NcclTransport final : public Transport {
   double last_seconds_ = -1.0;
   bool pending_ = false, failed_ = false;
   size_t pending_send_ = 0, pending_recv_ = 0;
+  int pending_to_ = 0, pending_from_ = 0;  // the peers of the exchange posted last
   uint64_t bytes_sent_ = 0;
   int hops_ = 0;
   CollectiveBuffers coll_;

@@ -1,0 +1,48 @@
+// The communicator of comm/transport.hpp on the local transport (the world of one): peer
+// exchanges with itself, and peers outside the world refused by name.
+#include <gtest/gtest.h>
+
+#include <cstdint>
+#include <numeric>
+#include <string>
+#include <vector>
+
+#include "common/test_util.hpp"
+#include "comm/transport.hpp"
+#include "core/error.hpp"
+
+namespace ringattn {
+namespace {
+
+template <class F>
+std::string invalid_argument_of(F&& f) {
+  return test::thrown_text<InvalidArgument>(f);
+}
+
+TEST(LocalTransport, PeerExchangeWithItselfCopiesAndCounts) {
+  auto t = make_local_transport();
+  std::vector<uint8_t> send(37), recv(37, 0);
+  std::iota(send.begin(), send.end(), uint8_t(11));
+  t->start_peer_exchange(0, send.data(), send.size(), 0, recv.data(), recv.size());
+  t->wait_exchange();
+  EXPECT_EQ(recv, send);
+  t->start_peer_exchange(0, send.data(), 0, 0, recv.data(), 0);  // empty on both sides
+  t->wait_exchange();
+  EXPECT_EQ(t->bytes_sent(), 37u);
+  EXPECT_EQ(t->ring_next(), 0);
+  EXPECT_EQ(t->ring_prev(), 0);
+}
+
+TEST(LocalTransport, PeersOutsideTheWorldAreRefusedByName) {
+  auto t = make_local_transport();
+  int a = 1, b = 0;
+  EXPECT_EQ(invalid_argument_of([&] { t->start_peer_exchange(1, &a, sizeof a, 0, &b, sizeof b); }),
+            "rank 0: exchange peer to = 1 is not a rank of the local transport (allowed are 0 to 0)");
+  EXPECT_EQ(invalid_argument_of([&] { t->start_peer_exchange(0, &a, sizeof a, -1, &b, sizeof b); }),
+            "rank 0: exchange peer from = -1 is not a rank of the local transport (allowed are 0 to 0)");
+  EXPECT_EQ(b, 0);  // nothing moved
+  EXPECT_EQ(t->bytes_sent(), 0u);
+}
+
+}  // namespace
+}  // namespace ringattn
