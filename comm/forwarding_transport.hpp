@@ -5,6 +5,8 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstdlib>
+#include <memory>
+#include <span>
 #include <string>
 
 #include "comm/transport.hpp"
@@ -36,6 +38,12 @@ class ForwardingTransport : public Transport {
     inner_.allgather(send, recv, bytes_per_rank);
   }
   void barrier() override { inner_.barrier(); }
+  void alltoall(const void* send, std::span<const size_t> send_bytes, void* recv,
+                std::span<const size_t> recv_bytes) override {
+    inner_.alltoall(send, send_bytes, recv, recv_bytes);
+  }
+  // The inner transport's groups, undecorated (no staging, no fault injection).
+  std::unique_ptr<Transport> split(int colour, int key) override { return inner_.split(colour, key); }
   uint64_t bytes_sent() const override { return inner_.bytes_sent(); }
   double last_exchange_seconds() const override { return inner_.last_exchange_seconds(); }
   [[noreturn]] void abort(int exit_code) override {

@@ -29,6 +29,11 @@ class LocalTransport final : public Transport {
     if (send != recv) std::memmove(recv, send, bytes_per_rank);
   }
   void barrier() override {}
+  // A world of one splits into itself (any colour >= 0): a new local transport.
+  std::unique_ptr<Transport> split(int colour, int /*key*/) override {
+    check_colours(std::span<const int>(&colour, 1));
+    return make_local_transport();
+  }
   uint64_t bytes_sent() const override { return bytes_sent_; }
 
  private:

@@ -32,6 +32,7 @@
 #endif
 
 #include "comm/collective_buffers.hpp"
+#include "comm/mpi_alltoallv.hpp"
 #include "core/check.hpp"
 #include "core/error.hpp"
 #include "core/host.hpp"
@@ -110,8 +111,10 @@ class MpiTransport final : public Transport {
     }
     if (stuck_) {
       // An exchange timed out: the helper may sit in MPI_Sendrecv for good and the communicator
-      // is unusable. Leave both; the process is about to end (abort) anyway.
+      // is unusable. Leave both; the process is about to end (abort) anyway. A timed-out
+      // all-to-all may still read its counts: they stay allocated too.
       if (helper_.joinable()) helper_.detach();
+      (void)a2a_.release();
       return;
     }
     if (helper_.joinable()) {
@@ -264,6 +267,35 @@ class MpiTransport final : public Transport {
     wait_collective(rq, "barrier");
   }
 
+  void alltoall(const void* send, std::span<const size_t> send_bytes, void* recv,
+                std::span<const size_t> recv_bytes) override {
+    if (in_flight_) fail_runtime("rank {}: all-to-all while an exchange is in flight", rank_);
+    check_alltoall_counts(send_bytes, recv_bytes);
+    if (stuck_) fail_runtime("rank {}: all-to-all after an exchange or collective timed out", rank_);
+    MPI_Request rq = post_alltoallv(comm_, rank_, coll_, *a2a_, send, send_bytes, recv_bytes);
+    wait_collective(rq, "all-to-all");
+    coll_.copy_out(recv, a2a_->recv_total);
+  }
+
+  // The colours go round first (a bounded allgather), so a bad one is refused on every rank and no
+  // rank waits in MPI_Comm_split for one that stopped before it.
+  std::unique_ptr<Transport> split(int colour, int key) override {
+    if (in_flight_) fail_runtime("rank {}: split while an exchange is in flight", rank_);
+    std::vector<int> colours(size_t(size_), 0);
+    allgather(&colour, colours.data(), sizeof(int));
+    check_colours(colours);
+    MPI_Comm sub = MPI_COMM_NULL;
+    RA_CHECK_MPI(MPI_Comm_split(comm_, colour, key, &sub));
+    try {
+      auto t = make_mpi_transport(sub, mode_, timeout_s_);  // over a duplicate of `sub`
+      MPI_Comm_free(&sub);
+      return t;
+    } catch (...) {
+      MPI_Comm_free(&sub);
+      throw;
+    }
+  }
+
   uint64_t bytes_sent() const override { return bytes_sent_; }
 
   [[noreturn]] void abort(int exit_code) override {
@@ -381,6 +413,7 @@ class MpiTransport final : public Transport {
   int pending_to_ = 0, pending_from_ = 0;  // the peers of the exchange posted last
   bool stuck_ = false;
   CollectiveBuffers coll_;
+  std::unique_ptr<AlltoallvCounts> a2a_ = std::make_unique<AlltoallvCounts>();  // of the last all-to-all
 
   bool cuda_aware_ = false;
   // Helper thread state, guarded by mu_.

@@ -19,6 +19,7 @@
 #include <spdlog/spdlog.h>
 
 #include "comm/collective_buffers.hpp"
+#include "comm/mpi_alltoallv.hpp"
 #include "core/check.hpp"
 #include "core/error.hpp"
 #include "core/host.hpp"
@@ -105,6 +106,7 @@ class NcclTransport final : public Transport {
           ncclCommAbort(comm_);
       }
     }
+    if (failed_) (void)a2a_.release();  // a timed-out all-to-all may still read its counts
     if (done_) cudaEventDestroy(done_);
     if (started_) cudaEventDestroy(started_);
     if (ready_) cudaEventDestroy(ready_);
@@ -234,6 +236,22 @@ class NcclTransport final : public Transport {
     RA_CHECK_MPI(MPI_Ibarrier(mpi_, &rq));
     wait_mpi(rq, "barrier");
   }
+  // Host memory, over MPI like allgather: ncclSend/ncclRecv move device buffers only, and a device
+  // all-to-all (grouped ncclSend/ncclRecv on the communication stream) is not written yet.
+  void alltoall(const void* send, std::span<const size_t> send_bytes, void* recv,
+                std::span<const size_t> recv_bytes) override {
+    if (pending_) fail_runtime("rank {}: all-to-all while an exchange is in flight", rank_);
+    check_alltoall_counts(send_bytes, recv_bytes);
+    MPI_Request rq = post_alltoallv(mpi_, rank_, coll_, *a2a_, send, send_bytes, recv_bytes);
+    wait_mpi(rq, "all-to-all");
+    coll_.copy_out(recv, a2a_->recv_total);
+  }
+  // Refused: groups of NCCL ranks would need ncclCommSplit (NCCL >= 2.18) on the non-blocking
+  // communicator and an MPI sub-communicator for the host collectives; neither is wired up.
+  std::unique_ptr<Transport> split(int /*colour*/, int /*key*/) override {
+    fail_runtime("rank {}: the NCCL transport cannot split into groups yet (ncclCommSplit, NCCL >= 2.18, is not wired "
+                 "up); split an MPI transport instead", rank_);
+  }
   uint64_t bytes_sent() const override { return bytes_sent_; }
   double last_exchange_seconds() const override { return last_seconds_; }
 
@@ -311,6 +329,7 @@ class NcclTransport final : public Transport {
   uint64_t bytes_sent_ = 0;
   int hops_ = 0;
   CollectiveBuffers coll_;
+  std::unique_ptr<AlltoallvCounts> a2a_ = std::make_unique<AlltoallvCounts>();  // of the last all-to-all
 };
 
 }  // namespace

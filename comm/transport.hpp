@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <cstdlib>
 #include <memory>
+#include <span>
 #include <string>
 
 namespace ringattn {
@@ -81,9 +82,30 @@ class Transport {
   // Blocking collectives on host memory.
   virtual void allgather(const void* send, void* recv, size_t bytes_per_rank) = 0;
   virtual void barrier() = 0;
+  // All-to-all with per-peer counts: this rank sends send_bytes[q] bytes to rank q and receives
+  // recv_bytes[q] bytes from rank q. `send` and `recv` hold the blocks one after another in rank
+  // order (the block for or from rank q starts at the sum of the counts before q). Both spans hold
+  // size() counts (else InvalidArgument); any count may be 0; the caller guarantees that
+  // send_bytes[q] here is recv_bytes[r] on rank q. Not while an exchange is in flight. The default
+  // runs it as size() peer exchanges (round d: to r + d, from r - d), each completed before the
+  // next, which suits any transport whose exchanges take host memory (the local transport); MPI
+  // runs MPI_Ialltoallv, bounded like its other collectives; NCCL runs the same over its MPI
+  // communicator (host memory: NCCL itself moves device buffers only, and a device all-to-all of
+  // grouped ncclSend/ncclRecv is not written yet).
+  virtual void alltoall(const void* send, std::span<const size_t> send_bytes, void* recv,
+                        std::span<const size_t> recv_bytes);
+  // Collective over this transport's ranks: a new transport over the ranks that pass the same
+  // `colour` (>= 0; a negative one is an InvalidArgument naming the rank and the value, on every
+  // rank where the transport can tell), ranked by `key`, then by rank here. Independent of this
+  // one: its own exchanges and collectives, and it may outlive it. MPI: MPI_Comm_split (the
+  // colours are allgathered first, so a bad one is refused on every rank); local: a world of one
+  // again; NCCL: refused (RuntimeError; ncclCommSplit, NCCL >= 2.18, is not wired up); a
+  // decorator: its inner transport's split, undecorated. The default refuses (RuntimeError).
+  virtual std::unique_ptr<Transport> split(int colour, int key);
 
   // Bytes this rank has sent through its exchanges (start_peer_exchange and the ring hops built on
-  // it) since construction; collectives are not counted.
+  // it) since construction; collectives are not counted (except the default alltoall, which runs
+  // as exchanges).
   virtual uint64_t bytes_sent() const = 0;
 
   // Seconds the last completed exchange took from post to completion, as the transport saw it
@@ -98,6 +120,10 @@ class Transport {
   // Throws InvalidArgument when `to` or `from` is not a rank of this transport, naming the value
   // and the allowed range. Every transport calls it before posting anything.
   void check_peers(int to, int from) const;
+  // Throws InvalidArgument unless both spans of an all-to-all hold size() counts.
+  void check_alltoall_counts(std::span<const size_t> send_bytes, std::span<const size_t> recv_bytes) const;
+  // Throws InvalidArgument naming the first rank whose colour (colours[q], rank q's) is negative.
+  void check_colours(std::span<const int> colours) const;
 };
 
 // The world of one: no MPI at all. An exchange with itself copies send into recv.

@@ -1,5 +1,6 @@
 // The communicator of comm/transport.hpp on the local transport (the world of one): peer
-// exchanges with itself, and peers outside the world refused by name.
+// exchanges with itself, the all-to-all and split, and bad peers, counts and colours refused by
+// name.
 #include <gtest/gtest.h>
 
 #include <cstdint>
@@ -42,6 +43,36 @@ TEST(LocalTransport, PeersOutsideTheWorldAreRefusedByName) {
             "rank 0: exchange peer from = -1 is not a rank of the local transport (allowed are 0 to 0)");
   EXPECT_EQ(b, 0);  // nothing moved
   EXPECT_EQ(t->bytes_sent(), 0u);
+}
+
+TEST(LocalTransport, AlltoallCopiesItsOwnBlock) {
+  auto t = make_local_transport();
+  std::vector<uint8_t> send(23), recv(23, 0);
+  std::iota(send.begin(), send.end(), uint8_t(40));
+  const std::vector<size_t> counts = {23};
+  t->alltoall(send.data(), counts, recv.data(), counts);
+  EXPECT_EQ(recv, send);
+  const std::vector<size_t> none = {0};
+  t->alltoall(send.data(), none, recv.data(), none);  // nothing to move
+  EXPECT_EQ(recv, send);
+  const std::vector<size_t> two = {1, 2};
+  EXPECT_EQ(invalid_argument_of([&] { t->alltoall(send.data(), two, recv.data(), counts); }),
+            "rank 0: all-to-all over the local transport needs 1 send and 1 receive counts, one per rank (got 2 and 1)");
+}
+
+TEST(LocalTransport, SplitsIntoAWorldOfOne) {
+  auto t = make_local_transport();
+  auto sub = t->split(7, 3);
+  ASSERT_NE(sub, nullptr);
+  EXPECT_EQ(sub->size(), 1);
+  EXPECT_EQ(sub->rank(), 0);
+  int a = 42, b = 0;
+  sub->start_exchange(&a, sizeof a, &b, sizeof b);
+  sub->wait_exchange();
+  EXPECT_EQ(b, 42);
+  EXPECT_EQ(t->bytes_sent(), 0u);  // the group's exchanges are its own
+  EXPECT_EQ(invalid_argument_of([&] { t->split(-1, 0); }),
+            "rank 0: split of the local transport: rank 0 gave colour -1; a colour must be >= 0");
 }
 
 }  // namespace
