@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "common/test_util.hpp"
+#include "comm/transport_factory.hpp"
 #include "comm/transport.hpp"
 #include "core/error.hpp"
 
@@ -73,6 +74,34 @@ TEST(LocalTransport, SplitsIntoAWorldOfOne) {
   EXPECT_EQ(t->bytes_sent(), 0u);  // the group's exchanges are its own
   EXPECT_EQ(invalid_argument_of([&] { t->split(-1, 0); }),
             "rank 0: split of the local transport: rank 0 gave colour -1; a colour must be >= 0");
+}
+
+// The kind table behind --transport: its choices, what each kind needs, and the local maker.
+TEST(TransportKinds, TheTableNamesEveryKindOnce) {
+  const std::vector<const char*> names = transport_choices();
+  const std::vector<std::string> choices(names.begin(), names.end());
+  EXPECT_EQ(choices, (std::vector<std::string>{"auto", "mpi", "nccl", "local"}));
+  const TransportKind* nccl = find_transport_kind("nccl");
+  ASSERT_NE(nccl, nullptr);
+  EXPECT_TRUE(nccl->needs_mpi && nccl->needs_cuda);
+#ifdef RINGATTN_HAVE_NCCL
+  EXPECT_TRUE(nccl->built);
+#else
+  EXPECT_FALSE(nccl->built);
+  EXPECT_EQ(nccl->make, nullptr);
+#endif
+  const TransportKind* mpi = find_transport_kind("mpi");
+  ASSERT_NE(mpi, nullptr);
+  EXPECT_TRUE(mpi->needs_mpi && !mpi->needs_cuda && mpi->reads_progress);
+  EXPECT_EQ(find_transport_kind("auto"), nullptr);
+  EXPECT_EQ(find_transport_kind("gloo"), nullptr);
+  EXPECT_STREQ(auto_transport_kind(MPI_COMM_NULL, false).name, "local");
+  const TransportKind* local = find_transport_kind("local");
+  ASSERT_NE(local, nullptr);
+  EXPECT_TRUE(local->world_of_one && !local->needs_mpi);
+  auto t = local->make(TransportRequest{});
+  EXPECT_EQ(t->name(), "local");
+  EXPECT_EQ(t->size(), 1);
 }
 
 }  // namespace
