@@ -2,6 +2,7 @@
 #include <limits>
 
 #include "cli/flags.hpp"
+#include "comm/transport_factory.hpp"
 #include "kernels/params.hpp"
 
 namespace ringattn::cli {
@@ -99,7 +100,7 @@ std::vector<Flag> problem_rows() {
        .check = Check::Choice, .choices = kShards, .show_default = true, .samples = {"zigzag", "striped"}},
       {.names = "--transport", .commands = kRunBench, .target = RA_PROBLEM(transport), .computes = false,
        .json_key = "transport", .help = "auto: nccl between GPUs when built, mpi under mpirun, else local",
-       .check = Check::Choice, .choices = {"auto", "mpi", "nccl", "local"}, .show_default = true,
+       .check = Check::Choice, .choices = transport_choices(), .show_default = true,
        .samples = {"auto", "mpi"}},
       {.names = "--check-rows", .commands = kRunBench, .target = RA_PROBLEM(check_rows), .computes = false,
        .json_key = "check_rows", .help = "rows per rank the check compares (0: all when small, else a sample)",

@@ -10,6 +10,7 @@
 
 #include <fmt/format.h>
 
+#include "comm/transport_factory.hpp"
 #include "core/error.hpp"
 #include "kernels/params.hpp"
 #include "runner/ring/ring.hpp"
@@ -215,8 +216,14 @@ void validate_problem_options(const ProblemOptions& o) {
   tiles.tile_q = o.tile_q;
   tiles.tile_k = o.tile_k;
   validate_run_options(tiles);
-  if (o.device == "cpu" && o.transport == "nccl")
-    fail_arg("--transport nccl needs --device cuda (NCCL moves device buffers); use --transport mpi on cpu");
+  check_transport_device(o.transport, o.device);
+}
+
+void check_transport_device(const std::string& transport, const std::string& device) {
+  const TransportKind* k = find_transport_kind(transport);
+  if (device == "cpu" && k != nullptr && k->needs_cuda)
+    fail_arg("--transport {} needs --device cuda ({} moves device buffers); use --transport mpi on cpu", k->name,
+             k->library);
 }
 
 }  // namespace ringattn::cli

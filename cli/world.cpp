@@ -17,13 +17,10 @@
 #include "core/timer.hpp"
 #include "runner/faults/fault_injection.hpp"
 #include "runner/diagnostics/log.hpp"
-#include "comm/mpi_transport.hpp"
+#include "comm/transport_factory.hpp"
 #include "runner/ring/ring.hpp"
 #ifdef RINGATTN_HAVE_CUDA
 #include <cuda_runtime_api.h>
-#endif
-#ifdef RINGATTN_HAVE_NCCL
-#include "comm/nccl_transport.hpp"
 #endif
 
 namespace ringattn::cli {
@@ -184,18 +181,36 @@ void check_world_matches_launcher(const MpiSession& mpi) {
            "you use (compare `which mpirun` with `ldd ringattn | grep -i mpi`)", announced, source, lib);
 }
 
+// The kind --transport names ("auto": auto_transport_kind), refused when this build or this world
+// cannot run it.
+const TransportKind& choose_transport_kind(const std::string& name, bool cuda, const MpiSession& mpi) {
+  const TransportKind* k =
+      name == "auto" ? &auto_transport_kind(mpi.active() ? MPI_COMM_WORLD : MPI_COMM_NULL, cuda) : find_transport_kind(name);
+  if (k == nullptr) fail_arg("unknown --transport '{}': allowed are {}", name, fmt::join(transport_choices(), ", "));
+  if (!k->built)
+    fail_arg("--transport {}: this ringattn was built without {}; use --transport mpi or auto", k->name, k->library);
+  check_transport_device(k->name, cuda ? "cuda" : "cpu");
+  if (k->needs_mpi && !mpi.active())
+    fail_arg("--transport {} needs a launcher (mpirun/srun: none of OMPI_COMM_WORLD_SIZE, PMI_SIZE, PMIX_RANK, "
+             "SLURM_NTASKS is set); run under mpirun or use --transport auto", k->name);
+  if (k->world_of_one && mpi.active()) {
+    int size = 1;
+    MPI_Comm_size(MPI_COMM_WORLD, &size);
+    if (size > 1) fail_arg("--transport {} is a world of one, but mpirun started {} ranks; use mpi or auto", k->name, size);
+  }
+  return *k;
+}
+
+// MPI_COMM_WORLD for every kind: the local transport ignores it (MPI may not be initialized then).
+TransportRequest transport_request(const World& w) { return TransportRequest{MPI_COMM_WORLD, w.mpi_progress, w.timeout_s}; }
+
 }  // namespace
 
 Transport& grad_transport(World& w) {
   if (w.size <= 1) return *w.transport;
   if (!w.grad_transport) {
-    if (w.transport_name == "mpi") {
-      w.grad_transport = make_mpi_transport(MPI_COMM_WORLD, w.mpi_progress, w.timeout_s);
-    } else if (w.transport_name == "nccl") {
-#ifdef RINGATTN_HAVE_NCCL
-      w.grad_transport = make_nccl_transport(MPI_COMM_WORLD, NcclOptions{w.timeout_s, 3 * w.timeout_s});
-#endif
-    }
+    const TransportKind* kind = find_transport_kind(w.transport_name);
+    if (kind != nullptr && kind->make != nullptr && !kind->world_of_one) w.grad_transport = kind->make(transport_request(w));
     if (!w.grad_transport)
       throw CollectiveError(fmt::format("--backward: no second transport of kind {} for the gradient ring",
                                         w.transport_name));
@@ -209,7 +224,6 @@ World make_world(const ProblemOptions& o, const Settings& env, const MpiSession&
   check_world_matches_launcher(mpi);
   // Every wait for another rank is bounded; the first hop also pays connection set-up.
   const double timeout = env.timeout_s(o.timeout_s);
-  std::string kind = o.transport;
   const bool cuda = o.device == "cuda";
   if (cuda && !cuda_available())
     fail_arg("--device cuda: {}; use --device cpu",
@@ -219,40 +233,12 @@ World make_world(const ProblemOptions& o, const Settings& env, const MpiSession&
              "this ringattn was built without CUDA (rebuild with nvcc present and -DRINGATTN_CUDA=ON)"
 #endif
     );
-  if (kind == "auto") {
-    kind = !mpi.active() ? "local" : "mpi";
-#ifdef RINGATTN_HAVE_NCCL
-    // NCCL when every rank has a GPU of its own; ranks that share a GPU fall back to MPI.
-    if (mpi.active() && cuda && every_rank_has_own_gpu(MPI_COMM_WORLD)) kind = "nccl";
-#endif
-  }
-  if (kind == "local") {
-    if (mpi.active()) {
-      int size = 1;
-      MPI_Comm_size(MPI_COMM_WORLD, &size);
-      if (size > 1) fail_arg("--transport local is a world of one, but mpirun started {} ranks; use mpi or auto", size);
-    }
-    w.transport = make_local_transport();
-  } else if (kind == "mpi") {
-    if (!mpi.active())
-      fail_arg("--transport mpi needs a launcher (mpirun/srun: none of OMPI_COMM_WORLD_SIZE, PMI_SIZE, PMIX_RANK, "
-               "SLURM_NTASKS is set); run under mpirun or use --transport auto");
-    w.mpi_progress = env.mpi_progress.get();
-    w.transport = make_mpi_transport(MPI_COMM_WORLD, w.mpi_progress, timeout);
-  } else if (kind == "nccl") {
-#ifdef RINGATTN_HAVE_NCCL
-    if (!cuda) fail_arg("--transport nccl needs --device cuda");
-    if (!mpi.active()) fail_arg("--transport nccl needs a launcher (mpirun/srun); use --transport auto for one GPU");
-    w.gpu = select_local_gpu(MPI_COMM_WORLD);
-    w.transport = make_nccl_transport(MPI_COMM_WORLD, NcclOptions{timeout, 3 * timeout});
-#else
-    fail_arg("--transport nccl: this ringattn was built without NCCL; use --transport mpi or auto");
-#endif
-  } else {
-    fail_arg("unknown --transport '{}': allowed are auto, mpi, nccl, local", kind);
-  }
-  w.transport_name = kind;
+  const TransportKind& kind = choose_transport_kind(o.transport, cuda, mpi);
+  w.transport_name = kind.name;
   w.timeout_s = timeout;
+  if (kind.reads_progress) w.mpi_progress = env.mpi_progress.get();
+  if (kind.select_gpu != nullptr) w.gpu = kind.select_gpu(MPI_COMM_WORLD);
+  w.transport = kind.make(transport_request(w));
   w.rank = w.transport->rank();
   w.size = w.transport->size();
 

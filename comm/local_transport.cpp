@@ -14,7 +14,9 @@ class LocalTransport final : public Transport {
   int rank() const override { return 0; }
   int size() const override { return 1; }
   bool accepts_device_memory() const override { return false; }
-  void start_exchange(const void* send, size_t send_bytes, void* recv, size_t recv_bytes) override {
+  void start_peer_exchange(int to, const void* send, size_t send_bytes, int from, void* recv,
+                           size_t recv_bytes) override {
+    check_peers(to, from);
     if (send_bytes != recv_bytes)
       fail_arg("local transport: a rank sending to itself must receive what it sends ({} bytes sent, {} expected)",
                send_bytes, recv_bytes);
@@ -27,6 +29,11 @@ class LocalTransport final : public Transport {
     if (send != recv) std::memmove(recv, send, bytes_per_rank);
   }
   void barrier() override {}
+  // A world of one splits into itself (any colour >= 0): a new local transport.
+  std::unique_ptr<Transport> split(int colour, int /*key*/) override {
+    check_colours(std::span<const int>(&colour, 1));
+    return make_local_transport();
+  }
   uint64_t bytes_sent() const override { return bytes_sent_; }
 
  private:

@@ -32,6 +32,7 @@
 #endif
 
 #include "comm/collective_buffers.hpp"
+#include "comm/mpi_alltoallv.hpp"
 #include "core/check.hpp"
 #include "core/error.hpp"
 #include "core/host.hpp"
@@ -110,8 +111,10 @@ class MpiTransport final : public Transport {
     }
     if (stuck_) {
       // An exchange timed out: the helper may sit in MPI_Sendrecv for good and the communicator
-      // is unusable. Leave both; the process is about to end (abort) anyway.
+      // is unusable. Leave both; the process is about to end (abort) anyway. A timed-out
+      // all-to-all may still read its counts: they stay allocated too.
       if (helper_.joinable()) helper_.detach();
+      (void)a2a_.release();
       return;
     }
     if (helper_.joinable()) {
@@ -152,20 +155,25 @@ class MpiTransport final : public Transport {
   // Device buffers go to MPI as they are when the library moves them itself.
   bool accepts_device_memory() const override { return cuda_aware_; }
 
-  void start_exchange(const void* send, size_t send_bytes, void* recv, size_t recv_bytes) override {
+  void start_peer_exchange(int to, const void* send, size_t send_bytes, int from, void* recv,
+                           size_t recv_bytes) override {
+    check_peers(to, from);
     if (in_flight_) fail_runtime("rank {}: start_exchange while an exchange is in flight (call wait_exchange first)", rank_);
-    if (send == recv) fail_arg("rank {}: start_exchange needs distinct send and receive buffers", rank_);
+    if (send == recv && send_bytes > 0 && recv_bytes > 0)
+      fail_arg("rank {}: start_exchange needs distinct send and receive buffers", rank_);
     if (stuck_) fail_runtime("rank {}: start_exchange after an exchange or collective timed out", rank_);
     in_flight_ = true;  // from here on: whatever part of the exchange got posted is outstanding
     ++exchanges_;
     pending_send_ = send_bytes;
     pending_recv_ = recv_bytes;
+    pending_to_ = to;
+    pending_from_ = from;
     bytes_sent_ += send_bytes;
     posted_ = std::chrono::steady_clock::now();
     if (mode_ == MpiProgress::HelperThread) {
       {
         std::lock_guard<std::mutex> lk(mu_);
-        job_ = Job{send, send_bytes, recv, recv_bytes};
+        job_ = Job{to, send, send_bytes, from, recv, recv_bytes};
         has_job_ = true;
         done_ = false;
         error_ = nullptr;
@@ -175,7 +183,6 @@ class MpiTransport final : public Transport {
     }
     requests_.clear();
     expected_.clear();
-    const int next = (rank_ + 1) % size_, prev = (rank_ + size_ - 1) % size_;
     // Receives first (requests_[0, pieces)), so the matching sends find posted buffers. Each
     // request is kept as soon as it exists, so a failure half-way leaves no posted request
     // unknown to abandon_exchange. A size of 0 posts nothing, on both sides.
@@ -183,13 +190,13 @@ class MpiTransport final : public Transport {
       const int n = int(std::min(kMaxPiece, recv_bytes - off));
       expected_.push_back(n);
       requests_.push_back(MPI_REQUEST_NULL);
-      RA_CHECK_MPI(MPI_Irecv(static_cast<char*>(recv) + off, n, MPI_BYTE, prev, kExchangeTag + int(piece), comm_,
+      RA_CHECK_MPI(MPI_Irecv(static_cast<char*>(recv) + off, n, MPI_BYTE, from, kExchangeTag + int(piece), comm_,
                              &requests_.back()));
     }
     for (size_t off = 0, piece = 0; off < send_bytes; off += kMaxPiece, ++piece) {
       const int n = int(std::min(kMaxPiece, send_bytes - off));
       requests_.push_back(MPI_REQUEST_NULL);
-      RA_CHECK_MPI(MPI_Isend(static_cast<const char*>(send) + off, n, MPI_BYTE, next, kExchangeTag + int(piece),
+      RA_CHECK_MPI(MPI_Isend(static_cast<const char*>(send) + off, n, MPI_BYTE, to, kExchangeTag + int(piece),
                              comm_, &requests_.back()));
     }
   }
@@ -260,6 +267,35 @@ class MpiTransport final : public Transport {
     wait_collective(rq, "barrier");
   }
 
+  void alltoall(const void* send, std::span<const size_t> send_bytes, void* recv,
+                std::span<const size_t> recv_bytes) override {
+    if (in_flight_) fail_runtime("rank {}: all-to-all while an exchange is in flight", rank_);
+    check_alltoall_counts(send_bytes, recv_bytes);
+    if (stuck_) fail_runtime("rank {}: all-to-all after an exchange or collective timed out", rank_);
+    MPI_Request rq = post_alltoallv(comm_, rank_, coll_, *a2a_, send, send_bytes, recv_bytes);
+    wait_collective(rq, "all-to-all");
+    coll_.copy_out(recv, a2a_->recv_total);
+  }
+
+  // The colours go round first (a bounded allgather), so a bad one is refused on every rank and no
+  // rank waits in MPI_Comm_split for one that stopped before it.
+  std::unique_ptr<Transport> split(int colour, int key) override {
+    if (in_flight_) fail_runtime("rank {}: split while an exchange is in flight", rank_);
+    std::vector<int> colours(size_t(size_), 0);
+    allgather(&colour, colours.data(), sizeof(int));
+    check_colours(colours);
+    MPI_Comm sub = MPI_COMM_NULL;
+    RA_CHECK_MPI(MPI_Comm_split(comm_, colour, key, &sub));
+    try {
+      auto t = make_mpi_transport(sub, mode_, timeout_s_);  // over a duplicate of `sub`
+      MPI_Comm_free(&sub);
+      return t;
+    } catch (...) {
+      MPI_Comm_free(&sub);
+      throw;
+    }
+  }
+
   uint64_t bytes_sent() const override { return bytes_sent_; }
 
   [[noreturn]] void abort(int exit_code) override {
@@ -269,8 +305,10 @@ class MpiTransport final : public Transport {
 
  private:
   struct Job {
+    int to = 0;
     const void* send = nullptr;
     size_t send_bytes = 0;
+    int from = 0;
     void* recv = nullptr;
     size_t recv_bytes = 0;
   };
@@ -299,7 +337,6 @@ class MpiTransport final : public Transport {
   }
 
   void run_sendrecv(const Job& job) {
-    const int next = (rank_ + 1) % size_, prev = (rank_ + size_ - 1) % size_;
     // Piece i of the send pairs with piece i of the receive; the shorter side sends or receives
     // nothing (count 0 on no tag) once it runs out.
     for (size_t off = 0, piece = 0; off < std::max(job.send_bytes, job.recv_bytes); off += kMaxPiece, ++piece) {
@@ -308,12 +345,12 @@ class MpiTransport final : public Transport {
       const int tag = kExchangeTag + int(piece);
       MPI_Status status;
       if (ns > 0 && nr > 0)
-        RA_CHECK_MPI(MPI_Sendrecv(static_cast<const char*>(job.send) + off, ns, MPI_BYTE, next, tag,
-                                  static_cast<char*>(job.recv) + off, nr, MPI_BYTE, prev, tag, comm_, &status));
+        RA_CHECK_MPI(MPI_Sendrecv(static_cast<const char*>(job.send) + off, ns, MPI_BYTE, job.to, tag,
+                                  static_cast<char*>(job.recv) + off, nr, MPI_BYTE, job.from, tag, comm_, &status));
       else if (ns > 0)
-        RA_CHECK_MPI(MPI_Send(static_cast<const char*>(job.send) + off, ns, MPI_BYTE, next, tag, comm_));
+        RA_CHECK_MPI(MPI_Send(static_cast<const char*>(job.send) + off, ns, MPI_BYTE, job.to, tag, comm_));
       else
-        RA_CHECK_MPI(MPI_Recv(static_cast<char*>(job.recv) + off, nr, MPI_BYTE, prev, tag, comm_, &status));
+        RA_CHECK_MPI(MPI_Recv(static_cast<char*>(job.recv) + off, nr, MPI_BYTE, job.from, tag, comm_, &status));
       if (nr > 0) check_received(status, nr);
     }
   }
@@ -326,7 +363,7 @@ class MpiTransport final : public Transport {
     if (got != expected)
       fail_runtime("rank {} on {}: exchange {} received {} bytes from rank {} but expected {}: the ranks disagree on "
                    "the K/V block size (a corrupt or mismatched peer)", rank_, host_name(), exchanges_, got,
-                   (rank_ + size_ - 1) % size_, expected);
+                   pending_from_, expected);
   }
 
   // A collective is bounded like an exchange: a rank that never joins must not hang the others.
@@ -352,7 +389,7 @@ class MpiTransport final : public Transport {
 
   [[noreturn]] void timed_out() {
     stuck_ = true;
-    const int next = (rank_ + 1) % size_, prev = (rank_ + size_ - 1) % size_;
+    const int next = pending_to_, prev = pending_from_;
     const std::string peers = next == prev ? fmt::format("rank {}", prev) : fmt::format("rank {} or rank {}", prev, next);
     fail_runtime("rank {} on {}: exchange {} (send {} bytes to rank {}, receive {} bytes from rank {}) did not "
                  "complete within {} s{} (--timeout, RINGATTN_MPI_TIMEOUT_S): {} has stopped or hangs", rank_,
@@ -373,8 +410,10 @@ class MpiTransport final : public Transport {
   double timeout_s_ = 300.0;
   uint64_t exchanges_ = 0;
   size_t pending_send_ = 0, pending_recv_ = 0;
+  int pending_to_ = 0, pending_from_ = 0;  // the peers of the exchange posted last
   bool stuck_ = false;
   CollectiveBuffers coll_;
+  std::unique_ptr<AlltoallvCounts> a2a_ = std::make_unique<AlltoallvCounts>();  // of the last all-to-all
 
   bool cuda_aware_ = false;
   // Helper thread state, guarded by mu_.

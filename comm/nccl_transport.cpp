@@ -19,6 +19,7 @@
 #include <spdlog/spdlog.h>
 
 #include "comm/collective_buffers.hpp"
+#include "comm/mpi_alltoallv.hpp"
 #include "core/check.hpp"
 #include "core/error.hpp"
 #include "core/host.hpp"
@@ -105,6 +106,7 @@ class NcclTransport final : public Transport {
           ncclCommAbort(comm_);
       }
     }
+    if (failed_) (void)a2a_.release();  // a timed-out all-to-all may still read its counts
     if (done_) cudaEventDestroy(done_);
     if (started_) cudaEventDestroy(started_);
     if (ready_) cudaEventDestroy(ready_);
@@ -140,7 +142,9 @@ class NcclTransport final : public Transport {
     compute_ = s;
   }
 
-  void start_exchange(const void* send, size_t send_bytes, void* recv, size_t recv_bytes) override {
+  void start_peer_exchange(int to, const void* send, size_t send_bytes, int from, void* recv,
+                           size_t recv_bytes) override {
+    check_peers(to, from);
     if (pending_) fail_runtime("rank {}: start_exchange called twice without wait_exchange", rank_);
     RA_CHECK_CUDA(cudaEventRecord(ready_, compute_));
     RA_CHECK_CUDA(cudaStreamWaitEvent(comm_stream_, ready_, 0));
@@ -152,10 +156,9 @@ class NcclTransport final : public Transport {
         RA_CHECK_CUDA(cudaMemcpyAsync(recv, send, send_bytes, cudaMemcpyDeviceToDevice, comm_stream_));
     } else if (send_bytes > 0 || recv_bytes > 0) {
       // A side of 0 bytes posts nothing: its peer's matching side is 0 bytes too (the contract).
-      const int next = (rank_ + 1) % size_, prev = (rank_ + size_ - 1) % size_;
       check(ncclGroupStart(), "ncclGroupStart", __LINE__);
-      if (send_bytes > 0) check(ncclSend(send, send_bytes, ncclInt8, next, comm_, comm_stream_), "ncclSend", __LINE__);
-      if (recv_bytes > 0) check(ncclRecv(recv, recv_bytes, ncclInt8, prev, comm_, comm_stream_), "ncclRecv", __LINE__);
+      if (send_bytes > 0) check(ncclSend(send, send_bytes, ncclInt8, to, comm_, comm_stream_), "ncclSend", __LINE__);
+      if (recv_bytes > 0) check(ncclRecv(recv, recv_bytes, ncclInt8, from, comm_, comm_stream_), "ncclRecv", __LINE__);
       const ncclResult_t r = ncclGroupEnd();
       if (r != ncclInProgress) check(r, "ncclGroupEnd", __LINE__);
       poll_until_ready("ncclGroupEnd", timeout());
@@ -165,6 +168,8 @@ class NcclTransport final : public Transport {
     pending_ = true;
     pending_send_ = send_bytes;
     pending_recv_ = recv_bytes;
+    pending_to_ = to;
+    pending_from_ = from;
   }
 
   void wait_exchange() override {
@@ -185,7 +190,7 @@ class NcclTransport final : public Transport {
         // the failure with its own hop.
         fail_runtime("rank {} on {}: exchange {}: timed out after {:.0f} s waiting for the NCCL exchange (send {} bytes "
                      "to rank {}, receive {} bytes from rank {})", rank_, host_name(), hops_ + 1, limit, pending_send_,
-                     (rank_ + 1) % size_, pending_recv_, (rank_ + size_ - 1) % size_);
+                     pending_to_, pending_recv_, pending_from_);
       }
       std::this_thread::sleep_for(std::chrono::microseconds(20));
     }
@@ -230,6 +235,22 @@ class NcclTransport final : public Transport {
     MPI_Request rq;
     RA_CHECK_MPI(MPI_Ibarrier(mpi_, &rq));
     wait_mpi(rq, "barrier");
+  }
+  // Host memory, over MPI like allgather: ncclSend/ncclRecv move device buffers only, and a device
+  // all-to-all (grouped ncclSend/ncclRecv on the communication stream) is not written yet.
+  void alltoall(const void* send, std::span<const size_t> send_bytes, void* recv,
+                std::span<const size_t> recv_bytes) override {
+    if (pending_) fail_runtime("rank {}: all-to-all while an exchange is in flight", rank_);
+    check_alltoall_counts(send_bytes, recv_bytes);
+    MPI_Request rq = post_alltoallv(mpi_, rank_, coll_, *a2a_, send, send_bytes, recv_bytes);
+    wait_mpi(rq, "all-to-all");
+    coll_.copy_out(recv, a2a_->recv_total);
+  }
+  // Refused: groups of NCCL ranks would need ncclCommSplit (NCCL >= 2.18) on the non-blocking
+  // communicator and an MPI sub-communicator for the host collectives; neither is wired up.
+  std::unique_ptr<Transport> split(int /*colour*/, int /*key*/) override {
+    fail_runtime("rank {}: the NCCL transport cannot split into groups yet (ncclCommSplit, NCCL >= 2.18, is not wired "
+                 "up); split an MPI transport instead", rank_);
   }
   uint64_t bytes_sent() const override { return bytes_sent_; }
   double last_exchange_seconds() const override { return last_seconds_; }
@@ -304,9 +325,11 @@ class NcclTransport final : public Transport {
   double last_seconds_ = -1.0;
   bool pending_ = false, failed_ = false;
   size_t pending_send_ = 0, pending_recv_ = 0;
+  int pending_to_ = 0, pending_from_ = 0;  // the peers of the exchange posted last
   uint64_t bytes_sent_ = 0;
   int hops_ = 0;
   CollectiveBuffers coll_;
+  std::unique_ptr<AlltoallvCounts> a2a_ = std::make_unique<AlltoallvCounts>();  // of the last all-to-all
 };
 
 }  // namespace

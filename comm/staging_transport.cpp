@@ -37,23 +37,26 @@ StagingTransport::~StagingTransport() {
   for (auto& h : host_) h.release();  // kept, not freed: see the header
 }
 
-void StagingTransport::start_exchange(const void* send, size_t send_bytes, void* recv, size_t recv_bytes) {
+void StagingTransport::start_peer_exchange(int to, const void* send, size_t send_bytes, int from, void* recv,
+                                           size_t recv_bytes) {
   const int slot = 1 - mirror_slot_;  // leaves the last received block's host copy alone
   host_[slot].grow(send_bytes);
   if (send_bytes > 0) copies_.to_host(host_[slot].data(), send, send_bytes);
-  post(slot, send_bytes, recv, recv_bytes, false);
+  post(to, slot, send_bytes, from, recv, recv_bytes, false);
 }
 
-void StagingTransport::forward_exchange(const void* send, size_t send_bytes, void* recv, size_t recv_bytes) {
+void StagingTransport::forward_peer_exchange(int to, const void* send, size_t send_bytes, int from, void* recv,
+                                             size_t recv_bytes) {
   // Only a block this decorator received (and still mirrors) travels without a copy back.
   if (send != mirrored_ || send_bytes > mirrored_bytes_) {
-    start_exchange(send, send_bytes, recv, recv_bytes);
+    start_peer_exchange(to, send, send_bytes, from, recv, recv_bytes);
     return;
   }
-  post(mirror_slot_, send_bytes, recv, recv_bytes, true);
+  post(to, mirror_slot_, send_bytes, from, recv, recv_bytes, true);
 }
 
-void StagingTransport::post(int send_slot, size_t send_bytes, void* recv, size_t recv_bytes, bool forward) {
+void StagingTransport::post(int to, int send_slot, size_t send_bytes, int from, void* recv, size_t recv_bytes,
+                            bool forward) {
   const int recv_slot = 1 - send_slot;
   host_[recv_slot].grow(recv_bytes);
   mirrored_ = nullptr;  // the receive overwrites one host buffer; the other is being sent
@@ -62,9 +65,9 @@ void StagingTransport::post(int send_slot, size_t send_bytes, void* recv, size_t
   pending_bytes_ = recv_bytes;
   outstanding_ = true;  // before the call: a partial post counts
   if (forward)
-    inner().forward_exchange(host_[send_slot].data(), send_bytes, host_[recv_slot].data(), recv_bytes);
+    inner().forward_peer_exchange(to, host_[send_slot].data(), send_bytes, from, host_[recv_slot].data(), recv_bytes);
   else
-    inner().start_exchange(host_[send_slot].data(), send_bytes, host_[recv_slot].data(), recv_bytes);
+    inner().start_peer_exchange(to, host_[send_slot].data(), send_bytes, from, host_[recv_slot].data(), recv_bytes);
 }
 
 void StagingTransport::wait_exchange() {

@@ -57,13 +57,15 @@ class StagingTransport final : public ForwardingTransport {
   StagingTransport& operator=(const StagingTransport&) = delete;
 
   bool accepts_device_memory() const override { return true; }
-  void start_exchange(const void* send, size_t send_bytes, void* recv, size_t recv_bytes) override;
-  void forward_exchange(const void* send, size_t send_bytes, void* recv, size_t recv_bytes) override;
+  void start_peer_exchange(int to, const void* send, size_t send_bytes, int from, void* recv,
+                           size_t recv_bytes) override;
+  void forward_peer_exchange(int to, const void* send, size_t send_bytes, int from, void* recv,
+                             size_t recv_bytes) override;
   void wait_exchange() override;
   bool abandon_exchange() noexcept override;
 
  private:
-  void post(int send_slot, size_t send_bytes, void* recv, size_t recv_bytes, bool forward);
+  void post(int to, int send_slot, size_t send_bytes, int from, void* recv, size_t recv_bytes, bool forward);
 
   DeviceCopies copies_;
   HostBlock host_[2];

@@ -29,7 +29,7 @@ int FaultInjectingTransport::next_hop(bool first) {
   if (ring_ == FaultedRing::Blocks) {
     in_ring_ = true;
     phase_ = tracker_->phase == RingPhase::Backward ? FaultPhase::Backward : FaultPhase::Forward;
-    hop_ = first ? 0 : tracker_->posted + 1;  // start_exchange begins a pass of the ring
+    hop_ = first ? 0 : tracker_->posted + 1;  // a started exchange begins a pass of the ring
     tracker_->posted = hop_;
     tracker_->in_flight = true;
     return hop_;
@@ -66,16 +66,18 @@ bool FaultInjectingTransport::inject(int hop) {
   return plan_.fires(FaultKind::Corrupt, r, hop, ph);
 }
 
-void FaultInjectingTransport::start_exchange(const void* send, size_t send_bytes, void* recv, size_t recv_bytes) {
+void FaultInjectingTransport::start_peer_exchange(int to, const void* send, size_t send_bytes, int from, void* recv,
+                                                  size_t recv_bytes) {
   const bool shorten = inject(next_hop(true));
-  ForwardingTransport::start_exchange(send, shorten ? send_bytes / 2 : send_bytes, recv,
-                                      shorten ? recv_bytes / 2 : recv_bytes);
+  ForwardingTransport::start_peer_exchange(to, send, shorten ? send_bytes / 2 : send_bytes, from, recv,
+                                           shorten ? recv_bytes / 2 : recv_bytes);
 }
 
-void FaultInjectingTransport::forward_exchange(const void* send, size_t send_bytes, void* recv, size_t recv_bytes) {
+void FaultInjectingTransport::forward_peer_exchange(int to, const void* send, size_t send_bytes, int from,
+                                                    void* recv, size_t recv_bytes) {
   const bool shorten = inject(next_hop(false));
-  ForwardingTransport::forward_exchange(send, shorten ? send_bytes / 2 : send_bytes, recv,
-                                        shorten ? recv_bytes / 2 : recv_bytes);
+  ForwardingTransport::forward_peer_exchange(to, send, shorten ? send_bytes / 2 : send_bytes, from, recv,
+                                             shorten ? recv_bytes / 2 : recv_bytes);
 }
 
 void FaultInjectingTransport::wait_exchange() {

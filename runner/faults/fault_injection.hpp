@@ -3,8 +3,9 @@
 // corrupt and error when the faulty rank posts the faulty hop, and a backend decorator that
 // throws from the flash (forward) or flash_backward (backward) calls of the faulty hop, or from
 // the add_f32 that folds the dK/dV accumulator received at it (grads). On the K/V transport,
-// start_exchange begins a pass at hop 0 and each forward_exchange is the next hop; on the ring
-// backward's dK/dV transport every exchange is a start_exchange, whose hop is the one the
+// a started exchange (start_peer_exchange) begins a pass at hop 0 and each forwarded one
+// (forward_peer_exchange) is the next hop; on the ring backward's dK/dV transport every exchange is
+// a started one, whose hop is the one the
 // GradRing recorded as posted just before (the flight recorder's newest event). The flight
 // recorder's passes say which ring, forward or backward, a hop belongs to. The CLI
 // (cli/world.cpp) installs them with install_fault_injection and, on the dK/dV transport when
@@ -45,8 +46,10 @@ class FaultInjectingTransport final : public ForwardingTransport {
  public:
   FaultInjectingTransport(std::unique_ptr<Transport> inner, const FaultPlan& plan,
                           std::shared_ptr<HopTracker> tracker, FaultedRing ring);
-  void start_exchange(const void* send, size_t send_bytes, void* recv, size_t recv_bytes) override;
-  void forward_exchange(const void* send, size_t send_bytes, void* recv, size_t recv_bytes) override;
+  void start_peer_exchange(int to, const void* send, size_t send_bytes, int from, void* recv,
+                           size_t recv_bytes) override;
+  void forward_peer_exchange(int to, const void* send, size_t send_bytes, int from, void* recv,
+                             size_t recv_bytes) override;
   void wait_exchange() override;
   bool abandon_exchange() noexcept override;
 

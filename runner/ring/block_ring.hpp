@@ -1,9 +1,10 @@
 // The K/V block ring of one rank: this rank's K and V packed into one block that travels around
 // the ring, one hop at a time, in a double buffer (the block of hop s computes while the block of
-// hop s + 1 arrives into the other buffer). It posts and completes each hop's exchange, writes
-// the flight recorder, restates transport failures with the hop, and owns the error path of an
-// exchange: an exception while one is outstanding ends it (Transport::abandon_exchange) before
-// the buffers are freed, and keeps them allocated for good when the transport gave up.
+// hop s + 1 arrives into the other buffer). Its RingChannel (ring_channel.hpp) posts and
+// completes each hop's exchange, writes the flight recorder, restates transport failures with the
+// hop, and owns the error path of an exchange: an exception while one is outstanding ends it
+// (Transport::abandon_exchange) before the buffers are freed, and the ring keeps them allocated
+// for good when the transport gave up.
 //
 // A BlockRing holds no static or global state: two can exist at once (the ring backward sends dK/dV
 // around while K/V travel). A Transport runs one exchange at a time, and forward_exchange assumes
@@ -16,22 +17,13 @@
 #include <memory>
 #include <vector>
 
-#include "comm/staging_transport.hpp"
 #include "kernels/backend.hpp"
 #include "runner/diagnostics/flight_recorder.hpp"
 #include "runner/ring/ring_buffers.hpp"
+#include "runner/ring/ring_channel.hpp"
 #include "runner/ring/ring_plan.hpp"
 
 namespace ringattn {
-
-// A transport failure at hop `hop` of rank `rank` (posting or waiting: `stage`), restated as a
-// RuntimeError naming the rank, its host, the hop, the peers and the bytes.
-[[noreturn]] void ring_hop_failed(int rank, int world, int hop, size_t bytes, const char* stage,
-                                  const std::exception& e);
-
-// Host staging over `t` for device buffers of up to `capacity` bytes when `b`'s memory is a
-// device's and `t` cannot take device pointers; null otherwise.
-std::unique_ptr<StagingTransport> staging_for(Backend& b, Transport& t, size_t capacity);
 
 class BlockRing {
  public:
@@ -72,7 +64,7 @@ class BlockRing {
   // Completes hop `hop`'s exchange: the next hop's block is then ready.
   void complete(int hop);
   // The transport's measure of the last completed exchange (-1: unknown).
-  double last_exchange_seconds() const { return exchange().last_exchange_seconds(); }
+  double last_exchange_seconds() const { return channel_.last_exchange_seconds(); }
 
   // The K and V that hop `hop` computes on: this rank's own tensors at hop 0 (read in place; the
   // packed copy only travels), else the block received.
@@ -80,23 +72,19 @@ class BlockRing {
   TensorView v(int hop) const;
 
  private:
-  Transport& exchange() const { return staging_ ? *staging_ : t_; }
   void* block(int hop) const { return blocks_[hop % 2].get(); }
   TensorView shaped(const TensorView& x, int hop) const;  // x with the token count of hop's source
   // The rows of rank q's shard that its block travels with.
   KeyRange travel(int q) const { return plan_.routes().shipped[size_t(q)]; }
   bool carries(int src, int hop) const { return plan_.carries(src, hop); }
 
-  Transport& t_;
-  FlightRecorder& recorder_;
   TensorView k_, v_;
   BlockLayout k_layout_, v_layout_;
   const RingPlan& plan_;
   int rank_, world_;
   size_t token_bytes_ = 0;  // bytes of one token of K (or of V): batch x kv_heads x dim x dtype size
   DeviceBuffer blocks_[2];
-  std::unique_ptr<StagingTransport> staging_;  // after the blocks: destroyed first
-  bool outstanding_ = false;                   // posting started and no wait returned yet
+  RingChannel channel_;  // after the blocks: destroyed first
 };
 
 }  // namespace ringattn

@@ -5,23 +5,23 @@
 
 #include "core/error.hpp"
 #include "core/host.hpp"
-#include "runner/ring/block_ring.hpp"
 
 namespace ringattn {
 GradRing::GradRing(Backend& b, Transport& t, const TensorView& shape, const RingPlan& plan, FlightRecorder& recorder)
-    : b_(b), t_(t), recorder_(recorder), plan_(plan), shape_(shape), rank_(t.rank()), world_(t.size()) {
+    : b_(b), recorder_(recorder), plan_(plan), shape_(shape), rank_(t.rank()), world_(t.size()),
+      channel_(t, recorder, "dK/dV exchange") {
   if (plan.world() != world_)
     fail_arg("rank {}: the dK/dV ring's plan is for {} ranks, but the transport has {}", rank_, plan.world(), world_);
-  if (b.stream() != nullptr) t.set_stream(b.stream());
+  channel_.order_after(b);
   if (world_ <= 1) return;
   token_bytes_ = size_t(shape.batch * shape.heads * shape.dim) * sizeof(float);
   const size_t capacity = 2 * token_bytes_ * size_t(plan.block_tokens());  // the largest accumulator
   for (DeviceBuffer& buf : bufs_) buf = DeviceBuffer(b, capacity);
-  staging_ = staging_for(b, t, capacity);
+  channel_.stage(b, capacity);
 }
 
 GradRing::~GradRing() {
-  if (!outstanding_ || exchange().abandon_exchange()) return;
+  if (channel_.end()) return;
   for (DeviceBuffer& buf : bufs_) buf.release();  // kept, not freed: a transfer may still write them
 }
 
@@ -33,31 +33,10 @@ size_t GradRing::recv_bytes(int s) const {
   return plan_.grad_receives(rank_, s) ? 2 * token_bytes_ * size_t(rows(source(s))) : 0;
 }
 
-uint64_t GradRing::post(int s) {
-  const int next = (rank_ + 1) % world_;
-  const uint64_t before = t_.bytes_sent();
-  const size_t send = send_bytes(s), recv = recv_bytes(s);
-  recorder_.record(s, HopEvent::Posted, next, send);
-  outstanding_ = true;  // before the call: a partial post counts
-  try {
-    exchange().start_exchange(data(send_), send, data(recv_), recv);
-  } catch (const std::exception& e) {
-    recorder_.record(s, HopEvent::Failed, next, send);
-    ring_hop_failed(rank_, world_, s, send, "posting the dK/dV exchange", e);
-  }
-  return t_.bytes_sent() - before;
-}
+uint64_t GradRing::post(int s) { return channel_.post(s, data(send_), send_bytes(s), data(recv_), recv_bytes(s), false); }
 
 void GradRing::complete(int s) {
-  const int prev = (rank_ + world_ - 1) % world_;
-  try {
-    exchange().wait_exchange();
-  } catch (const std::exception& e) {
-    recorder_.record(s, HopEvent::Failed, prev);
-    ring_hop_failed(rank_, world_, s, send_bytes(s), "waiting for the dK/dV exchange", e);
-  }
-  outstanding_ = false;
-  recorder_.record(s, HopEvent::Completed, prev, recv_bytes(s));
+  channel_.complete(s, send_bytes(s), recv_bytes(s));
   if (recv_bytes(s) > 0) buf_rows_[recv_] = rows(source(s));
 }
 

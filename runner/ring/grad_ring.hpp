@@ -16,9 +16,9 @@
 #include <memory>
 #include <vector>
 
-#include "comm/staging_transport.hpp"
 #include "kernels/backend.hpp"
 #include "runner/diagnostics/flight_recorder.hpp"
+#include "runner/ring/ring_channel.hpp"
 #include "runner/ring/ring_plan.hpp"
 
 namespace ringattn {
@@ -40,7 +40,7 @@ class GradRing {
   // Completes exchange `s`: then the received accumulator is folded in (fold) or, after
   // exchange P, ready for bring_home.
   void complete(int s);
-  double last_exchange_seconds() const { return exchange().last_exchange_seconds(); }
+  double last_exchange_seconds() const { return channel_.last_exchange_seconds(); }
 
   // The zeroed dK and dV views (the shipped rows of hop s's block) that hop s computes into
   // (s >= 1); their row 0 is row first_row(s) of the source's shard.
@@ -59,7 +59,6 @@ class GradRing {
   size_t recv_bytes(int s) const;
 
  private:
-  Transport& exchange() const { return staging_ ? *staging_ : t_; }
   int source(int s) const { return ((rank_ - s) % world_ + world_) % world_; }
   int64_t rows(int q) const { return plan_.routes().shipped[size_t(q)].size(); }
   TensorView view(int buf, int which) const;  // dK (0) or dV (1) of buffer `buf`, shaped for rows_
@@ -67,7 +66,6 @@ class GradRing {
   void* data(int buf) const { return bufs_[buf].get(); }
 
   Backend& b_;
-  Transport& t_;
   FlightRecorder& recorder_;
   const RingPlan& plan_;
   TensorView shape_;
@@ -76,8 +74,7 @@ class GradRing {
   size_t token_bytes_ = 0;   // dK (or dV) of one token in fp32: batch x kv_heads x dim x 4
   DeviceBuffer bufs_[3];
   int send_ = 0, recv_ = 1, comp_ = 2;
-  std::unique_ptr<StagingTransport> staging_;  // after the buffers: destroyed first
-  bool outstanding_ = false;
+  RingChannel channel_;  // after the buffers: destroyed first
 };
 
 }  // namespace ringattn

@@ -6,11 +6,23 @@
 #include <cstdlib>
 #include <limits>
 #include <random>
+#include <string>
 #include <vector>
 
 #include "kernels/params.hpp"
 
 namespace ringattn::test {
+
+// The text of the E that `f` throws, or "(no E)" when it throws none (another exception passes).
+template <class E, class F>
+std::string thrown_text(F&& f) {
+  try {
+    f();
+  } catch (const E& e) {
+    return e.what();
+  }
+  return "(no exception of the expected type)";
+}
 
 // A fresh seed per call, so every run draws new inputs; printed by the failing assertion's caller.
 // RINGATTN_TEST_SEED=<decimal> replays a printed seed instead (every call returns it).

@@ -192,6 +192,11 @@ class AbortOnFailure : public ::testing::EmptyTestEventListener {
   bool failed_ = false;
 };
 
+// The name of a test parameterized by the MPI progress mode: helper_thread or nonblocking.
+inline std::string progress_param_name(const ::testing::TestParamInfo<MpiProgress>& i) {
+  return i.param == MpiProgress::HelperThread ? "helper_thread" : "nonblocking";
+}
+
 // main() of every MPI test binary: MPI with the thread level that two helper-thread transports at
 // once need (the ring backward), or `level` for a test of the transports' own rules.
 inline int run_all_tests_under_mpi(int argc, char** argv, int level = MPI_THREAD_MULTIPLE) {

@@ -16,8 +16,8 @@ class CountingTransport final : public Transport {
   int rank() const override { return inner_.rank(); }
   int size() const override { return inner_.size(); }
   bool accepts_device_memory() const override { return false; }
-  void start_exchange(const void* s, size_t ns, void* r, size_t nr) override {
-    ++calls, inner_.start_exchange(s, ns, r, nr);
+  void start_peer_exchange(int to, const void* s, size_t ns, int from, void* r, size_t nr) override {
+    ++calls, inner_.start_peer_exchange(to, s, ns, from, r, nr);
   }
   void wait_exchange() override { ++calls, inner_.wait_exchange(); }
   void allgather(const void* s, void* r, size_t n) override { ++calls, inner_.allgather(s, r, n); }

@@ -36,15 +36,15 @@ class WatchedTransport final : public ForwardingTransport {
  public:
   WatchedTransport(std::unique_ptr<Transport> inner, Arrival& a)
       : ForwardingTransport(*inner), owned_(std::move(inner)), a_(a) {}
-  void start_exchange(const void* send, size_t sb, void* recv, size_t rb) override {
+  void start_peer_exchange(int to, const void* send, size_t sb, int from, void* recv, size_t rb) override {
     exchange_ = 0;
     watch(recv, rb);
-    ForwardingTransport::start_exchange(send, sb, recv, rb);
+    ForwardingTransport::start_peer_exchange(to, send, sb, from, recv, rb);
   }
-  void forward_exchange(const void* send, size_t sb, void* recv, size_t rb) override {
+  void forward_peer_exchange(int to, const void* send, size_t sb, int from, void* recv, size_t rb) override {
     ++exchange_;
     watch(recv, rb);
-    ForwardingTransport::forward_exchange(send, sb, recv, rb);
+    ForwardingTransport::forward_peer_exchange(to, send, sb, from, recv, rb);
   }
 
  private:

@@ -24,10 +24,11 @@ class HopSpy final : public Transport {
   int rank() const override { return t_.rank(); }
   int size() const override { return t_.size(); }
   bool accepts_device_memory() const override { return t_.accepts_device_memory(); }
-  void start_exchange(const void* send, size_t send_bytes, void* recv, size_t recv_bytes) override {
+  void start_peer_exchange(int to, const void* send, size_t send_bytes, int from, void* recv,
+                           size_t recv_bytes) override {
     ++exchanges_;
     in_flight_ = true;
-    t_.start_exchange(send, send_bytes, recv, recv_bytes);
+    t_.start_peer_exchange(to, send, send_bytes, from, recv, recv_bytes);
   }
   void wait_exchange() override {
     t_.wait_exchange();
@@ -122,10 +123,7 @@ TEST_P(HopErrors, AnExceptionInAHopEndsTheExchangeAndTheTransportStaysUsable) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Modes, HopErrors, ::testing::Values(MpiProgress::HelperThread, MpiProgress::Nonblocking),
-                         [](const ::testing::TestParamInfo<MpiProgress>& i) {
-                           return i.param == MpiProgress::HelperThread ? std::string("helper_thread")
-                                                                       : std::string("nonblocking");
-                         });
+                         test::progress_param_name);
 
 }  // namespace
 }  // namespace ringattn

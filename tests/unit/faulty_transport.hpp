@@ -50,7 +50,7 @@ class FaultyTransport final : public Transport {
   int size() const override { return size_; }
   bool accepts_device_memory() const override { return false; }
 
-  void start_exchange(const void* send, size_t bytes, void* recv, size_t recv_bytes) override {
+  void start_peer_exchange(int, const void* send, size_t bytes, int, void* recv, size_t recv_bytes) override {
     // The fake peers echo this rank's block, which is only a valid peer when the sizes agree.
     if (recv_bytes != bytes) fail_arg("the test double echoes: it needs equal send and receive sizes");
     const bool fires = exchanges_ == fault_exchange_;

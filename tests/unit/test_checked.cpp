@@ -15,14 +15,7 @@
 namespace ringattn {
 namespace {
 
-std::string thrown(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const InvalidArgument& e) {
-    return e.what();
-  }
-  return "(no InvalidArgument)";
-}
+std::string thrown(const std::function<void()>& f) { return test::thrown_text<InvalidArgument>(f); }
 
 TEST(Checked, ExactOrNothing) {
   EXPECT_EQ(try_add(kInt64Max - 1, 1), kInt64Max);

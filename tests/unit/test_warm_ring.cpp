@@ -45,7 +45,7 @@ class StuckTransport final : public Transport {
   int rank() const override { return 0; }
   int size() const override { return 2; }
   bool accepts_device_memory() const override { return true; }
-  void start_exchange(const void*, size_t, void* recv, size_t bytes) override {
+  void start_peer_exchange(int, const void*, size_t, int, void* recv, size_t bytes) override {
     recv_ = recv;
     bytes_ = bytes;
   }
