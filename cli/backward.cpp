@@ -392,6 +392,17 @@ DoutSource dout_source(const GlobalProblem& p, const BackwardSetup& s) {
   return d;
 }
 
+std::string check_finite_before_run(const RunOptions& o, const ProblemSetup& setup, World& w) {
+  const GlobalProblem& p = setup.problem;
+  const LocalProblem local = load_local(p, ring_of(setup.ring), *setup.source, *w.backend, w.rank, w.size);
+  if (std::string e = check_inputs_finite(p, local, *w.backend, w.rank, *setup.source); !e.empty()) return e;
+  if (!o.backward) return "";
+  const BackwardSetup bs{o.problem.seed, o.do_file, o.deterministic, o.problem.tile_q, o.problem.tile_k, setup.layout};
+  const BackwardBuffers g = make_backward(p, local, *w.backend, bs);
+  const DoutSource ds = dout_source(p, bs);
+  return check_dout_finite(p, local, g.dout, *w.backend, w.rank, *ds.src, ds.which);
+}
+
 BackwardBuffers make_backward(const GlobalProblem& p, const LocalProblem& local, Backend& b, const BackwardSetup& s) {
   BackwardBuffers g;
   const TensorView& q = local.views.q;

@@ -51,6 +51,11 @@ void check_backward_setup(const RunOptions& o, const ProblemSetup& setup, int wo
 // the gradients, poisoned with NaN so that anything the backward does not write shows up.
 BackwardBuffers make_backward(const GlobalProblem& p, const LocalProblem& local, Backend& b, const BackwardSetup& s);
 
+// --check-finite's verdict on this rank's inputs before any compute, as the run gives it: q, k, v
+// and, with --backward, dO ("" when every element is finite, else the run's message). Loads the
+// rank's shard; the dry run's check (dry_run.cpp).
+std::string check_finite_before_run(const RunOptions& o, const ProblemSetup& setup, World& w);
+
 // One backward on every rank, synchronized: the ring backward over w.transport and
 // grad_transport(w) for self-attention, Backend::flash_backward for a decode problem (a world of
 // one only). Collective. An InvalidArgument of the runtime becomes a CollectiveError.

@@ -12,6 +12,7 @@
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
+#include "cli/backward.hpp"
 #include "cli/flags.hpp"
 #include "cli/gather.hpp"
 #include "cli/outputs.hpp"
@@ -132,7 +133,7 @@ int dry_run_on(const CommandLine& cl, World& w) {
   ProblemSetup setup;
   const int code = agreed_step(t, [&] {
     setup = prepare_run(o, w);  // everything the run checks before it computes
-    return std::string();
+    return o.check_finite ? check_finite_before_run(o, setup, w) : std::string();  // and --check-finite's verdict
   });
   if (code != kExitOk) return kExitError;
   const GlobalProblem& p = setup.problem;

@@ -152,6 +152,16 @@ void refuse_idle_flags(const CLI::App& sub, Cmd cmd) {
   }
 }
 
+// A flag that is another's value (--naive: --impl naive) given beside that other: one of them
+// would silently win.
+void refuse_alias_with_target(const CLI::App& sub, Cmd cmd) {
+  for (const Flag* f : flags_of(cmd)) {
+    if (f->alias_of == nullptr || !given(sub, flag_name(*f).c_str()) || !given(sub, f->alias_of)) continue;
+    const std::string name = flag_name(*f);
+    fail_arg("{} is {} {} and {} is given too; give one of them", name, f->alias_of, f->alias_value, f->alias_of);
+  }
+}
+
 // The table's names of the flags given on `sub`, in table order.
 std::vector<std::string> given_flags(const CLI::App& sub, Cmd cmd) {
   std::vector<std::string> names;
@@ -177,6 +187,7 @@ void parse_command_line(CLI::App& app, CommandLine& cl, int argc, const char* co
   cl.given = given_flags(sub, cmd);
   refuse_empty_values(sub, cmd);
   refuse_idle_flags(sub, cmd);
+  refuse_alias_with_target(sub, cmd);
   if (cl.command == "run") {
     validate_problem_options(cl.run.problem);
     refuse_ignored_flags(sub, cl.run.problem, cl.run.check);

@@ -143,8 +143,11 @@ GlobalProblem plan_problem(const PlanOptions& o) {
   p.causal = o.causal;
   p.window = parse_window(o.window);
   p.doc_lens = parse_doc_lens(o.doc_lens);
-  validate_window(p.window, p.causal);  // plan counts pairs in 128 bits: no other limit applies
+  validate_window(p.window, p.causal);  // plan counts pairs in 128 bits
   check_documents(p);
+  // The byte figures are 64-bit, as the runner's buffers are: the whole of q, k and v must fit.
+  checked_product({p.batch, std::max(p.q_heads, p.kv_heads), o.seq, p.head_dim, 3, int64_t(dtype_size(p.dtype))},
+                  "plan's bytes (batch x heads x seq x dim x 3 tensors x dtype bytes)");
   if ((!p.window.none() || !p.doc_lens.empty()) && o.ranks > kPlanRowRanks)
     fail_arg("plan {} builds every rank's schedule: up to {} ranks (got --ranks {})",
              p.doc_lens.empty() ? "--window" : "--doc-lens", kPlanRowRanks, o.ranks);

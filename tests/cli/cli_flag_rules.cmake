@@ -88,3 +88,6 @@ step(EXPECT_RC 0 COMMAND ${RINGATTN} bench --help STDOUT "write the sweep as one
 step(EXPECT_RC 1 COMMAND ${RINGATTN} run --seq 4 --kv-seq 100 --shard striped
      STDERR "--shard striped: a decode \\(q_len 4, kv_len 100, q_offset 96\\) has no query sharding: every rank holds every query")
 step(EXPECT_RC 0 COMMAND ${RINGATTN} run --seq 4 --kv-seq 100 --shard auto --check)
+# An alias beside the flag it sets: --naive is --impl naive, so --naive --impl both is refused (naive won).
+step(EXPECT_RC 1 COMMAND ${RINGATTN} bench -b 64 -e 64 -n 1 --naive --impl both
+     STDERR "--naive is --impl naive and --impl is given too; give one of them")

@@ -18,3 +18,15 @@ step(EXPECT_RC 0 COMMAND ${NPY_TOOL} random k.npy fp32 1 1 64 16 ${SEED}1)
 step(EXPECT_RC 0 COMMAND ${NPY_TOOL} poison q.npy 1072 nan)
 step(EXPECT_RC 1 COMMAND ${RINGATTN} run --q q.npy --k k.npy --v v.npy --check-finite
      STDERR "q holds nan at \\[batch 0, head 1, token 3, dim 0\\]")
+# The dry run gives the run's verdict on the inputs (it printed OK), on one process and over ranks.
+step(EXPECT_RC 1 COMMAND ${RINGATTN} run --q q.npy --k k.npy --v v.npy --check-finite --dry-run
+     STDERR "q holds nan at \\[batch 0, head 1, token 3, dim 0\\]")
+step(EXPECT_RC 1 COMMAND ${MPIRUN} ${RINGATTN} run --q q.npy --k k.npy --v v.npy --check-finite --dry-run --shard striped
+     STDERR "q holds nan at \\[batch 0, head 1, token 3, dim 0\\]")
+# ... and on dO with --backward.
+step(EXPECT_RC 0 COMMAND ${NPY_TOOL} random q.npy fp32 1 2 64 16 ${SEED})
+step(EXPECT_RC 0 COMMAND ${NPY_TOOL} random do.npy fp32 1 2 64 16 ${SEED}3)
+step(EXPECT_RC 0 COMMAND ${NPY_TOOL} poison do.npy 70 inf)
+step(EXPECT_RC 1 COMMAND ${RINGATTN} run --q q.npy --k k.npy --v v.npy --backward --do do.npy --check-finite --dry-run
+     STDERR "dO holds inf")
+step(EXPECT_RC 0 COMMAND ${RINGATTN} run --q q.npy --k k.npy --v v.npy --check-finite --dry-run STDOUT "dry run: OK")

@@ -22,3 +22,6 @@ step(EXPECT_RC 1 COMMAND ${RINGATTN} plan --seq 64 --doc-lens 16,40
      STDERR "the 2 document lengths add up to 56, but the sequence has 64 tokens")
 step(EXPECT_RC 1 COMMAND ${RINGATTN} plan --seq 64 --ranks 2000 --doc-lens 32,32
      STDERR "plan --doc-lens builds every rank's schedule: up to 1024 ranks \\(got --ranks 2000\\)")
+# plan's byte figures are 64-bit: a problem whose tensors do not fit is refused, not printed as 0 bytes.
+step(EXPECT_RC 1 COMMAND ${RINGATTN} plan --seq 64 --ranks 2 --batch 4611686018427387904 --kv-heads 2 --dim 2
+     STDERR "plan's bytes \\(batch x heads x seq x dim x 3 tensors x dtype bytes\\): [0-9]+ x [0-9]+ does not fit in a 64-bit integer")
