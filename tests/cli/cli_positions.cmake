@@ -39,6 +39,16 @@ step(EXPECT_RC 0 COMMAND ${RINGATTN} plan --seq 1000000000000 --ranks 4
             "contiguous 1\\.00 zigzag 1\\.00 striped 1\\.00")
 step(EXPECT_RC 0 COMMAND ${RINGATTN} plan --seq 1000000000000 --ranks 4 --causal --shard contiguous
      STDOUT "\n +3 +250000000000 +4 +448000000000256000\\.000 +0 hops +43\\.7%" "contiguous 1\\.75 zigzag 1\\.00")
-# INT64_MAX tokens split too (uneven chunks; the chunk bounds are computed without overflow).
-step(EXPECT_RC 0 COMMAND ${RINGATTN} plan --seq 9223372036854775807 --ranks 4
-     STDOUT "\n +3 +2305843009213693952 ")
+# INT64_MAX tokens: the bytes of q, k and v do not fit in 64 bits, which plan refuses, naming them.
+step(EXPECT_RC 1 COMMAND ${RINGATTN} plan --seq 9223372036854775807 --ranks 4
+     STDERR "plan's bytes \\(batch x heads x seq x dim x 3 tensors x dtype bytes\\): .* does not fit in a 64-bit integer")
+# The largest seq whose bytes fit (one head of dim 1: 12 bytes per token, (2^63 - 1) / 12 tokens)
+# splits over 16 ranks in uneven chunks whose bounds (seq x rank, past 2^63) are computed without
+# overflow: the zigzag pairs cover [0, seq) and the total sent (past 2^63) prints unsigned. (The brackets of the
+# segments are matched with "." because an unbalanced "[" stops CMake splitting the list.)
+step(EXPECT_RC 0 COMMAND ${RINGATTN} plan --seq 768614336404564650 --ranks 16 --heads 1 --kv-heads 1 --dim 1
+     STDOUT "\n +0 +48038396025285291 .* .0,24019198012642645\\) .744595138391922004,768614336404564650\\)\n"
+            "\n +15 +48038396025285291 .* .360287970189639679,408326366214924970\\)\n"
+            "sent in all: 18446744073709551536 bytes")
+step(EXPECT_RC 1 COMMAND ${RINGATTN} plan --seq 768614336404564651 --ranks 16 --heads 1 --kv-heads 1 --dim 1
+     STDERR "2305843009213693953 x 4 does not fit in a 64-bit integer")
