@@ -134,6 +134,9 @@ Window parse_window(const std::string& text) {
     const std::string& s = parts[i];
     const char* first = s.data();
     const auto [end, ec] = std::from_chars(first, first + s.size(), side[i]);
+    if (comma != std::string::npos && ec == std::errc::result_out_of_range && end == first + s.size())
+      fail_arg("--window '{}': the {} side {} is out of range: each side is -1 (unbounded) or 0 to {} tokens", text,
+               i == 0 ? "left" : "right", s, std::numeric_limits<int64_t>::max());
     if (comma == std::string::npos || s.empty() || ec != std::errc() || end != first + s.size() || side[i] < -1)
       fail_arg("--window '{}' is not understood: give LEFT,RIGHT, each -1 (unbounded) or a number of tokens >= 0 "
                "(e.g. --window 4096,0)", text);

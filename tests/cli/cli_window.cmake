@@ -44,6 +44,11 @@ foreach(bad "5" "a,1" "5,-2" "1,2,3" ",4" "4,")
   step(EXPECT_RC 1 COMMAND ${RINGATTN} run ${P} --seq 64 --window "${bad}"
        STDERR "--window '${bad}' is not understood: give LEFT,RIGHT, each -1 \\(unbounded\\) or a number of tokens >= 0")
 endforeach()
+# A side past 64 bits is named as out of range (not "not understood"), with the range.
+step(EXPECT_RC 1 COMMAND ${RINGATTN} run ${P} --seq 64 --window 99999999999999999999,0
+     STDERR "--window '99999999999999999999,0': the left side 99999999999999999999 is out of range: each side is -1 \\(unbounded\\) or 0 to 9223372036854775807 tokens")
+step(EXPECT_RC 1 COMMAND ${RINGATTN} plan --seq 64 --ranks 2 --window 4,-12345678901234567890
+     STDERR "the right side -12345678901234567890 is out of range")
 step(EXPECT_RC 1 COMMAND ${RINGATTN} run ${P} --seq 4 --kv-seq 64 --window 2,1 --q-offset 70
      STDERR "the window \\(left 2, right 1\\) leaves query 0 \\(position 70\\) with no visible key among the 64 keys")
 step(EXPECT_RC 1 COMMAND ${RINGATTN} plan --seq 64 --ranks 2 --causal --window 4,2
