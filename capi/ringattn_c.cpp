@@ -15,10 +15,10 @@
 #include <fmt/format.h>
 
 #include "attention_op.hpp"
+#include "descriptors.hpp"
 #include "core/error.hpp"
 
 namespace ringattn::op {
-namespace {
 
 constexpr int32_t kCpu = 1, kCuda = 2;
 
@@ -264,32 +264,6 @@ Allocator allocator_of(const ringattn_attention_args& a) {
   return al;
 }
 
-// Runs `f`, turning every exception into a status and its text in error[0, size).
-template <typename F>
-int32_t guarded(char* error, size_t size, F&& f) noexcept {
-  int32_t rc = RINGATTN_OK;
-  std::string text;
-  try {
-    f();
-  } catch (const InvalidArgument& e) {
-    rc = RINGATTN_INVALID_ARGUMENT;
-    text = e.what();
-  } catch (const std::exception& e) {
-    rc = RINGATTN_RUNTIME_ERROR;
-    text = e.what();
-  } catch (...) {
-    rc = RINGATTN_RUNTIME_ERROR;
-    text = "an unknown exception";
-  }
-  if (error != nullptr && size > 0) {
-    const size_t n = std::min(size - 1, text.size());
-    std::memcpy(error, text.data(), n);
-    error[n] = '\0';
-  }
-  return rc;
-}
-
-}  // namespace
 }  // namespace ringattn::op
 
 using namespace ringattn;

@@ -26,7 +26,7 @@ extern "C" {
 #endif
 
 /* Bumped when a struct below changes; callers put it into ringattn_attention_args.abi_version. */
-#define RINGATTN_C_ABI_VERSION 1
+#define RINGATTN_C_ABI_VERSION 2
 
 /* Status codes. */
 #define RINGATTN_OK 0
@@ -100,6 +100,73 @@ RINGATTN_C_API int32_t ringattn_attention_bwd(const ringattn_attention_args* arg
                                               const ringattn_tensor* lse, const ringattn_tensor* dq,
                                               const ringattn_tensor* dk, const ringattn_tensor* dv, char* error,
                                               size_t error_size);
+
+/* ---- Ring attention over the caller's communicator ------------------------------------------
+ * Each rank of a communicator the caller already runs (torch.distributed's process group under
+ * torchrun) holds a shard of every sequence, the rows of one layout (ringattn_shard_positions),
+ * and calls ringattn_ring_fwd / ringattn_ring_bwd with its local tensors: the same layouts as
+ * above with the local tokens in place of seq_len (packed: [local_tokens, heads, dim] and the
+ * global cu_seqlens in args), lse compact fp32 [batch, q_heads, local_tokens] ([q_heads,
+ * local_tokens] packed). The ranks' local checks are agreed before any exchange: when a rank
+ * refuses its call, every rank returns RINGATTN_INVALID_ARGUMENT with the same text, "ranks
+ * stopped before the first hop: rank R: ...", and a rank that passes another shape, mask, scale,
+ * dtype, document list or layout is named the same way. CPU tensors (the exchanges move host
+ * memory). */
+
+/* The caller's communicator; every function returns 0, or writes one line into error and returns
+ * non-zero. post sends send_bytes from send to rank `to` and receives recv_bytes from rank `from`
+ * into recv (a side of 0 bytes posts nothing) and returns without waiting; wait completes the
+ * channel's posted exchange, bounded by the caller's timeout. Messages of one channel (0: K/V,
+ * 1: the backward's dK/dV) must never match another's. allgather: recv[r * n, (r + 1) * n) :=
+ * rank r's send. size 1 needs no functions. */
+typedef struct {
+  void* ctx;
+  int32_t rank;
+  int32_t size;
+  int32_t (*post)(void* ctx, int32_t channel, int32_t to, const void* send, size_t send_bytes, int32_t from,
+                  void* recv, size_t recv_bytes, char* error, size_t error_size);
+  int32_t (*wait)(void* ctx, int32_t channel, char* error, size_t error_size);
+  int32_t (*allgather)(void* ctx, const void* send, void* recv, size_t bytes_per_rank, char* error,
+                       size_t error_size);
+} ringattn_communicator;
+
+/* How the global sequence is split over the ranks (the CLI's --shard). */
+#define RINGATTN_LAYOUT_AUTO (-1) /* the best balanced for the mask and documents (the CLI's rule) */
+#define RINGATTN_LAYOUT_CONTIGUOUS 0
+#define RINGATTN_LAYOUT_ZIGZAG 1
+#define RINGATTN_LAYOUT_STRIPED 2
+#define RINGATTN_LAYOUT_DOC_ZIGZAG 3
+
+typedef struct {
+  int32_t layout;                    /* RINGATTN_LAYOUT_* */
+  const ringattn_communicator* comm; /* required */
+  const char* caller_error;          /* non-NULL: this rank's own refusal of the call, raised on every
+                                        rank like the library's (nothing else of the call is read) */
+} ringattn_ring_args;
+
+/* The global positions of rank `rank`'s local rows, in local order, under `layout` for a
+ * sequence of seq_len tokens over `world` ranks (args: the mask and, packed, the global
+ * cu_seqlens, which doc-zigzag and auto read). *count := the number of rows; positions may be
+ * NULL (the count alone), else it has room for capacity rows. *chosen (may be NULL) := the
+ * layout taken (auto's pick). No communication. */
+RINGATTN_C_API int32_t ringattn_shard_positions(const ringattn_attention_args* args, int32_t layout, int64_t seq_len,
+                                                int32_t rank, int32_t world, int64_t* positions, int64_t capacity,
+                                                int64_t* count, int32_t* chosen, char* error, size_t error_size);
+
+/* out and lse of this rank's rows of ring attention over the ranks (collective). */
+RINGATTN_C_API int32_t ringattn_ring_fwd(const ringattn_attention_args* args, const ringattn_ring_args* ring,
+                                         const ringattn_tensor* q, const ringattn_tensor* k, const ringattn_tensor* v,
+                                         const ringattn_tensor* out, const ringattn_tensor* lse, char* error,
+                                         size_t error_size);
+
+/* dq, dk, dv (float32, shapes of q and k) of this rank's rows for the global loss sum(dout * out)
+ * after ringattn_ring_fwd (out and lse as it returned them); collective. */
+RINGATTN_C_API int32_t ringattn_ring_bwd(const ringattn_attention_args* args, const ringattn_ring_args* ring,
+                                         const ringattn_tensor* dout, const ringattn_tensor* q,
+                                         const ringattn_tensor* k, const ringattn_tensor* v,
+                                         const ringattn_tensor* out, const ringattn_tensor* lse,
+                                         const ringattn_tensor* dq, const ringattn_tensor* dk,
+                                         const ringattn_tensor* dv, char* error, size_t error_size);
 
 #ifdef __cplusplus
 }

@@ -105,7 +105,44 @@ bool same(const Description& a, const Description& b) {
   return first_difference(a, b, 0).empty();
 }
 
+// Throws, on every rank alike, the errors the gathered records carry (in rank order).
+template <typename Record>
+void stop_on_errors(const std::vector<Record>& all) {
+  std::string errors;
+  for (size_t r = 0; r < all.size(); ++r) {
+    const Record& d = all[r];
+    if (d.magic == kMagic && d.error[0] != '\0') {
+      const std::string e(d.error, strnlen(d.error, sizeof(d.error)));
+      errors += fmt::format("{}rank {}: {}", errors.empty() ? "" : "; ", r, e);
+    }
+  }
+  if (!errors.empty()) fail_arg("ranks stopped before the first hop: {}", errors);
+}
+
+// agree_on_local_step's record: trivially copyable, no padding.
+struct StepRecord {
+  uint32_t magic = kMagic, version = kProblemVersion;
+  int64_t value = 0;
+  char error[480] = {};
+};
+
 }  // namespace
+
+std::vector<int64_t> agree_on_local_step(Transport& t, const std::string& error, int64_t value) {
+  StepRecord mine;
+  mine.value = value;
+  std::strncpy(mine.error, error.c_str(), sizeof(mine.error) - 1);
+  std::vector<StepRecord> all(size_t(t.size()));
+  t.allgather(&mine, all.data(), sizeof(StepRecord));
+  for (size_t r = 0; r < all.size(); ++r)
+    if (all[r].magic != kMagic || all[r].version != kProblemVersion)
+      fail_arg("ranks disagree on the problem: rank {} sent a record of another kind or version (magic {:#x}, version "
+               "{}; this rank has {:#x}, {})", r, all[r].magic, all[r].version, kMagic, kProblemVersion);
+  stop_on_errors(all);
+  std::vector<int64_t> values;
+  for (const StepRecord& d : all) values.push_back(d.value);
+  return values;
+}
 
 void agree_on_run(const GlobalProblem& p, const LocalVerdict& local, Transport& t) {
   const int P = t.size();
@@ -114,15 +151,7 @@ void agree_on_run(const GlobalProblem& p, const LocalVerdict& local, Transport& 
   t.allgather(&mine, all.data(), sizeof(Description));
 
   // Every rank evaluates the same gathered bytes in the same order: the verdict is identical.
-  std::string errors;
-  for (int r = 0; r < P; ++r) {
-    const Description& d = all[size_t(r)];
-    if (d.magic == kMagic && d.error[0] != '\0') {
-      const std::string e(d.error, strnlen(d.error, sizeof(d.error)));
-      errors += fmt::format("{}rank {}: {}", errors.empty() ? "" : "; ", r, e);
-    }
-  }
-  if (!errors.empty()) fail_arg("ranks stopped before the first hop: {}", errors);
+  stop_on_errors(all);
 
   // The reference is the description most ranks hold (ties: the lowest rank), so a single odd
   // rank is the one named, even when it is rank 0.

@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "runner/problem/problem.hpp"
 
@@ -24,6 +25,13 @@ struct LocalVerdict {
 // Allgathers the description of `p` plus `local` and throws InvalidArgument on every rank, with
 // the same message, when a rank differs or reported an error.
 void agree_on_run(const GlobalProblem& p, const LocalVerdict& local, Transport& t);
+
+// A rank-local step's verdict, agreed before anything depends on it (the C ABI's ring calls, whose
+// ranks may each pass anything): allgathers every rank's `error` ("" for none; the first 479 bytes)
+// and one `value`, then throws InvalidArgument on every rank with the same text, agree_on_run's
+// "ranks stopped before the first hop: rank R: ...", when any rank has an error. Returns the
+// values in rank order. Collective over `t`.
+std::vector<int64_t> agree_on_local_step(Transport& t, const std::string& error, int64_t value);
 
 
 }  // namespace ringattn
