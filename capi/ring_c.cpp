@@ -12,6 +12,7 @@
 #include "comm/callback_transport.hpp"
 #include "descriptors.hpp"
 #include "runner/problem/agree.hpp"
+#include "runner/ring/ring_buffers.hpp"
 #include "runner/ring/ring_plan.hpp"
 #include "runner/ring/runner.hpp"
 
@@ -60,7 +61,34 @@ TensorView local_view(const char* name, const ringattn_tensor* t, bool packed, c
 struct LocalRing {
   AttentionCall c;
   bool packed = false;
+  std::vector<char> k_copy, v_copy;  // K and V in [B, T, H, D] when the caller's were laid out otherwise
 };
+
+// K and V travel between ranks as blocks in their view's layout, which every rank must share (the
+// agreement compares it): a view in another layout than [B, T, H, D] (a transposed tensor, or the
+// strides torch gives a tensor of no tokens) is copied into one, or re-strided when it holds nothing.
+void as_bthd(TensorView& x, std::vector<char>& copy) {
+  if (x.len == 0 || x.numel() == 0) {
+    x = bthd_view(x.data, x.dtype, x.batch, x.heads, x.len, x.dim);
+    return;
+  }
+  if (layout_of(x) == layout_of(bthd_view(x.data, x.dtype, x.batch, x.heads, x.len, x.dim))) return;
+  const size_t e = dtype_size(x.dtype);
+  copy.resize(size_t(x.numel()) * e);
+  const TensorView to = bthd_view(copy.data(), x.dtype, x.batch, x.heads, x.len, x.dim);
+  for (int64_t b = 0; b < x.batch; ++b)
+    for (int64_t h = 0; h < x.heads; ++h)
+      for (int64_t t = 0; t < x.len; ++t)
+        std::memcpy(static_cast<char*>(to.data) + to.offset(b, h, t) * e,
+                    static_cast<const char*>(x.data) + x.offset(b, h, t) * e, size_t(x.dim) * e);
+  x = to;
+}
+
+std::string strides_text(const ringattn_tensor& t) {
+  std::string s = "[";
+  for (int i = 0; i < t.ndim; ++i) s += fmt::format("{}{}", i ? ", " : "", stride_of(t, i));
+  return s + "]";
+}
 
 float* compact_lse(const ringattn_tensor* t, const TensorView& q, bool packed) {
   ringattn_tensor copy;
@@ -69,13 +97,15 @@ float* compact_lse(const ringattn_tensor* t, const TensorView& q, bool packed) {
                                            : std::vector<int64_t>{q.batch, q.heads, q.len};
   bool ok = l.ndim == int(want.size()) && l.dtype.code == 2 && l.dtype.bits == 32 && l.dtype.lanes == 1;
   for (int i = 0; ok && i < l.ndim; ++i) ok = l.shape[i] == want[size_t(i)];
-  int64_t expect = 1;
-  for (int i = l.ndim - 1; ok && i >= 0; --i) {
+  int64_t expect = 1, elements = 1;
+  for (int i = 0; ok && i < l.ndim; ++i) elements *= l.shape[i];
+  for (int i = l.ndim - 1; ok && elements > 0 && i >= 0; --i) {
     ok = l.shape[i] <= 1 || stride_of(l, i) == expect;
     expect *= l.shape[i];
   }
   if (!ok)
-    fail_arg("lse has shape {} ({} bits); it must be a compact float32 tensor of shape {}", shape_text(l), l.dtype.bits,
+    fail_arg("lse has shape {} ({} bits, strides {}); it must be a compact float32 tensor of shape {}", shape_text(l),
+             l.dtype.bits, strides_text(l),
              packed ? fmt::format("[{}, {}] (q_heads, local tokens)", q.heads, q.len)
                     : fmt::format("[{}, {}, {}] (batch, q_heads, local tokens)", q.batch, q.heads, q.len));
   return reinterpret_cast<float*>(static_cast<char*>(l.data) + l.byte_offset);
@@ -106,6 +136,8 @@ LocalRing parse_local(const ringattn_attention_args* a, const ringattn_tensor* q
   if (r.c.q.heads % r.c.k.heads != 0)
     fail_arg("q has {} heads and k {}; q_heads must be a multiple of kv_heads (grouped-query attention)", r.c.q.heads,
              r.c.k.heads);
+  as_bthd(r.c.k, r.k_copy);
+  as_bthd(r.c.v, r.v_copy);
   r.c.out = local_view("out", out, r.packed, &q0);
   same_as("out", r.c.out, "q", r.c.q, r.packed);
   r.c.lse = compact_lse(lse, r.c.q, r.packed);

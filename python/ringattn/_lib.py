@@ -6,7 +6,7 @@ import ctypes
 import os
 import pathlib
 
-ABI_VERSION = 1
+ABI_VERSION = 2
 OK, INVALID_ARGUMENT, RUNTIME_ERROR = 0, 1, 2
 CPU, CUDA = 1, 2  # DLPack device types
 
@@ -57,6 +57,29 @@ class Args(ctypes.Structure):
     ]
 
 
+POST = ctypes.CFUNCTYPE(ctypes.c_int32, ctypes.c_void_p, ctypes.c_int32, ctypes.c_int32, ctypes.c_void_p,
+                        ctypes.c_size_t, ctypes.c_int32, ctypes.c_void_p, ctypes.c_size_t, ctypes.c_void_p,
+                        ctypes.c_size_t)
+WAIT = ctypes.CFUNCTYPE(ctypes.c_int32, ctypes.c_void_p, ctypes.c_int32, ctypes.c_void_p, ctypes.c_size_t)
+ALLGATHER = ctypes.CFUNCTYPE(ctypes.c_int32, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_size_t,
+                             ctypes.c_void_p, ctypes.c_size_t)
+
+
+class Communicator(ctypes.Structure):
+    """ringattn_communicator: the caller's exchanges and allgather (ringattn.torch's process group)."""
+
+    _fields_ = [("ctx", ctypes.c_void_p), ("rank", ctypes.c_int32), ("size", ctypes.c_int32), ("post", POST),
+                ("wait", WAIT), ("allgather", ALLGATHER)]
+
+
+class RingArgs(ctypes.Structure):
+    _fields_ = [("layout", ctypes.c_int32), ("comm", ctypes.POINTER(Communicator)),
+                ("caller_error", ctypes.c_char_p)]
+
+
+LAYOUTS = {"auto": -1, "contiguous": 0, "zigzag": 1, "striped": 2, "doc-zigzag": 3}
+
+
 _LIB_NAME = "libringattn_c.so"
 _lib = None
 
@@ -87,6 +110,16 @@ def lib():
     handle.ringattn_attention_fwd.restype = ctypes.c_int32
     handle.ringattn_attention_bwd.argtypes = [ctypes.POINTER(Args)] + [p] * 9 + [ctypes.c_char_p, ctypes.c_size_t]
     handle.ringattn_attention_bwd.restype = ctypes.c_int32
+    ring = [ctypes.POINTER(Args), ctypes.POINTER(RingArgs)]
+    handle.ringattn_ring_fwd.argtypes = ring + [p] * 5 + [ctypes.c_char_p, ctypes.c_size_t]
+    handle.ringattn_ring_fwd.restype = ctypes.c_int32
+    handle.ringattn_ring_bwd.argtypes = ring + [p] * 9 + [ctypes.c_char_p, ctypes.c_size_t]
+    handle.ringattn_ring_bwd.restype = ctypes.c_int32
+    i64p = ctypes.POINTER(ctypes.c_int64)
+    handle.ringattn_shard_positions.argtypes = [ctypes.POINTER(Args), ctypes.c_int32, ctypes.c_int64, ctypes.c_int32,
+                                                ctypes.c_int32, i64p, ctypes.c_int64, i64p,
+                                                ctypes.POINTER(ctypes.c_int32), ctypes.c_char_p, ctypes.c_size_t]
+    handle.ringattn_shard_positions.restype = ctypes.c_int32
     _lib = handle
     return _lib
 

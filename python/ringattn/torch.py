@@ -16,7 +16,7 @@ import torch
 
 from . import _lib
 
-__all__ = ["attention"]
+__all__ = ["attention", "ring_attention", "shard", "unshard", "shard_positions"]
 
 _FLOATS = (torch.bfloat16, torch.float16, torch.float32)
 _CODES = {
@@ -339,3 +339,7 @@ def attention(q, k, v, *, causal=False, window=(-1, -1), softmax_scale=None, cu_
     out, lse = op(q, k, v, cu_seqlens, bool(causal), left, right, scale, max_len, bool(deterministic),
                   bool(return_lse))
     return (out, lse) if return_lse else out
+
+
+# The distributed op (ringattn/_ring.py): ring attention across a torch.distributed process group.
+from ._ring import positions as shard_positions, ring_attention, shard, unshard  # noqa: E402

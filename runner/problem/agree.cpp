@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstring>
+#include <utility>
 #include <vector>
 
 #include "core/error.hpp"
@@ -105,18 +106,27 @@ bool same(const Description& a, const Description& b) {
   return first_difference(a, b, 0).empty();
 }
 
-// Throws, on every rank alike, the errors the gathered records carry (in rank order).
+// Throws, on every rank alike, the errors the gathered records carry: each distinct text once,
+// after the ranks that hold it ("rank 1: ...", "ranks 0 and 2: ..."), in the order of its first rank.
 template <typename Record>
 void stop_on_errors(const std::vector<Record>& all) {
-  std::string errors;
+  std::vector<std::pair<std::string, std::vector<size_t>>> texts;
   for (size_t r = 0; r < all.size(); ++r) {
     const Record& d = all[r];
-    if (d.magic == kMagic && d.error[0] != '\0') {
-      const std::string e(d.error, strnlen(d.error, sizeof(d.error)));
-      errors += fmt::format("{}rank {}: {}", errors.empty() ? "" : "; ", r, e);
-    }
+    if (d.magic != kMagic || d.error[0] == '\0') continue;
+    const std::string e(d.error, strnlen(d.error, sizeof(d.error)));
+    auto it = std::find_if(texts.begin(), texts.end(), [&](const auto& t) { return t.first == e; });
+    if (it == texts.end()) texts.push_back({e, {r}});
+    else it->second.push_back(r);
   }
-  if (!errors.empty()) fail_arg("ranks stopped before the first hop: {}", errors);
+  if (texts.empty()) return;
+  std::string errors;
+  for (const auto& [text, ranks] : texts) {
+    std::string who = fmt::format("{} {}", ranks.size() == 1 ? "rank" : "ranks", ranks[0]);
+    for (size_t i = 1; i < ranks.size(); ++i) who += fmt::format("{}{}", i + 1 == ranks.size() ? " and " : ", ", ranks[i]);
+    errors += fmt::format("{}{}: {}", errors.empty() ? "" : "; ", who, text);
+  }
+  fail_arg("ranks stopped before the first hop: {}", errors);
 }
 
 // agree_on_local_step's record: trivially copyable, no padding.

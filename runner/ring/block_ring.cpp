@@ -21,9 +21,9 @@ BlockRing::BlockRing(Backend& b, Transport& t, const TensorView& k, const Tensor
   channel_.stage(b, capacity);
   const KeyRange mine = travel(rank_);
   if (mine.empty()) return;  // nothing of this rank travels: its block is empty
-  pack_block(b, blocks_[0].get(), k.rows(mine.begin, mine.size()));
+  pack_block(b, blocks_[0].get(), k.rows(mine.begin, mine.size()), k_layout_);
   pack_block(b, static_cast<char*>(blocks_[0].get()) + token_bytes_ * size_t(mine.size()),
-             v.rows(mine.begin, mine.size()));
+             v.rows(mine.begin, mine.size()), v_layout_);
 }
 
 BlockRing::~BlockRing() {

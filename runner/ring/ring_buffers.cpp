@@ -28,24 +28,25 @@ TensorView block_view(void* data, const TensorView& x, BlockLayout l) {
                                 : bhtd_view(data, x.dtype, x.batch, x.heads, x.len, x.dim);
 }
 
-void pack_block(Backend& b, void* dst, const TensorView& x) {
+void pack_block(Backend& b, void* dst, const TensorView& x, BlockLayout l) {
   const size_t es = size_t(dtype_size(x.dtype));
-  const BlockLayout l = layout_of(x);
-  if (l != BlockLayout::Strided) {
+  const TensorView to = block_view(dst, x, l);
+  if (layout_of(x) == layout_of(to)) {
     b.copy(dst, x.data, size_t(block_elems(x)) * es);
     return;
   }
-  // Packing happens once per run, before the hop loop, so per-row copies cost nothing per hop.
-  const TensorView to = block_view(dst, x, BlockLayout::Bhtd);
+  // A part of a shard's rows (a block that ships some of them), or a strided view: row by row (a
+  // head's run at once where both hold it densely). Packing happens once per run, before the hop
+  // loop, so per-row copies cost nothing per hop.
   for (int64_t bi = 0; bi < x.batch; ++bi)
     for (int64_t h = 0; h < x.heads; ++h) {
       char* out = static_cast<char*>(dst) + size_t(to.offset(bi, h, 0)) * es;
       const char* in = static_cast<const char*>(x.data) + size_t(x.offset(bi, h, 0)) * es;
-      if (x.stride_t == x.dim) {
+      if (x.stride_t == x.dim && to.stride_t == x.dim) {
         b.copy(out, in, size_t(x.len * x.dim) * es);
       } else {
         for (int64_t t = 0; t < x.len; ++t)
-          b.copy(out + size_t(t * x.dim) * es, in + size_t(t * x.stride_t) * es, size_t(x.dim) * es);
+          b.copy(out + size_t(t * to.stride_t) * es, in + size_t(t * x.stride_t) * es, size_t(x.dim) * es);
       }
     }
 }

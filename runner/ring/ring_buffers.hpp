@@ -25,8 +25,9 @@ inline int64_t block_elems(const TensorView& x) { return x.batch * x.heads * x.l
 // The view of a block at `data` holding a tensor shaped like `x` that was packed from layout `l`.
 TensorView block_view(void* data, const TensorView& x, BlockLayout l);
 
-// Copies view `x` into the block at `dst` (backend memory) in its block layout.
-void pack_block(Backend& b, void* dst, const TensorView& x);
+// Copies view `x` into the block at `dst` (backend memory) in block layout `l` (the layout the
+// ring's blocks travel in: the whole shard's, layout_of(k), which a part of its rows may not have).
+void pack_block(Backend& b, void* dst, const TensorView& x, BlockLayout l);
 
 // "" when `x` has the given shape and dtype, else a message naming `what` and both shapes.
 std::string check_view(const char* what, const TensorView& x, int64_t batch, int64_t heads, int64_t len,

@@ -1,0 +1,353 @@
+"""The distributed op: ring attention across a torch.distributed process group (ringattn.torch's
+``shard``, ``ring_attention`` and ``unshard``).
+
+Each rank holds the rows of one layout (the CLI's sharding: contiguous, zigzag, striped,
+doc-zigzag or auto); ``ring_attention`` calls the C ABI's ring (capi/ringattn_c.h,
+ringattn_ring_fwd / ringattn_ring_bwd), which runs the C++ ring (schedule, hop skipping, documents,
+windows, early stop) and moves K/V blocks and dK/dV accumulators through this module's
+communicator: the group's own point-to-point (gloo for CPU tensors). Every rank's local checks are
+agreed before the first exchange, so a rank that passes something else makes every rank raise,
+naming it."""
+
+import ctypes
+import datetime
+from typing import Optional
+
+import torch
+import torch.distributed as dist
+
+from . import _lib
+
+_ERROR_BYTES = 1024
+
+
+def _bytes_at(address, nbytes):
+    """The nbytes at address as a uint8 tensor (no copy)."""
+    return torch.frombuffer((ctypes.c_char * nbytes).from_address(address), dtype=torch.uint8)
+
+
+def _write_error(error, size, exc):
+    text = f"{type(exc).__name__}: {exc}".encode("utf-8", "replace")[: max(0, size - 1)]
+    ctypes.memmove(error, text + b"\0", len(text) + 1)
+
+
+class _GroupComm:
+    """ringattn_communicator over a process group: channel c's messages carry tag c."""
+
+    def __init__(self, group, timeout):
+        self.group = group
+        self.rank = dist.get_rank(group)
+        self.size = dist.get_world_size(group)
+        self.global_ranks = [dist.get_global_rank(group, r) if group is not None else r for r in range(self.size)]
+        self.timeout = timeout
+        self.pending = {}
+        self._callbacks = (_lib.POST(self._post), _lib.WAIT(self._wait), _lib.ALLGATHER(self._allgather))
+        self.struct = _lib.Communicator(None, self.rank, self.size, *self._callbacks)
+
+    def _post(self, ctx, channel, to, send, send_bytes, frm, recv, recv_bytes, error, error_size):
+        try:
+            works, keep = [], []
+            if recv_bytes:
+                r = _bytes_at(recv, recv_bytes)
+                keep.append(r)
+                works.append(dist.irecv(r, src=self.global_ranks[frm], group=self.group, tag=channel))
+            if send_bytes:
+                s = _bytes_at(send, send_bytes)
+                keep.append(s)
+                works.append(dist.isend(s, dst=self.global_ranks[to], group=self.group, tag=channel))
+            self.pending[channel] = (works, keep)
+            return 0
+        except BaseException as e:  # noqa: BLE001 - an exception cannot cross ctypes: the library raises it
+            _write_error(error, error_size, e)
+            return 1
+
+    def _wait(self, ctx, channel, error, error_size):
+        works, _ = self.pending.pop(channel, ((), ()))
+        try:
+            for w in works:
+                if self.timeout is None:
+                    w.wait()
+                else:
+                    w.wait(self.timeout)
+            return 0
+        except BaseException as e:  # noqa: BLE001
+            _write_error(error, error_size, e)
+            return 1
+
+    def _allgather(self, ctx, send, recv, nbytes, error, error_size):
+        try:
+            mine = _bytes_at(send, nbytes).clone()
+            parts = [torch.empty(nbytes, dtype=torch.uint8) for _ in range(self.size)]
+            dist.all_gather(parts, mine, group=self.group)
+            _bytes_at(recv, nbytes * self.size).copy_(torch.cat(parts))
+            return 0
+        except BaseException as e:  # noqa: BLE001
+            _write_error(error, error_size, e)
+            return 1
+
+
+_COMMS = {}
+
+
+def _comm(group, timeout):
+    """One communicator per group (and timeout), kept for the group's life."""
+    key = (id(group), timeout)
+    c = _COMMS.get(key)
+    if c is None or c.group is not group:
+        c = _COMMS[key] = _GroupComm(group, timeout)
+    return c
+
+
+def _check_group(group):
+    if not dist.is_available() or not dist.is_initialized():
+        raise RuntimeError("ringattn: torch.distributed is not initialized; call torch.distributed."
+                           "init_process_group (under torchrun) before the distributed op")
+    if group is not None and not isinstance(group, dist.ProcessGroup):
+        raise TypeError(f"group must be a torch.distributed ProcessGroup or None (got {type(group).__name__})")
+    return group if group is not None else dist.group.WORLD
+
+
+def _layout_code(layout):
+    if layout not in _lib.LAYOUTS:
+        raise ValueError(f"layout={layout!r}; allowed are " + ", ".join(repr(k) for k in _lib.LAYOUTS))
+    return _lib.LAYOUTS[layout]
+
+
+def _check_timeout(timeout):
+    if timeout is None:
+        return None
+    if isinstance(timeout, (int, float)) and not isinstance(timeout, bool):
+        timeout = datetime.timedelta(seconds=timeout)
+    if not isinstance(timeout, datetime.timedelta) or timeout.total_seconds() <= 0:
+        raise ValueError(f"timeout={timeout!r}; it must be None (the group's timeout) or a positive number of seconds "
+                         "or datetime.timedelta")
+    return timeout
+
+
+def positions(seq_len, rank, world, layout="zigzag", *, causal=False, window=(-1, -1), cu_seqlens=None):
+    """The global positions of rank `rank`'s rows under `layout` (a LongTensor, in local order), and
+    the layout taken ("auto" picks by the mask and the documents as the CLI does)."""
+    from .torch import _args, _Descs, _check_window, _host_cu_seqlens
+
+    code = _layout_code(layout)
+    left, right = _check_window(window, bool(causal))
+    d = _Descs()
+    cu = _host_cu_seqlens(cu_seqlens)
+    a = _args(d, cu, causal, left, right, 1.0, 0, False, torch.device("cpu"))
+    err = ctypes.create_string_buffer(_ERROR_BYTES)
+    count, chosen = ctypes.c_int64(0), ctypes.c_int32(0)
+    f = _lib.lib().ringattn_shard_positions
+    _lib.check(f(ctypes.byref(a), code, seq_len, rank, world, None, 0, ctypes.byref(count), ctypes.byref(chosen), err,
+                 _ERROR_BYTES), err)
+    out = torch.empty(count.value, dtype=torch.int64)
+    ptr = ctypes.cast(out.data_ptr(), ctypes.POINTER(ctypes.c_int64)) if count.value else None
+    _lib.check(f(ctypes.byref(a), code, seq_len, rank, world, ptr, count.value, ctypes.byref(count),
+                 ctypes.byref(chosen), err, _ERROR_BYTES), err)
+    name = {v: k for k, v in _lib.LAYOUTS.items()}[chosen.value]
+    return out, name
+
+
+def _check_seq_dim(x, seq_dim, what):
+    if not isinstance(x, torch.Tensor):
+        raise TypeError(f"{what} must be a torch.Tensor (got {type(x).__name__})")
+    if not isinstance(seq_dim, int) or isinstance(seq_dim, bool) or not -x.dim() <= seq_dim < x.dim():
+        raise ValueError(f"seq_dim={seq_dim!r} for a tensor of shape {list(x.shape)}; it must be an axis of it")
+    return seq_dim % x.dim()
+
+
+def shard(x, group=None, *, layout="zigzag", seq_dim=1, cu_seqlens=None, causal=False, window=(-1, -1)):
+    """This rank's rows of the whole sequence `x` (every rank passes the same x) along seq_dim, in
+    the layout's local order: what ring_attention takes. No communication."""
+    g = _check_group(group)
+    seq_dim = _check_seq_dim(x, seq_dim, "x")
+    pos, _ = positions(x.size(seq_dim), dist.get_rank(g), dist.get_world_size(g), layout, causal=causal,
+                       window=window, cu_seqlens=cu_seqlens)
+    return x.index_select(seq_dim, pos.to(x.device))
+
+
+class _Unshard(torch.autograd.Function):
+    """All rows from every rank's shard; the gradient of a rank's rows sums every rank's gradient."""
+
+    @staticmethod
+    def forward(ctx, x, g, seq_dim, every_pos, seq_len):
+        world, rank = dist.get_world_size(g), dist.get_rank(g)
+        most = max(p.numel() for p in every_pos)
+        shape = list(x.shape)
+        shape[seq_dim] = most
+        padded = x.new_zeros(shape)
+        padded.narrow(seq_dim, 0, x.size(seq_dim)).copy_(x)
+        parts = [torch.empty_like(padded) for _ in range(world)]
+        dist.all_gather(parts, padded.contiguous(), group=g)
+        shape[seq_dim] = seq_len
+        out = x.new_empty(shape)
+        for p, part in zip(every_pos, parts):
+            out.index_copy_(seq_dim, p.to(x.device), part.narrow(seq_dim, 0, p.numel()))
+        ctx.g, ctx.seq_dim, ctx.mine = g, seq_dim, every_pos[rank].to(x.device)
+        return out
+
+    @staticmethod
+    def backward(ctx, grad):
+        total = grad.contiguous().clone()
+        dist.all_reduce(total, group=ctx.g)
+        return total.index_select(ctx.seq_dim, ctx.mine), None, None, None, None
+
+
+def unshard(x_local, group=None, *, layout="zigzag", seq_dim=1, cu_seqlens=None, causal=False, window=(-1, -1)):
+    """The whole sequence on every rank from each rank's rows (shard's inverse): out, a gradient,
+    or the LSE (seq_dim=2 for [batch, heads, len], 1 for [heads, tokens]). Differentiable."""
+    g = _check_group(group)
+    seq_dim = _check_seq_dim(x_local, seq_dim, "x_local")
+    world = dist.get_world_size(g)
+    sizes = [torch.zeros(1, dtype=torch.int64) for _ in range(world)]
+    dist.all_gather(sizes, torch.tensor([x_local.size(seq_dim)], dtype=torch.int64), group=g)
+    seq_len = int(sum(int(s) for s in sizes))
+    every = [positions(seq_len, r, world, layout, causal=causal, window=window, cu_seqlens=cu_seqlens)[0]
+             for r in range(world)]
+    for r, (p, s) in enumerate(zip(every, sizes)):
+        if p.numel() != int(s):
+            raise ValueError(f"rank {r} holds {int(s)} rows but the {layout} layout of {seq_len} rows over {world} "
+                             f"ranks gives it {p.numel()}; unshard what shard made with the same layout")
+    return _Unshard.apply(x_local, g, seq_dim, every, seq_len)
+
+
+def _local_checks(q, k, v, packed):
+    """This rank's own refusal of its tensors (the text every rank raises), or None."""
+    from .torch import _check_tensor
+
+    try:
+        for name, t in (("q", q), ("k", k), ("v", v)):
+            _check_tensor(name, t)
+            if t.device.type != "cpu":
+                raise ValueError(f"{name} is on {t.device}; the distributed op runs CPU tensors over the group's "
+                                 "backend so far (the NCCL path for CUDA tensors is not built yet)")
+        want = 3 if packed else 4
+        layout = "[local_tokens, heads, head_dim] with cu_seqlens" if packed else "[batch, local_len, heads, head_dim]"
+        for name, t in (("q", q), ("k", k), ("v", v)):
+            if t.dim() != want:
+                raise ValueError(f"{name} has {t.dim()} dimensions (shape {list(t.shape)}); {name} must be {layout}")
+        return None
+    except (TypeError, ValueError) as e:
+        return str(e)
+
+
+def _ring_args(group, layout, timeout):
+    comm = _comm(group, timeout)
+    r = _lib.RingArgs()
+    r.layout = layout
+    r.comm = ctypes.pointer(comm.struct)
+    r.caller_error = None
+    return r
+
+
+def _contiguous_dim(t):
+    return t if t.size(-1) <= 1 or t.stride(-1) == 1 else t.contiguous()
+
+
+def _lse_shape(q, packed):
+    return (q.size(1), q.size(0)) if packed else (q.size(0), q.size(2), q.size(1))
+
+
+def _ring_fwd(q, k, v, group, layout, cu_seqlens, causal, left, right, scale, max_seqlen, deterministic, timeout,
+              caller_error=None):
+    from .torch import _args, _Descs, _host_cu_seqlens
+
+    packed = cu_seqlens is not None
+    d = _Descs()
+    a = _args(d, _host_cu_seqlens(cu_seqlens), causal, left, right, scale, max_seqlen, deterministic,
+              torch.device("cpu"))
+    r = _ring_args(group, layout, timeout)
+    err = ctypes.create_string_buffer(_ERROR_BYTES)
+    if caller_error is not None:
+        r.caller_error = caller_error.encode("utf-8", "replace")
+        rc = _lib.lib().ringattn_ring_fwd(ctypes.byref(a), ctypes.byref(r), None, None, None, None, None, err,
+                                          _ERROR_BYTES)
+        _lib.check(rc, err)
+        raise AssertionError("ringattn: the ring accepted a call its caller refused")  # not reached: rc != OK
+    q, k, v = (_contiguous_dim(t) for t in (q, k, v))
+    out = torch.empty(q.shape, dtype=q.dtype)
+    lse = torch.empty(_lse_shape(q, packed), dtype=torch.float32)
+    rc = _lib.lib().ringattn_ring_fwd(ctypes.byref(a), ctypes.byref(r), d(q), d(k), d(v), d(out), d(lse), err,
+                                      _ERROR_BYTES)
+    _lib.check(rc, err)
+    return out, lse
+
+
+def _ring_bwd(dout, q, k, v, out, lse, group, layout, cu_seqlens, causal, left, right, scale, max_seqlen,
+              deterministic, timeout):
+    from .torch import _args, _Descs, _host_cu_seqlens
+
+    dout, q, k, v, out = (_contiguous_dim(t) for t in (dout, q, k, v, out))
+    dq, dk, dv = (torch.empty(t.shape, dtype=torch.float32) for t in (q, k, v))
+    d = _Descs()
+    a = _args(d, _host_cu_seqlens(cu_seqlens), causal, left, right, scale, max_seqlen, deterministic,
+              torch.device("cpu"))
+    r = _ring_args(group, layout, timeout)
+    err = ctypes.create_string_buffer(_ERROR_BYTES)
+    rc = _lib.lib().ringattn_ring_bwd(ctypes.byref(a), ctypes.byref(r), d(dout.to(q.dtype)), d(q), d(k), d(v), d(out),
+                                      d(lse.contiguous()), d(dq), d(dk), d(dv), err, _ERROR_BYTES)
+    _lib.check(rc, err)
+    return dq, dk, dv
+
+
+class _RingAttention(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, q, k, v, cu_seqlens, params, lse_grad):
+        out, lse = _ring_fwd(q, k, v, *params[:2], cu_seqlens, *params[2:])
+        ctx.save_for_backward(q, k, v, cu_seqlens, out, lse)
+        ctx.params, ctx.lse_grad = params, lse_grad
+        if not lse_grad:
+            ctx.mark_non_differentiable(lse)
+        return out, lse
+
+    @staticmethod
+    def backward(ctx, dout, dlse):
+        q, k, v, cu_seqlens, out, lse = ctx.saved_tensors
+        group, layout, causal, left, right, scale, max_seqlen, deterministic, timeout = ctx.params
+        rest = (group, layout, cu_seqlens, causal, left, right, scale, max_seqlen, deterministic, timeout)
+        if dout is None:
+            dout = torch.zeros_like(out)
+        dq, dk, dv = _ring_bwd(dout, q, k, v, out, lse, *rest)
+        if ctx.lse_grad and dlse is not None:
+            # As the single-process op: d lse_i / d s_ij = P_ij, so dq_i gains scale dlse_i (P K)_i and
+            # dk_j gains scale (P^T (dlse q))_j, the dv of a backward whose dout is dlse q.
+            packed = cu_seqlens is not None
+            w = (dlse.transpose(0, 1) if packed else dlse.transpose(1, 2)).unsqueeze(-1).float()
+            pk, _ = _ring_fwd(q, k, k, group, layout, cu_seqlens, causal, left, right, scale, max_seqlen,
+                              deterministic, timeout)
+            _, _, ptq = _ring_bwd((w * q.float()).to(q.dtype), q, k, v, out, lse, *rest)
+            dq = dq + scale * w * pk.float()
+            dk = dk + scale * ptq
+        return dq.to(q.dtype), dk.to(k.dtype), dv.to(v.dtype), None, None, None
+
+
+def ring_attention(q_local, k_local, v_local, *, group=None, layout="zigzag", causal=False, window=(-1, -1),
+                   softmax_scale=None, cu_seqlens=None, max_seqlen=None, deterministic=False, return_lse=False,
+                   timeout: Optional[float] = None):
+    """Ring attention over the ranks of `group` (default: the world): each rank passes its rows of
+    q, k and v ([batch, local_len, heads, dim]; with cu_seqlens, the global document boundaries,
+    [local_tokens, heads, dim]) in `layout`'s order (shard), and gets its rows of out (and with
+    return_lse=True of lse, fp32 [batch, heads, local_len] / [heads, local_tokens]). Collective:
+    every rank calls it with the same arguments, which the ranks check before the first exchange
+    (a rank that differs is named in the error every rank raises). Differentiable: each rank's
+    gradients are those of the global loss for its rows. Every wait is bounded by `timeout`
+    seconds (default: the group's timeout)."""
+    from .torch import _check_packing, _check_scale, _check_window
+
+    g = _check_group(group)
+    packed = cu_seqlens is not None
+    code = _layout_code(layout)
+    left, right = _check_window(window, bool(causal))
+    wait = _check_timeout(timeout)
+    error = _local_checks(q_local, k_local, v_local, packed)
+    max_len, scale = 0, 1.0
+    if error is None:
+        try:
+            max_len = _check_packing(q_local, cu_seqlens, max_seqlen)
+            scale = _check_scale(softmax_scale, q_local.size(-1))
+        except (TypeError, ValueError) as e:
+            error = str(e)
+    params = (g, code, bool(causal), left, right, scale, max_len, bool(deterministic), wait)
+    if error is not None:
+        _ring_fwd(None, None, None, g, code, None, bool(causal), left, right, 1.0, 0, False, wait, caller_error=error)
+    out, lse = _RingAttention.apply(q_local, k_local, v_local, cu_seqlens, params, bool(return_lse))
+    return (out, lse) if return_lse else out

@@ -1,0 +1,173 @@
+"""One rank of the distributed op's tests, under torchrun with gloo (python/tests/test_ring.py
+launches it): `python ring_worker.py parity|refusals|dies`. Every rank draws the same fresh
+inputs from a seed the launcher passes (RINGATTN_TEST_SEED) and asserts every element of out,
+lse and the gradients against the float64 reference (the op allocates its outputs with
+torch.empty, so an element it leaves unwritten is garbage and fails); a failure exits non-zero
+with the case named."""
+
+import os
+import sys
+
+import torch
+import torch.distributed as dist
+
+sys.path.insert(0, os.path.dirname(__file__))
+from conftest import TOL, close, reference  # noqa: E402
+
+import ringattn.torch as rt  # noqa: E402
+
+LAYOUTS = ["contiguous", "zigzag", "striped", "doc-zigzag", "auto"]
+
+
+def draw(shape, dtype, gen):
+    return torch.randn(shape, generator=gen, dtype=torch.float64).to(dtype)
+
+
+def one_case(name, q, k, v, w, *, layout, causal=False, window=(-1, -1), cu_seqlens=None, return_lse=False):
+    """unshard(ring_attention(shard(...))) and its gradients against the float64 reference and the
+    single-process op, on every rank."""
+    seq_dim = 0 if cu_seqlens is not None else 1
+    kw = dict(layout=layout, seq_dim=seq_dim, cu_seqlens=cu_seqlens, causal=causal, window=window)
+    loc = [rt.shard(x, **kw).detach().requires_grad_() for x in (q, k, v)]
+    res = rt.ring_attention(*loc, layout=layout, causal=causal, window=window, cu_seqlens=cu_seqlens,
+                            return_lse=return_lse)
+    out, lse = res if return_lse else (res, None)
+    loss = (out.float() * rt.shard(w, **kw)).sum()
+    if return_lse:
+        lw = rt.shard(w[..., 0].transpose(-1, -2).contiguous(), **{**kw, "seq_dim": seq_dim + 1})
+        loss = loss + (lse * lw).sum()
+    loss.backward()
+    full = rt.unshard(out.detach(), **kw)
+    grads = [rt.unshard(t.grad, **kw) for t in loc]
+
+    ref_in = [x.detach().double().requires_grad_() for x in (q, k, v)]
+    ro, rl = reference(*ref_in, causal=causal, window=window, cu_seqlens=cu_seqlens)
+    rloss = (ro * w.double()).sum()
+    if return_lse:
+        rloss = rloss + (rl * w[..., 0].transpose(-1, -2).double()).sum()
+    rloss.backward()
+    tol = TOL[q.dtype]
+    close(full, ro, tol, f"{name}: out")
+    if return_lse:
+        close(rt.unshard(lse.detach(), **{**kw, "seq_dim": seq_dim + 1}), rl, tol, f"{name}: lse")
+    for n, got, r in zip("qkv", grads, ref_in):
+        assert torch.isfinite(got).all(), f"{name}: d{n} has non-finite values"
+        close(got, r.grad, tol, f"{name}: d{n}")
+    single = rt.attention(q, k, v, causal=causal, window=window, cu_seqlens=cu_seqlens)
+    close(full, single, (1e-6, 1e-5) if q.dtype == torch.float32 else tol, f"{name}: out against rt.attention")
+
+
+def parity(gen):
+    P = dist.get_world_size()
+    n = 0
+    for T in (1, 5, 37):
+        for layout in LAYOUTS:
+            for causal, window in ((False, (-1, -1)), (True, (-1, -1)), (True, (6, 0)), (False, (3, 5))):
+                q, k, v = draw((2, T, 4, 16), torch.float32, gen), draw((2, T, 2, 16), torch.float32, gen), \
+                    draw((2, T, 2, 16), torch.float32, gen)
+                w = draw((2, T, 4, 16), torch.float32, gen)
+                one_case(f"T={T} {layout} causal={causal} window={window} P={P}", q, k, v, w, layout=layout,
+                         causal=causal, window=window)
+                n += 1
+    # Packed documents: one longer than any shard, one-token documents, a total no world divides.
+    for cu in ([0, 1, 30, 31, 41], [0, 7], [0, 3, 4, 5, 17, 23]):
+        cu_t = torch.tensor(cu, dtype=torch.int32)
+        T = cu[-1]
+        for layout in LAYOUTS:
+            for causal, window in ((True, (-1, -1)), (False, (-1, -1)), (True, (4, 0))):
+                q, k, v = draw((T, 4, 8), torch.float32, gen), draw((T, 1, 8), torch.float32, gen), \
+                    draw((T, 1, 8), torch.float32, gen)
+                w = draw((T, 4, 8), torch.float32, gen)
+                one_case(f"docs {cu} {layout} causal={causal} window={window} P={P}", q, k, v, w, layout=layout,
+                         causal=causal, window=window, cu_seqlens=cu_t)
+                n += 1
+    # The LSE and its gradient, and a bf16 call.
+    q, k, v, w = (draw((1, 29, 2, 16), torch.float32, gen) for _ in range(4))
+    one_case(f"lse P={P}", q, k, v, w, layout="zigzag", causal=True, return_lse=True)
+    q, k, v, w = (draw((1, 29, 2, 16), torch.bfloat16, gen) for _ in range(4))
+    one_case(f"bf16 P={P}", q, k, v, w.float(), layout="auto", causal=True)
+    n += 2
+    # deterministic=True: bitwise equal gradients on a second call.
+    q, k, v = (rt.shard(draw((1, 33, 2, 16), torch.float32, gen)) for _ in range(3))
+    runs = []
+    for _ in range(2):
+        loc = [x.clone().requires_grad_() for x in (q, k, v)]
+        rt.ring_attention(*loc, causal=True, deterministic=True).square().sum().backward()
+        runs.append([t.grad for t in loc])
+    for a, b in zip(*runs):
+        assert torch.equal(a, b), "deterministic=True: gradients differ between two calls"
+    return n + 1
+
+
+def expect_error(kind, text, f):
+    try:
+        f()
+    except kind as e:
+        assert text in str(e), f"expected {text!r} in {str(e)!r}"
+        return str(e)
+    raise AssertionError(f"expected {kind.__name__} containing {text!r}; the call returned")
+
+
+def refusals(gen):
+    r, P = dist.get_rank(), dist.get_world_size()
+    q, k, v = (rt.shard(draw((1, 24, 2, 8), torch.float32, gen)) for _ in range(3))
+    # causal on one rank only: every rank raises, naming the rank and the field.
+    if P > 1:
+        msg = expect_error(ValueError, "ranks disagree on the problem",
+                           lambda: rt.ring_attention(q, k, v, causal=(r == P - 1)))
+        assert f"rank {P - 1}: causal = 1 (rank 0 has 0)" in msg, msg
+    # a dtype only one rank has: its own refusal, raised on every rank with its text.
+    bad = q.double() if r == 0 else q
+    msg = expect_error(ValueError, "ranks stopped before the first hop: rank 0: q has dtype torch.float64",
+                       lambda: rt.ring_attention(bad, k, v))
+    # a window that only one rank gives
+    if P > 1:
+        expect_error(ValueError, "rank 1: window left = 4 (rank 0 has -1)",
+                     lambda: rt.ring_attention(q, k, v, window=(4, 4) if r == 1 else (-1, -1)))
+    # rows of another layout: named by rank and count
+    ql, kl, vl = (rt.shard(draw((1, 25, 2, 8), torch.float32, gen), layout="contiguous") for _ in range(3))
+    if P > 1:
+        every = ", ".join(map(str, range(P - 1))) + f" and {P - 1}"  # every rank finds it: named once
+        cut = [x[:, :-1] if r == 0 else x for x in (ql, kl, vl)]
+        msg = expect_error(ValueError, f"ranks stopped before the first hop: ranks {every}: rank 0 holds "
+                           f"{ql.size(1) - 1 if r == 0 else ''}",
+                           lambda: rt.ring_attention(*cut, layout="contiguous"))
+        assert f"tokens but the contiguous layout of 24 tokens over {P} ranks gives it" in msg, msg
+    # document lists that differ
+    cu = torch.tensor([0, 10, 24] if r == 0 else [0, 12, 24], dtype=torch.int32)
+    qd, kd, vd = (rt.shard(draw((24, 2, 8), torch.float32, gen), seq_dim=0) for _ in range(3))
+    if P > 1:
+        expect_error(ValueError, "document lengths (hash)", lambda: rt.ring_attention(qd, kd, vd, cu_seqlens=cu))
+    expect_error(ValueError, "layout='diagonal'", lambda: rt.ring_attention(q, k, v, layout="diagonal"))
+    # the next valid call on the same group works
+    out = rt.ring_attention(q, k, v, causal=True)
+    assert torch.isfinite(out).all()
+    return 6
+
+
+def dies(gen):
+    """Rank 1 leaves in the middle of the job: the others' call ends with an error, not a hang."""
+    r = dist.get_rank()
+    q, k, v = (rt.shard(draw((1, 64, 2, 8), torch.float32, gen)) for _ in range(3))
+    rt.ring_attention(q, k, v)
+    if r == 1:
+        os._exit(0)
+    expect_error(RuntimeError, "the caller's communicator failed", lambda: rt.ring_attention(q, k, v, timeout=20))
+    print(f"rank {r}: the call ended with an error after rank 1 left", flush=True)
+    os._exit(0)  # the group cannot be destroyed cleanly without rank 1
+
+
+def main():
+    dist.init_process_group("gloo")
+    torch.set_num_threads(1)
+    gen = torch.Generator().manual_seed(int(os.environ["RINGATTN_TEST_SEED"]))
+    mode = sys.argv[1]
+    n = {"parity": parity, "refusals": refusals, "dies": dies}[mode](gen)
+    dist.barrier()
+    if dist.get_rank() == 0:
+        print(f"ring {mode}: {n} cases passed on {dist.get_world_size()} ranks", flush=True)
+    dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main()
