@@ -11,6 +11,7 @@ naming it."""
 
 import ctypes
 import datetime
+import weakref
 from typing import Optional
 
 import torch
@@ -21,9 +22,19 @@ from . import _lib
 _ERROR_BYTES = 1024
 
 
-def _bytes_at(address, nbytes):
-    """The nbytes at address as a uint8 tensor (no copy)."""
-    return torch.frombuffer((ctypes.c_char * nbytes).from_address(address), dtype=torch.uint8)
+def _from_address(address, nbytes):
+    """A uint8 tensor holding a copy of the nbytes at address. The exchanges copy into and out of
+    tensors of torch's own memory: a tensor over a Python buffer would make gloo's threads take the
+    GIL when they free it, which aborts the process at interpreter exit."""
+    t = torch.empty(nbytes, dtype=torch.uint8)
+    if nbytes:
+        ctypes.memmove(t.data_ptr(), address, nbytes)
+    return t
+
+
+def _to_address(address, t):
+    if t.numel():
+        ctypes.memmove(address, t.data_ptr(), t.numel())
 
 
 def _write_error(error, size, exc):
@@ -44,31 +55,37 @@ class _GroupComm:
         self._callbacks = (_lib.POST(self._post), _lib.WAIT(self._wait), _lib.ALLGATHER(self._allgather))
         self.struct = _lib.Communicator(None, self.rank, self.size, *self._callbacks)
 
+    def close(self):
+        """Breaks the cycle through the callbacks, so the group is not kept past the call (a process
+        group that outlives destroy_process_group makes gloo end the process at exit)."""
+        self.pending.clear()
+        self._callbacks = self.struct = self.group = None
+
     def _post(self, ctx, channel, to, send, send_bytes, frm, recv, recv_bytes, error, error_size):
         try:
-            works, keep = [], []
+            works, landing = [], None
             if recv_bytes:
-                r = _bytes_at(recv, recv_bytes)
-                keep.append(r)
-                works.append(dist.irecv(r, src=self.global_ranks[frm], group=self.group, tag=channel))
+                landing = torch.empty(recv_bytes, dtype=torch.uint8)
+                works.append(dist.irecv(landing, src=self.global_ranks[frm], group=self.group, tag=channel))
             if send_bytes:
-                s = _bytes_at(send, send_bytes)
-                keep.append(s)
-                works.append(dist.isend(s, dst=self.global_ranks[to], group=self.group, tag=channel))
-            self.pending[channel] = (works, keep)
+                works.append(dist.isend(_from_address(send, send_bytes), dst=self.global_ranks[to], group=self.group,
+                                        tag=channel))
+            self.pending[channel] = (works, landing, recv)
             return 0
         except BaseException as e:  # noqa: BLE001 - an exception cannot cross ctypes: the library raises it
             _write_error(error, error_size, e)
             return 1
 
     def _wait(self, ctx, channel, error, error_size):
-        works, _ = self.pending.pop(channel, ((), ()))
+        works, landing, recv = self.pending.pop(channel, ((), None, None))
         try:
             for w in works:
                 if self.timeout is None:
                     w.wait()
                 else:
                     w.wait(self.timeout)
+            if landing is not None:
+                _to_address(recv, landing)
             return 0
         except BaseException as e:  # noqa: BLE001
             _write_error(error, error_size, e)
@@ -76,26 +93,19 @@ class _GroupComm:
 
     def _allgather(self, ctx, send, recv, nbytes, error, error_size):
         try:
-            mine = _bytes_at(send, nbytes).clone()
             parts = [torch.empty(nbytes, dtype=torch.uint8) for _ in range(self.size)]
-            dist.all_gather(parts, mine, group=self.group)
-            _bytes_at(recv, nbytes * self.size).copy_(torch.cat(parts))
+            dist.all_gather(parts, _from_address(send, nbytes), group=self.group)
+            _to_address(recv, torch.cat(parts))
             return 0
         except BaseException as e:  # noqa: BLE001
             _write_error(error, error_size, e)
             return 1
 
 
-_COMMS = {}
-
-
 def _comm(group, timeout):
-    """One communicator per group (and timeout), kept for the group's life."""
-    key = (id(group), timeout)
-    c = _COMMS.get(key)
-    if c is None or c.group is not group:
-        c = _COMMS[key] = _GroupComm(group, timeout)
-    return c
+    """A communicator for one call. Not cached: a reference to the group kept past
+    destroy_process_group makes gloo end the process at exit."""
+    return _GroupComm(group, timeout)
 
 
 def _check_group(group):
@@ -182,13 +192,16 @@ class _Unshard(torch.autograd.Function):
         out = x.new_empty(shape)
         for p, part in zip(every_pos, parts):
             out.index_copy_(seq_dim, p.to(x.device), part.narrow(seq_dim, 0, p.numel()))
-        ctx.g, ctx.seq_dim, ctx.mine = g, seq_dim, every_pos[rank].to(x.device)
+        ctx.g, ctx.seq_dim, ctx.mine = weakref.ref(g), seq_dim, every_pos[rank].to(x.device)
         return out
 
     @staticmethod
     def backward(ctx, grad):
+        g = ctx.g()
+        if g is None:
+            raise RuntimeError("ringattn: the process group of this unshard was destroyed before its backward")
         total = grad.contiguous().clone()
-        dist.all_reduce(total, group=ctx.g)
+        dist.all_reduce(total, group=g)
         return total.index_select(ctx.seq_dim, ctx.mine), None, None, None, None
 
 
@@ -231,12 +244,13 @@ def _local_checks(q, k, v, packed):
 
 
 def _ring_args(group, layout, timeout):
+    """The ring's arguments and the communicator they point at (kept alive for the call)."""
     comm = _comm(group, timeout)
     r = _lib.RingArgs()
     r.layout = layout
     r.comm = ctypes.pointer(comm.struct)
     r.caller_error = None
-    return r
+    return r, comm
 
 
 def _contiguous_dim(t):
@@ -255,19 +269,21 @@ def _ring_fwd(q, k, v, group, layout, cu_seqlens, causal, left, right, scale, ma
     d = _Descs()
     a = _args(d, _host_cu_seqlens(cu_seqlens), causal, left, right, scale, max_seqlen, deterministic,
               torch.device("cpu"))
-    r = _ring_args(group, layout, timeout)
+    r, comm = _ring_args(group, layout, timeout)
     err = ctypes.create_string_buffer(_ERROR_BYTES)
-    if caller_error is not None:
-        r.caller_error = caller_error.encode("utf-8", "replace")
-        rc = _lib.lib().ringattn_ring_fwd(ctypes.byref(a), ctypes.byref(r), None, None, None, None, None, err,
-                                          _ERROR_BYTES)
-        _lib.check(rc, err)
-        raise AssertionError("ringattn: the ring accepted a call its caller refused")  # not reached: rc != OK
-    q, k, v = (_contiguous_dim(t) for t in (q, k, v))
-    out = torch.empty(q.shape, dtype=q.dtype)
-    lse = torch.empty(_lse_shape(q, packed), dtype=torch.float32)
-    rc = _lib.lib().ringattn_ring_fwd(ctypes.byref(a), ctypes.byref(r), d(q), d(k), d(v), d(out), d(lse), err,
-                                      _ERROR_BYTES)
+    f = _lib.lib().ringattn_ring_fwd
+    try:
+        if caller_error is not None:
+            r.caller_error = caller_error.encode("utf-8", "replace")
+            rc = f(ctypes.byref(a), ctypes.byref(r), None, None, None, None, None, err, _ERROR_BYTES)
+            _lib.check(rc, err)
+            raise AssertionError("ringattn: the ring accepted a call its caller refused")  # not reached: rc != OK
+        q, k, v = (_contiguous_dim(t) for t in (q, k, v))
+        out = torch.empty(q.shape, dtype=q.dtype)
+        lse = torch.empty(_lse_shape(q, packed), dtype=torch.float32)
+        rc = f(ctypes.byref(a), ctypes.byref(r), d(q), d(k), d(v), d(out), d(lse), err, _ERROR_BYTES)
+    finally:
+        comm.close()
     _lib.check(rc, err)
     return out, lse
 
@@ -281,10 +297,13 @@ def _ring_bwd(dout, q, k, v, out, lse, group, layout, cu_seqlens, causal, left, 
     d = _Descs()
     a = _args(d, _host_cu_seqlens(cu_seqlens), causal, left, right, scale, max_seqlen, deterministic,
               torch.device("cpu"))
-    r = _ring_args(group, layout, timeout)
+    r, comm = _ring_args(group, layout, timeout)
     err = ctypes.create_string_buffer(_ERROR_BYTES)
-    rc = _lib.lib().ringattn_ring_bwd(ctypes.byref(a), ctypes.byref(r), d(dout.to(q.dtype)), d(q), d(k), d(v), d(out),
-                                      d(lse.contiguous()), d(dq), d(dk), d(dv), err, _ERROR_BYTES)
+    try:
+        rc = _lib.lib().ringattn_ring_bwd(ctypes.byref(a), ctypes.byref(r), d(dout.to(q.dtype)), d(q), d(k), d(v),
+                                          d(out), d(lse.contiguous()), d(dq), d(dk), d(dv), err, _ERROR_BYTES)
+    finally:
+        comm.close()
     _lib.check(rc, err)
     return dq, dk, dv
 
@@ -294,7 +313,9 @@ class _RingAttention(torch.autograd.Function):
     def forward(ctx, q, k, v, cu_seqlens, params, lse_grad):
         out, lse = _ring_fwd(q, k, v, *params[:2], cu_seqlens, *params[2:])
         ctx.save_for_backward(q, k, v, cu_seqlens, out, lse)
-        ctx.params, ctx.lse_grad = params, lse_grad
+        # The group by weak reference: a graph kept past destroy_process_group must not keep the
+        # group alive (gloo's threads abort the process when it is freed at interpreter exit).
+        ctx.group, ctx.params, ctx.lse_grad = weakref.ref(params[0]), params[1:], lse_grad
         if not lse_grad:
             ctx.mark_non_differentiable(lse)
         return out, lse
@@ -302,7 +323,11 @@ class _RingAttention(torch.autograd.Function):
     @staticmethod
     def backward(ctx, dout, dlse):
         q, k, v, cu_seqlens, out, lse = ctx.saved_tensors
-        group, layout, causal, left, right, scale, max_seqlen, deterministic, timeout = ctx.params
+        group = ctx.group()
+        if group is None:
+            raise RuntimeError("ringattn: the process group of this ring_attention call was destroyed before its "
+                               "backward")
+        layout, causal, left, right, scale, max_seqlen, deterministic, timeout = ctx.params
         rest = (group, layout, cu_seqlens, causal, left, right, scale, max_seqlen, deterministic, timeout)
         if dout is None:
             dout = torch.zeros_like(out)

@@ -152,8 +152,9 @@ def dies(gen):
     rt.ring_attention(q, k, v)
     if r == 1:
         os._exit(0)
-    expect_error(RuntimeError, "the caller's communicator failed", lambda: rt.ring_attention(q, k, v, timeout=20))
-    print(f"rank {r}: the call ended with an error after rank 1 left", flush=True)
+    msg = expect_error(RuntimeError, "the caller's communicator failed",
+                       lambda: rt.ring_attention(q, k, v, timeout=20))
+    print(f"rank {r}: the call ended with an error after rank 1 left: {msg}", flush=True)
     os._exit(0)  # the group cannot be destroyed cleanly without rank 1
 
 
@@ -167,6 +168,13 @@ def main():
     if dist.get_rank() == 0:
         print(f"ring {mode}: {n} cases passed on {dist.get_world_size()} ranks", flush=True)
     dist.destroy_process_group()
+    # Known, not ours to fix here: with torch 2.15 a process that ran rt.attention and a gloo
+    # collective aborts at interpreter exit in about one run of ten ("terminate called without an
+    # active exception" in a pt_gloo_runloop thread, after destroy_process_group; a gc.collect()
+    # before it avoids it). The verdict is in; leave without the interpreter's teardown.
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)
 
 
 if __name__ == "__main__":
