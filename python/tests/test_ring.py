@@ -44,3 +44,65 @@ def test_a_rank_that_leaves_ends_the_call_on_the_others():
     for r in (0, 2):
         assert f"rank {r}: the call ended with an error after rank 1 left: ringattn: rank {r}: the caller's " \
                "communicator failed" in p.stdout, p.stdout
+
+
+# The C ABI's ring calls on their own (for hosts other than this package): status and text.
+import ctypes  # noqa: E402
+
+import torch  # noqa: E402
+
+import ringattn.torch as rt  # noqa: E402
+from ringattn import _lib  # noqa: E402
+
+
+def ring_call(comm, layout=0, q=None):
+    q = torch.randn(1, 6, 2, 8) if q is None else q
+    out, lse = torch.empty_like(q), torch.empty(q.size(0), q.size(2), q.size(1))
+    d = rt._Descs()
+    a = rt._args(d, None, False, -1, -1, 8 ** -0.5, 0, False, torch.device("cpu"))
+    r = None
+    if comm is not None:
+        r = _lib.RingArgs()
+        r.layout, r.comm, r.caller_error = layout, ctypes.pointer(comm), None
+    err = ctypes.create_string_buffer(1024)
+    rc = _lib.lib().ringattn_ring_fwd(ctypes.byref(a), ctypes.byref(r) if r is not None else None, d(q), d(q), d(q),
+                                      d(out), d(lse), err, 1024)
+    return rc, err.value.decode(), out, lse
+
+
+def test_ring_c_abi_refuses_with_text():
+    assert ring_call(None)[:2] == (_lib.INVALID_ARGUMENT, "ring is missing (a null pointer)")
+    assert ring_call(_lib.Communicator(None, 3, 2))[:2] == (
+        _lib.INVALID_ARGUMENT, "communicator rank is 3; it must be 0 to 1 (size 2)")
+    assert ring_call(_lib.Communicator(None, 0, 2))[:2] == (
+        _lib.INVALID_ARGUMENT, "communicator has no post function (a null pointer) with size 2")
+    assert ring_call(_lib.Communicator(None, 0, 1), layout=7)[:2] == (
+        _lib.INVALID_ARGUMENT, "ranks stopped before the first hop: rank 0: layout is 7; allowed are -1 (auto), "
+        "0 (contiguous), 1 (zigzag), 2 (striped) and 3 (doc-zigzag)")
+    rc, text, _, _ = ring_call(_lib.Communicator(None, 0, 1), q=torch.ones(1, 6, 2, 8, dtype=torch.int32))
+    assert (rc, text) == (_lib.INVALID_ARGUMENT, "ranks stopped before the first hop: rank 0: q has dtype int32; "
+                          "allowed are bfloat16, float16 and float32")
+
+
+def test_ring_of_one_equals_the_single_process_op():
+    q = torch.randn(2, 9, 2, 8)
+    rc, text, out, lse = ring_call(_lib.Communicator(None, 0, 1), layout=-1, q=q)
+    assert rc == _lib.OK, text
+    want, want_lse = rt.attention(q, q, q, return_lse=True)
+    torch.testing.assert_close(out, want, atol=1e-6, rtol=1e-5)
+    torch.testing.assert_close(lse, want_lse, atol=1e-6, rtol=1e-5)
+
+
+def test_shard_positions_cover_the_sequence_and_refuse_by_name():
+    for layout in ("contiguous", "zigzag", "striped", "doc-zigzag", "auto"):
+        for world in (1, 3, 4):
+            got = torch.cat([rt.shard_positions(10, r, world, layout, causal=True)[0] for r in range(world)])
+            assert sorted(got.tolist()) == list(range(10)), (layout, world, got)
+    assert rt.shard_positions(10, 1, 2, "zigzag")[0].tolist() == [2, 3, 4, 5, 6]  # chunks 1 and 2 of [0,2) [2,5) [5,7) [7,10)
+    assert rt.shard_positions(8, 0, 2, "auto", causal=True)[1] == "zigzag"
+    for args, text in (((10, 2, 2), "rank is 2; it must be 0 to 1 (world 2)"), ((0, 0, 2), "seq_len is 0; it must be >= 1"),
+                       ((10, 0, 0), "world is 0; it must be >= 1")):
+        with pytest.raises(ValueError, match=text.replace("(", r"\(").replace(")", r"\)")):
+            rt.shard_positions(*args)
+    with pytest.raises(ValueError, match=r"layout='ring'; allowed are 'auto', 'contiguous'"):
+        rt.shard_positions(10, 0, 2, "ring")
