@@ -18,6 +18,7 @@ import torch
 import torch.distributed as dist
 
 from . import _lib
+from ._call import _Descs, _args, _check_packing, _check_scale, _check_tensor, _check_window, _host_cu_seqlens
 
 _ERROR_BYTES = 1024
 
@@ -137,8 +138,6 @@ def _check_timeout(timeout):
 def positions(seq_len, rank, world, layout="zigzag", *, causal=False, window=(-1, -1), cu_seqlens=None):
     """The global positions of rank `rank`'s rows under `layout` (a LongTensor, in local order), and
     the layout taken ("auto" picks by the mask and the documents as the CLI does)."""
-    from .torch import _args, _Descs, _check_window, _host_cu_seqlens
-
     code = _layout_code(layout)
     left, right = _check_window(window, bool(causal))
     d = _Descs()
@@ -225,8 +224,6 @@ def unshard(x_local, group=None, *, layout="zigzag", seq_dim=1, cu_seqlens=None,
 
 def _local_checks(q, k, v, packed):
     """This rank's own refusal of its tensors (the text every rank raises), or None."""
-    from .torch import _check_tensor
-
     try:
         for name, t in (("q", q), ("k", k), ("v", v)):
             _check_tensor(name, t)
@@ -263,8 +260,6 @@ def _lse_shape(q, packed):
 
 def _ring_fwd(q, k, v, group, layout, cu_seqlens, causal, left, right, scale, max_seqlen, deterministic, timeout,
               caller_error=None):
-    from .torch import _args, _Descs, _host_cu_seqlens
-
     packed = cu_seqlens is not None
     d = _Descs()
     a = _args(d, _host_cu_seqlens(cu_seqlens), causal, left, right, scale, max_seqlen, deterministic,
@@ -290,8 +285,6 @@ def _ring_fwd(q, k, v, group, layout, cu_seqlens, causal, left, right, scale, ma
 
 def _ring_bwd(dout, q, k, v, out, lse, group, layout, cu_seqlens, causal, left, right, scale, max_seqlen,
               deterministic, timeout):
-    from .torch import _args, _Descs, _host_cu_seqlens
-
     dout, q, k, v, out = (_contiguous_dim(t) for t in (dout, q, k, v, out))
     dq, dk, dv = (torch.empty(t.shape, dtype=torch.float32) for t in (q, k, v))
     d = _Descs()
@@ -356,8 +349,6 @@ def ring_attention(q_local, k_local, v_local, *, group=None, layout="zigzag", ca
     (a rank that differs is named in the error every rank raises). Differentiable: each rank's
     gradients are those of the global loss for its rows. Every wait is bounded by `timeout`
     seconds (default: the group's timeout)."""
-    from .torch import _check_packing, _check_scale, _check_window
-
     g = _check_group(group)
     packed = cu_seqlens is not None
     code = _layout_code(layout)
