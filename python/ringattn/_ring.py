@@ -12,7 +12,7 @@ naming it."""
 import ctypes
 import datetime
 import weakref
-from typing import Optional
+from typing import Optional, Tuple
 
 import torch
 import torch.distributed as dist
@@ -301,13 +301,33 @@ def _ring_bwd(dout, q, k, v, out, lse, group, layout, cu_seqlens, causal, left, 
     return dq, dk, dv
 
 
+def _ring_grads(fwd, bwd, q, k, cu_seqlens, scale, lse_grad, dout, out, dlse):
+    """dq, dk, dv (fp32) of the ring's loss: `bwd(dout)` gives the gradients through out; with the
+    LSE in the loss, as the single-process op: d lse_i / d s_ij = P_ij, so dq_i gains scale dlse_i
+    (P K)_i (`fwd` with the keys as values) and dk_j gains scale (P^T (dlse q))_j, the dv of a
+    backward whose dout is dlse q."""
+    if dout is None:
+        dout = torch.zeros_like(out)
+    dq, dk, dv = bwd(dout)
+    if lse_grad and dlse is not None:
+        packed = cu_seqlens is not None
+        w = (dlse.transpose(0, 1) if packed else dlse.transpose(1, 2)).unsqueeze(-1).float()
+        pk, _ = fwd(q, k, k)
+        _, _, ptq = bwd((w * q.float()).to(q.dtype))
+        dq = dq + scale * w * pk.float()
+        dk = dk + scale * ptq
+    return dq, dk, dv
+
+
 class _RingAttention(torch.autograd.Function):
+    """The eager path (no custom op dispatch)."""
+
     @staticmethod
     def forward(ctx, q, k, v, cu_seqlens, params, lse_grad):
         out, lse = _ring_fwd(q, k, v, *params[:2], cu_seqlens, *params[2:])
         ctx.save_for_backward(q, k, v, cu_seqlens, out, lse)
         # The group by weak reference: a graph kept past destroy_process_group must not keep the
-        # group alive (gloo's threads abort the process when it is freed at interpreter exit).
+        # group alive.
         ctx.group, ctx.params, ctx.lse_grad = weakref.ref(params[0]), params[1:], lse_grad
         if not lse_grad:
             ctx.mark_non_differentiable(lse)
@@ -322,20 +342,73 @@ class _RingAttention(torch.autograd.Function):
                                "backward")
         layout, causal, left, right, scale, max_seqlen, deterministic, timeout = ctx.params
         rest = (group, layout, cu_seqlens, causal, left, right, scale, max_seqlen, deterministic, timeout)
-        if dout is None:
-            dout = torch.zeros_like(out)
-        dq, dk, dv = _ring_bwd(dout, q, k, v, out, lse, *rest)
-        if ctx.lse_grad and dlse is not None:
-            # As the single-process op: d lse_i / d s_ij = P_ij, so dq_i gains scale dlse_i (P K)_i and
-            # dk_j gains scale (P^T (dlse q))_j, the dv of a backward whose dout is dlse q.
-            packed = cu_seqlens is not None
-            w = (dlse.transpose(0, 1) if packed else dlse.transpose(1, 2)).unsqueeze(-1).float()
-            pk, _ = _ring_fwd(q, k, k, group, layout, cu_seqlens, causal, left, right, scale, max_seqlen,
-                              deterministic, timeout)
-            _, _, ptq = _ring_bwd((w * q.float()).to(q.dtype), q, k, v, out, lse, *rest)
-            dq = dq + scale * w * pk.float()
-            dk = dk + scale * ptq
+        dq, dk, dv = _ring_grads(
+            lambda a, b, c: _ring_fwd(a, b, c, group, layout, cu_seqlens, *ctx.params[1:]),
+            lambda d: _ring_bwd(d, q, k, v, out, lse, *rest), q, k, cu_seqlens, scale, ctx.lse_grad, dout, out, dlse)
         return dq.to(q.dtype), dk.to(k.dtype), dv.to(v.dtype), None, None, None
+
+
+# The custom ops (torch.compile, export): the group by its name, the timeout in seconds (<= 0: the
+# group's own).
+def _group_named(name):
+    from torch.distributed.distributed_c10d import _resolve_process_group
+
+    return _resolve_process_group(name)
+
+
+def _wait_of(seconds):
+    return None if seconds <= 0 else datetime.timedelta(seconds=seconds)
+
+
+@torch.library.custom_op("ringattn::ring_fwd", mutates_args=())
+def ring_fwd_op(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu_seqlens: Optional[torch.Tensor],
+                group_name: str, layout: int, causal: bool, window_left: int, window_right: int, softmax_scale: float,
+                max_seqlen: int, deterministic: bool, timeout_s: float,
+                lse_grad: bool) -> Tuple[torch.Tensor, torch.Tensor]:
+    return _ring_fwd(q, k, v, _group_named(group_name), layout, cu_seqlens, causal, window_left, window_right,
+                     softmax_scale, max_seqlen, deterministic, _wait_of(timeout_s))
+
+
+@ring_fwd_op.register_fake
+def _(q, k, v, cu_seqlens, group_name, layout, causal, window_left, window_right, softmax_scale, max_seqlen,
+      deterministic, timeout_s, lse_grad):
+    return torch.empty_like(q), q.new_empty(_lse_shape(q, cu_seqlens is not None), dtype=torch.float32)
+
+
+@torch.library.custom_op("ringattn::ring_bwd", mutates_args=())
+def ring_bwd_op(dout: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torch.Tensor,
+                lse: torch.Tensor, cu_seqlens: Optional[torch.Tensor], group_name: str, layout: int, causal: bool,
+                window_left: int, window_right: int, softmax_scale: float, max_seqlen: int, deterministic: bool,
+                timeout_s: float) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    return _ring_bwd(dout, q, k, v, out, lse, _group_named(group_name), layout, cu_seqlens, causal, window_left,
+                     window_right, softmax_scale, max_seqlen, deterministic, _wait_of(timeout_s))
+
+
+@ring_bwd_op.register_fake
+def _(dout, q, k, v, out, lse, cu_seqlens, group_name, layout, causal, window_left, window_right, softmax_scale,
+      max_seqlen, deterministic, timeout_s):
+    return tuple(torch.empty(t.shape, dtype=torch.float32, device=t.device) for t in (q, k, v))
+
+
+def _op_setup_context(ctx, inputs, output):
+    q, k, v, cu_seqlens = inputs[:4]
+    ctx.save_for_backward(q, k, v, cu_seqlens, *output)
+    ctx.params, ctx.lse_grad = inputs[4:13], inputs[13]
+    if not ctx.lse_grad:
+        ctx.mark_non_differentiable(output[1])
+
+
+def _op_backward(ctx, dout, dlse):
+    q, k, v, cu_seqlens, out, lse = ctx.saved_tensors
+    group_name, layout, causal, left, right, scale, max_seqlen, deterministic, timeout_s = ctx.params
+    dq, dk, dv = _ring_grads(
+        lambda a, b, c: ring_fwd_op(a, b, c, cu_seqlens, *ctx.params, False),
+        lambda d: ring_bwd_op(d, q, k, v, out, lse, cu_seqlens, *ctx.params), q, k, cu_seqlens, scale, ctx.lse_grad,
+        dout, out, dlse)
+    return (dq.to(q.dtype), dk.to(k.dtype), dv.to(v.dtype)) + (None,) * 11
+
+
+torch.library.register_autograd("ringattn::ring_fwd", _op_backward, setup_context=_op_setup_context)
 
 
 def ring_attention(q_local, k_local, v_local, *, group=None, layout="zigzag", causal=False, window=(-1, -1),
@@ -365,5 +438,10 @@ def ring_attention(q_local, k_local, v_local, *, group=None, layout="zigzag", ca
     params = (g, code, bool(causal), left, right, scale, max_len, bool(deterministic), wait)
     if error is not None:
         _ring_fwd(None, None, None, g, code, None, bool(causal), left, right, 1.0, 0, False, wait, caller_error=error)
-    out, lse = _RingAttention.apply(q_local, k_local, v_local, cu_seqlens, params, bool(return_lse))
+    if torch.compiler.is_compiling():
+        seconds = wait.total_seconds() if wait is not None else 0.0
+        out, lse = ring_fwd_op(q_local, k_local, v_local, cu_seqlens, g.group_name, code, bool(causal), left, right,
+                               scale, max_len, bool(deterministic), seconds, bool(return_lse))
+    else:
+        out, lse = _RingAttention.apply(q_local, k_local, v_local, cu_seqlens, params, bool(return_lse))
     return (out, lse) if return_lse else out

@@ -1,5 +1,5 @@
 """One rank of the distributed op's tests, under torchrun with gloo (python/tests/test_ring.py
-launches it): `python ring_worker.py parity|refusals|dies`. Every rank draws the same fresh
+launches it): `python ring_worker.py parity|refusals|compiled|dies`. Every rank draws the same fresh
 inputs from a seed the launcher passes (RINGATTN_TEST_SEED) and asserts every element of out,
 lse and the gradients against the float64 reference (the op allocates its outputs with
 torch.empty, so an element it leaves unwritten is garbage and fails); a failure exits non-zero
@@ -145,6 +145,32 @@ def refusals(gen):
     return 6
 
 
+def compiled(gen):
+    """torch.compile(fullgraph=True) over a function using ring_attention (the custom ops
+    ringattn::ring_fwd / ring_bwd and their fake implementations, through AOT autograd) gives the
+    eager path's out and gradients, bitwise, also through the LSE."""
+    n = 0
+    for causal, cu in ((True, None), (False, torch.tensor([0, 5, 19, 20], dtype=torch.int32))):
+        seq_dim = 1 if cu is None else 0
+        shape = (2, 20, 2, 8) if cu is None else (20, 2, 8)
+        q, k, v = (rt.shard(draw(shape, torch.float32, gen), seq_dim=seq_dim, cu_seqlens=cu) for _ in range(3))
+
+        def f(q, k, v):
+            out, lse = rt.ring_attention(q, k, v, causal=causal, cu_seqlens=cu, return_lse=True)
+            return (out * out).sum() + lse.sum()
+
+        runs = []
+        for fn in (f, torch.compile(f, fullgraph=True, backend="aot_eager")):
+            loc = [x.clone().requires_grad_() for x in (q, k, v)]
+            loss = fn(*loc)
+            loss.backward()
+            runs.append([loss.detach()] + [t.grad for t in loc])
+        for what, a, b in zip(("loss", "dq", "dk", "dv"), *runs):
+            assert torch.equal(a, b), f"compiled causal={causal} docs={cu is not None}: {what} differs from eager"
+        n += 1
+    return n
+
+
 def dies(gen):
     """Rank 1 leaves in the middle of the job: the others' call ends with an error, not a hang."""
     r = dist.get_rank()
@@ -163,7 +189,7 @@ def main():
     torch.set_num_threads(1)
     gen = torch.Generator().manual_seed(int(os.environ["RINGATTN_TEST_SEED"]))
     mode = sys.argv[1]
-    n = {"parity": parity, "refusals": refusals, "dies": dies}[mode](gen)
+    n = {"parity": parity, "refusals": refusals, "compiled": compiled, "dies": dies}[mode](gen)
     dist.barrier()
     if dist.get_rank() == 0:
         print(f"ring {mode}: {n} cases passed on {dist.get_world_size()} ranks", flush=True)

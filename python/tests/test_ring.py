@@ -38,6 +38,12 @@ def test_disagreeing_ranks_all_raise_naming_the_rank(ranks):
     assert f"ring refusals: 6 cases passed on {ranks} ranks" in p.stdout, p.stdout
 
 
+def test_torch_compile_fullgraph_matches_eager():
+    p, seed = launch("compiled", 2)
+    assert p.returncode == 0, f"seed {seed}:\n{p.stdout[-4000:]}\n{p.stderr[-8000:]}"
+    assert "ring compiled: 2 cases passed on 2 ranks" in p.stdout, p.stdout
+
+
 def test_a_rank_that_leaves_ends_the_call_on_the_others():
     p, seed = launch("dies", 3, timeout=120)
     assert p.returncode == 0, f"seed {seed}:\n{p.stdout[-4000:]}\n{p.stderr[-8000:]}"
