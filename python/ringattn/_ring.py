@@ -25,8 +25,8 @@ _ERROR_BYTES = 1024
 
 def _from_address(address, nbytes):
     """A uint8 tensor holding a copy of the nbytes at address. The exchanges copy into and out of
-    tensors of torch's own memory: a tensor over a Python buffer would make gloo's threads take the
-    GIL when they free it, which aborts the process at interpreter exit."""
+    tensors of torch's own memory, so that no tensor gloo holds refers to the library's buffers or
+    to a Python object (a host memcpy per hop, small beside the transfer itself)."""
     t = torch.empty(nbytes, dtype=torch.uint8)
     if nbytes:
         ctypes.memmove(t.data_ptr(), address, nbytes)
@@ -57,8 +57,8 @@ class _GroupComm:
         self.struct = _lib.Communicator(None, self.rank, self.size, *self._callbacks)
 
     def close(self):
-        """Breaks the cycle through the callbacks, so the group is not kept past the call (a process
-        group that outlives destroy_process_group makes gloo end the process at exit)."""
+        """Breaks the reference cycle through the callbacks once the call is over, so that the
+        communicator (and the group it names) goes at once rather than at the next collection."""
         self.pending.clear()
         self._callbacks = self.struct = self.group = None
 
