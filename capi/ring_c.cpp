@@ -224,6 +224,24 @@ std::vector<int64_t> agreed(Transport& t, const char* caller_error, F&& step) {
   return agree_on_local_step(t, error, error.empty() ? value : 0);
 }
 
+// The two agreed steps of a ring call: every rank's local checks (`parse`, which fills `r`; the
+// caller's own refusal instead when it gave one) with its token count, then the problem, the
+// layout and the plan of those counts.
+template <typename Parse>
+RingSetup agreed_ring(Transport& t, const ringattn_attention_args* args, const ringattn_ring_args* ring, LocalRing& r,
+                      Parse&& parse) {
+  const std::vector<int64_t> tokens = agreed(t, ring->caller_error, [&] {
+    parse();
+    return r.c.q.len;
+  });
+  RingSetup s;
+  agreed(t, nullptr, [&] {
+    s = setup_ring(r, args, ring->layout, tokens, t.rank());
+    return int64_t(0);
+  });
+  return s;
+}
+
 RunOptions options_of(const LocalRing& r) {
   RunOptions opt;
   opt.deterministic = r.c.deterministic;
@@ -273,15 +291,7 @@ int32_t ringattn_ring_fwd(const ringattn_attention_args* args, const ringattn_ri
   return op::guarded(error, error_size, [&] {
     op::Transports t = op::transports_of(ring, false);
     op::LocalRing r;
-    const std::vector<int64_t> tokens = op::agreed(*t.kv, ring->caller_error, [&] {
-      r = op::parse_local(args, q, k, v, out, lse);
-      return r.c.q.len;
-    });
-    op::RingSetup s;
-    op::agreed(*t.kv, nullptr, [&] {
-      s = op::setup_ring(r, args, ring->layout, tokens, t.kv->rank());
-      return int64_t(0);
-    });
+    const op::RingSetup s = op::agreed_ring(*t.kv, args, ring, r, [&] { r = op::parse_local(args, q, k, v, out, lse); });
     const std::unique_ptr<Backend> b = make_cpu_backend();
     LocalTensors x{r.c.q, r.c.k, r.c.v, r.c.out, r.c.lse};
     run_ring_attention(s.p, *s.plan, x, *b, *t.kv, op::options_of(r));
@@ -297,7 +307,7 @@ int32_t ringattn_ring_bwd(const ringattn_attention_args* args, const ringattn_ri
     op::Transports t = op::transports_of(ring, true);
     op::LocalRing r;
     BackwardTensors g;
-    const std::vector<int64_t> tokens = op::agreed(*t.kv, ring->caller_error, [&] {
+    const op::RingSetup s = op::agreed_ring(*t.kv, args, ring, r, [&] {
       r = op::parse_local(args, q, k, v, out, lse);
       g.dout = op::local_view("dout", dout, r.packed, q);
       op::same_as("dout", g.dout, "q", r.c.q, r.packed);
@@ -309,12 +319,6 @@ int32_t ringattn_ring_bwd(const ringattn_attention_args* args, const ringattn_ri
         like.dtype = DType::F32;
         op::same_as(grads[i].first, *views[i], i == 0 ? "q (in float32)" : "k (in float32)", like, r.packed);
       }
-      return r.c.q.len;
-    });
-    op::RingSetup s;
-    op::agreed(*t.kv, nullptr, [&] {
-      s = op::setup_ring(r, args, ring->layout, tokens, t.kv->rank());
-      return int64_t(0);
     });
     const std::unique_ptr<Backend> b = make_cpu_backend();
     LocalTensors x{r.c.q, r.c.k, r.c.v, r.c.out, r.c.lse};
