@@ -12,9 +12,13 @@
 
 #include "attention_op.hpp"
 #include "core/error.hpp"
+#include "kernels/backend.hpp"
 #include "ringattn_c.h"
 
 namespace ringattn::op {
+
+// DLPack device types.
+inline constexpr int32_t kCpu = 1, kCuda = 2;
 
 std::string shape_text(const ringattn_tensor& t);
 std::string device_text(const ringattn_device& d);
@@ -33,6 +37,23 @@ std::vector<int64_t> parse_cu_seqlens(const ringattn_tensor* tp, int64_t tokens,
 void parse_args(AttentionCall& c, const ringattn_attention_args* a);
 // The backend of the tensors' device (the CPU engine, or CUDA on the caller's stream).
 std::unique_ptr<Backend> backend_for(const ringattn_tensor& q, const ringattn_attention_args& a);
+
+// Makes `device` current for the life of the guard and restores the caller's after (the op must
+// not move its host thread to another GPU); nothing for CPU tensors.
+class DeviceGuard {
+ public:
+  explicit DeviceGuard(const ringattn_tensor& q) {
+    if (q.device.device_type == kCuda && cuda_built()) previous_ = current_cuda_device();
+  }
+  DeviceGuard(const DeviceGuard&) = delete;
+  DeviceGuard& operator=(const DeviceGuard&) = delete;
+  ~DeviceGuard() {
+    if (previous_ >= 0) set_cuda_device(previous_);
+  }
+
+ private:
+  int previous_ = -1;
+};
 
 // Runs `f`, turning every exception into a status and its text in error[0, size).
 template <typename F>

@@ -1,7 +1,9 @@
 // The C ABI's ring calls (ringattn_c.h, "Ring attention over the caller's communicator"): each
 // rank's descriptors checked locally, the verdicts agreed over the communicator before anything
 // depends on them, then the runner's ring forward or backward (runner/ring/runner.hpp) over a
-// callback transport (comm/callback_transport.hpp) on the CPU engine.
+// callback transport (comm/callback_transport.hpp) on the backend of the tensors' device: the CPU
+// engine, or CUDA on the caller's stream with K/V blocks and dK/dV accumulators staged through
+// host memory (the callbacks move host memory).
 #include <cmath>
 #include <cstring>
 #include <memory>
@@ -18,8 +20,6 @@
 
 namespace ringattn::op {
 namespace {
-
-constexpr int32_t kCpu = 1;
 
 Sharding layout_of(int32_t layout) {
   if (layout < RINGATTN_LAYOUT_AUTO || layout > RINGATTN_LAYOUT_DOC_ZIGZAG)
@@ -62,17 +62,24 @@ struct LocalRing {
   AttentionCall c;
   bool packed = false;
   std::vector<char> k_copy, v_copy;  // K and V in [B, T, H, D] when the caller's were laid out otherwise
+  ringattn_device device{kCpu, 0};    // q's device, whose backend runs the call
 };
 
 // K and V travel between ranks as blocks in their view's layout, which every rank must share (the
 // agreement compares it): a view in another layout than [B, T, H, D] (a transposed tensor, or the
 // strides torch gives a tensor of no tokens) is copied into one, or re-strided when it holds nothing.
-void as_bthd(TensorView& x, std::vector<char>& copy) {
+// Device memory is not copied here: a CUDA tensor in another layout is refused (ringattn.torch
+// passes K and V contiguous).
+void as_bthd(const char* name, TensorView& x, std::vector<char>& copy, const ringattn_device& device) {
   if (x.len == 0 || x.numel() == 0) {
     x = bthd_view(x.data, x.dtype, x.batch, x.heads, x.len, x.dim);
     return;
   }
   if (layout_of(x) == layout_of(bthd_view(x.data, x.dtype, x.batch, x.heads, x.len, x.dim))) return;
+  if (device.device_type != kCpu)
+    fail_arg("{} on {} has strides (batch {}, tokens {}, heads {}, head_dim 1) in elements; the ring moves K and V of "
+             "device tensors as they lie, so they must be contiguous [B, T, H, D] (or [T, H, D] packed)", name,
+             device_text(device), x.stride_b, x.stride_t, x.stride_h);
   const size_t e = dtype_size(x.dtype);
   copy.resize(size_t(x.numel()) * e);
   const TensorView to = bthd_view(copy.data(), x.dtype, x.batch, x.heads, x.len, x.dim);
@@ -118,9 +125,12 @@ LocalRing parse_local(const ringattn_attention_args* a, const ringattn_tensor* q
   r.packed = a->cu_seqlens != nullptr;
   ringattn_tensor copy;
   const ringattn_tensor& q0 = need("q", maybe_empty(q, copy));
-  if (q0.device.device_type != kCpu)
-    fail_arg("q is on {}; the ring over the caller's communicator runs CPU tensors (its exchanges move host memory; "
-             "the NCCL communicator for CUDA tensors is not built yet)", device_text(q0.device));
+  if (q0.device.device_type != kCpu && q0.device.device_type != kCuda)
+    fail_arg("q is on {}; allowed are cpu and cuda", device_text(q0.device));
+  if (q0.device.device_type == kCuda && !cuda_built())
+    fail_arg("q is on {} but this ringattn_c was built without CUDA; rebuild it with RINGATTN_CUDA=ON (pip: "
+             "-C cmake.define.RINGATTN_CUDA=ON) or pass CPU tensors", device_text(q0.device));
+  r.device = q0.device;
   r.c.q = attention_view("q", &q0, r.packed);
   r.c.k = local_view("k", k, r.packed, &q0);
   r.c.v = local_view("v", v, r.packed, &q0);
@@ -136,8 +146,8 @@ LocalRing parse_local(const ringattn_attention_args* a, const ringattn_tensor* q
   if (r.c.q.heads % r.c.k.heads != 0)
     fail_arg("q has {} heads and k {}; q_heads must be a multiple of kv_heads (grouped-query attention)", r.c.q.heads,
              r.c.k.heads);
-  as_bthd(r.c.k, r.k_copy);
-  as_bthd(r.c.v, r.v_copy);
+  as_bthd("k", r.c.k, r.k_copy, r.device);
+  as_bthd("v", r.c.v, r.v_copy, r.device);
   r.c.out = local_view("out", out, r.packed, &q0);
   same_as("out", r.c.out, "q", r.c.q, r.packed);
   r.c.lse = compact_lse(lse, r.c.q, r.packed);
@@ -292,7 +302,8 @@ int32_t ringattn_ring_fwd(const ringattn_attention_args* args, const ringattn_ri
     op::Transports t = op::transports_of(ring, false);
     op::LocalRing r;
     const op::RingSetup s = op::agreed_ring(*t.kv, args, ring, r, [&] { r = op::parse_local(args, q, k, v, out, lse); });
-    const std::unique_ptr<Backend> b = make_cpu_backend();
+    const op::DeviceGuard guard(*q);
+    const std::unique_ptr<Backend> b = op::backend_for(*q, *args);
     LocalTensors x{r.c.q, r.c.k, r.c.v, r.c.out, r.c.lse};
     run_ring_attention(s.p, *s.plan, x, *b, *t.kv, op::options_of(r));
   });
@@ -320,7 +331,8 @@ int32_t ringattn_ring_bwd(const ringattn_attention_args* args, const ringattn_ri
         op::same_as(grads[i].first, *views[i], i == 0 ? "q (in float32)" : "k (in float32)", like, r.packed);
       }
     });
-    const std::unique_ptr<Backend> b = make_cpu_backend();
+    const op::DeviceGuard guard(*q);
+    const std::unique_ptr<Backend> b = op::backend_for(*q, *args);
     LocalTensors x{r.c.q, r.c.k, r.c.v, r.c.out, r.c.lse};
     Transport& grad = t.grad ? *t.grad : *t.kv;
     run_attention_backward(s.p, *s.plan, x, g, *b, *t.kv, grad, op::options_of(r));

@@ -20,8 +20,6 @@
 
 namespace ringattn::op {
 
-constexpr int32_t kCpu = 1, kCuda = 2;
-
 std::string shape_text(const ringattn_tensor& t) {
   std::string s = "[";
   for (int i = 0; i < t.ndim; ++i) s += fmt::format("{}{}", i ? ", " : "", t.shape[i]);
@@ -234,23 +232,6 @@ std::unique_ptr<Backend> backend_for(const ringattn_tensor& q, const ringattn_at
   }
   fail_arg("q is on {}; allowed are cpu and cuda", device_text(q.device));
 }
-
-// Makes `device` current for the life of the guard and restores the caller's after (the op must
-// not move its host thread to another GPU); nothing for CPU tensors.
-class DeviceGuard {
- public:
-  explicit DeviceGuard(const ringattn_tensor& q) {
-    if (q.device.device_type == kCuda && cuda_built()) previous_ = current_cuda_device();
-  }
-  DeviceGuard(const DeviceGuard&) = delete;
-  DeviceGuard& operator=(const DeviceGuard&) = delete;
-  ~DeviceGuard() {
-    if (previous_ >= 0) set_cuda_device(previous_);
-  }
-
- private:
-  int previous_ = -1;
-};
 
 Allocator allocator_of(const ringattn_attention_args& a) {
   Allocator al;

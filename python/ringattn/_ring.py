@@ -5,7 +5,8 @@ Each rank holds the rows of one layout (the CLI's sharding: contiguous, zigzag, 
 doc-zigzag or auto); ``ring_attention`` calls the C ABI's ring (capi/ringattn_c.h,
 ringattn_ring_fwd / ringattn_ring_bwd), which runs the C++ ring (schedule, hop skipping, documents,
 windows, early stop) and moves K/V blocks and dK/dV accumulators through this module's
-communicator: the group's own point-to-point (gloo for CPU tensors). Every rank's local checks are
+communicator: the group's own point-to-point over its CPU backend (gloo; a CUDA tensor's blocks are
+staged through host memory by the library). Every rank's local checks are
 agreed before the first exchange, so a rank that passes something else makes every rank raise,
 naming it."""
 
@@ -118,6 +119,26 @@ def _check_group(group):
     return group if group is not None else dist.group.WORLD
 
 
+def _check_host_backend(g):
+    """The ring's exchanges move host memory (a CUDA tensor's blocks are staged through it), so the
+    group needs a backend for CPU tensors. The same on every rank, raised before any exchange."""
+    get = getattr(g, "_get_backend", None)
+    if get is not None:
+        try:
+            get(torch.device("cpu"))
+            return
+        except RuntimeError:
+            pass
+    else:
+        name = str(dist.get_backend(g))
+        if "gloo" in name or "mpi" in name:
+            return
+    raise ValueError(f"the group's backend is {dist.get_backend(g)!r}, which moves no CPU tensors; ringattn's ring "
+                     "exchanges host memory (CUDA tensors' K/V blocks are staged through it), so the group needs a "
+                     "CPU backend too: init_process_group('cpu:gloo,cuda:nccl') or dist.new_group(backend='gloo') "
+                     "(ringattn's own NCCL communicator is not built yet)")
+
+
 def _layout_code(layout):
     if layout not in _lib.LAYOUTS:
         raise ValueError(f"layout={layout!r}; allowed are " + ", ".join(repr(k) for k in _lib.LAYOUTS))
@@ -227,9 +248,10 @@ def _local_checks(q, k, v, packed):
     try:
         for name, t in (("q", q), ("k", k), ("v", v)):
             _check_tensor(name, t)
-            if t.device.type != "cpu":
-                raise ValueError(f"{name} is on {t.device}; the distributed op runs CPU tensors over the group's "
-                                 "backend so far (the NCCL path for CUDA tensors is not built yet)")
+            if t.device.type not in ("cpu", "cuda"):
+                raise ValueError(f"{name} is on {t.device}; allowed are cpu and cuda tensors")
+            if t.device != q.device:
+                raise ValueError(f"{name} is on {t.device} but q is on {q.device}; q, k and v must be on one device")
         want = 3 if packed else 4
         layout = "[local_tokens, heads, head_dim] with cu_seqlens" if packed else "[batch, local_len, heads, head_dim]"
         for name, t in (("q", q), ("k", k), ("v", v)):
@@ -242,6 +264,7 @@ def _local_checks(q, k, v, packed):
 
 def _ring_args(group, layout, timeout):
     """The ring's arguments and the communicator they point at (kept alive for the call)."""
+    _check_host_backend(group)
     comm = _comm(group, timeout)
     r = _lib.RingArgs()
     r.layout = layout
@@ -254,6 +277,14 @@ def _contiguous_dim(t):
     return t if t.size(-1) <= 1 or t.stride(-1) == 1 else t.contiguous()
 
 
+def _ring_inputs(q, k, v):
+    """q with a contiguous head dim; K and V too, and contiguous on a GPU (their blocks travel as
+    they lie in device memory; the library copies host ones itself)."""
+    if q.device.type == "cuda":
+        return _contiguous_dim(q), k.contiguous(), v.contiguous()
+    return tuple(_contiguous_dim(t) for t in (q, k, v))
+
+
 def _lse_shape(q, packed):
     return (q.size(1), q.size(0)) if packed else (q.size(0), q.size(2), q.size(1))
 
@@ -263,7 +294,7 @@ def _ring_fwd(q, k, v, group, layout, cu_seqlens, causal, left, right, scale, ma
     packed = cu_seqlens is not None
     d = _Descs()
     a = _args(d, _host_cu_seqlens(cu_seqlens), causal, left, right, scale, max_seqlen, deterministic,
-              torch.device("cpu"))
+              q.device if q is not None else torch.device("cpu"))
     r, comm = _ring_args(group, layout, timeout)
     err = ctypes.create_string_buffer(_ERROR_BYTES)
     f = _lib.lib().ringattn_ring_fwd
@@ -273,9 +304,9 @@ def _ring_fwd(q, k, v, group, layout, cu_seqlens, causal, left, right, scale, ma
             rc = f(ctypes.byref(a), ctypes.byref(r), None, None, None, None, None, err, _ERROR_BYTES)
             _lib.check(rc, err)
             raise AssertionError("ringattn: the ring accepted a call its caller refused")  # not reached: rc != OK
-        q, k, v = (_contiguous_dim(t) for t in (q, k, v))
-        out = torch.empty(q.shape, dtype=q.dtype)
-        lse = torch.empty(_lse_shape(q, packed), dtype=torch.float32)
+        q, k, v = _ring_inputs(q, k, v)
+        out = torch.empty(q.shape, dtype=q.dtype, device=q.device)
+        lse = torch.empty(_lse_shape(q, packed), dtype=torch.float32, device=q.device)
         rc = f(ctypes.byref(a), ctypes.byref(r), d(q), d(k), d(v), d(out), d(lse), err, _ERROR_BYTES)
     finally:
         comm.close()
@@ -285,11 +316,11 @@ def _ring_fwd(q, k, v, group, layout, cu_seqlens, causal, left, right, scale, ma
 
 def _ring_bwd(dout, q, k, v, out, lse, group, layout, cu_seqlens, causal, left, right, scale, max_seqlen,
               deterministic, timeout):
-    dout, q, k, v, out = (_contiguous_dim(t) for t in (dout, q, k, v, out))
-    dq, dk, dv = (torch.empty(t.shape, dtype=torch.float32) for t in (q, k, v))
+    dout, out = (_contiguous_dim(t) for t in (dout, out))
+    q, k, v = _ring_inputs(q, k, v)
+    dq, dk, dv = (torch.empty(t.shape, dtype=torch.float32, device=t.device) for t in (q, k, v))
     d = _Descs()
-    a = _args(d, _host_cu_seqlens(cu_seqlens), causal, left, right, scale, max_seqlen, deterministic,
-              torch.device("cpu"))
+    a = _args(d, _host_cu_seqlens(cu_seqlens), causal, left, right, scale, max_seqlen, deterministic, q.device)
     r, comm = _ring_args(group, layout, timeout)
     err = ctypes.create_string_buffer(_ERROR_BYTES)
     try:

@@ -1,5 +1,8 @@
 """One rank of the distributed op's tests, under torchrun with gloo (python/tests/test_ring.py
-launches it): `python ring_worker.py parity|refusals|compiled|dies`. Every rank draws the same fresh
+launches it): `python ring_worker.py parity|refusals|compiled|dies|no-host-backend`. The tensors
+live on RINGATTN_TEST_DEVICE (cpu, or cuda: every rank on GPU LOCAL_RANK modulo the GPUs seen, so
+two ranks may share one GPU; the ring stages their blocks through host memory, the reference runs
+on the CPU). Every rank draws the same fresh
 inputs from a seed the launcher passes (RINGATTN_TEST_SEED) and asserts every element of out,
 lse and the gradients against the float64 reference (the op allocates its outputs with
 torch.empty, so an element it leaves unwritten is garbage and fails); a failure exits non-zero
@@ -12,15 +15,18 @@ import torch
 import torch.distributed as dist
 
 sys.path.insert(0, os.path.dirname(__file__))
-from conftest import TOL, close, reference  # noqa: E402
+from conftest import DEVICE, TOL, close, reference  # noqa: E402
 
 import ringattn.torch as rt  # noqa: E402
 
 LAYOUTS = ["contiguous", "zigzag", "striped", "doc-zigzag", "auto"]
 
 
+DEV = DEVICE  # main() names the GPU of this rank
+
+
 def draw(shape, dtype, gen):
-    return torch.randn(shape, generator=gen, dtype=torch.float64).to(dtype)
+    return torch.randn(shape, generator=gen, dtype=torch.float64).to(dtype).to(DEV)
 
 
 def one_case(name, q, k, v, w, *, layout, causal=False, window=(-1, -1), cu_seqlens=None, return_lse=False):
@@ -37,14 +43,17 @@ def one_case(name, q, k, v, w, *, layout, causal=False, window=(-1, -1), cu_seql
         lw = rt.shard(w[..., 0].transpose(-1, -2).contiguous(), **{**kw, "seq_dim": seq_dim + 1})
         loss = loss + (lse * lw).sum()
     loss.backward()
+    for what, t in [("out", out)] + [(f"d{n}", x.grad) for n, x in zip("qkv", loc)]:
+        assert t.device == q.device, f"{name}: {what} is on {t.device}, not on q's {q.device}"
     full = rt.unshard(out.detach(), **kw)
     grads = [rt.unshard(t.grad, **kw) for t in loc]
 
-    ref_in = [x.detach().double().requires_grad_() for x in (q, k, v)]
-    ro, rl = reference(*ref_in, causal=causal, window=window, cu_seqlens=cu_seqlens)
-    rloss = (ro * w.double()).sum()
+    ref_in = [x.detach().double().cpu().requires_grad_() for x in (q, k, v)]
+    cpu_cu = cu_seqlens.cpu() if cu_seqlens is not None else None
+    ro, rl = reference(*ref_in, causal=causal, window=window, cu_seqlens=cpu_cu)
+    rloss = (ro * w.double().cpu()).sum()
     if return_lse:
-        rloss = rloss + (rl * w[..., 0].transpose(-1, -2).double()).sum()
+        rloss = rloss + (rl * w[..., 0].transpose(-1, -2).double().cpu()).sum()
     rloss.backward()
     tol = TOL[q.dtype]
     close(full, ro, tol, f"{name}: out")
@@ -84,7 +93,7 @@ def parity(gen):
     # The LSE and its gradient, and a bf16 call.
     q, k, v, w = (draw((1, 29, 2, 16), torch.float32, gen) for _ in range(4))
     one_case(f"lse P={P}", q, k, v, w, layout="zigzag", causal=True, return_lse=True)
-    q, k, v, w = (draw((1, 29, 2, 16), torch.bfloat16, gen) for _ in range(4))
+    q, k, v, w = (draw((1, 29, 2, 64), torch.bfloat16, gen) for _ in range(4))  # a head dim every GPU kernel takes
     one_case(f"bf16 P={P}", q, k, v, w.float(), layout="auto", causal=True)
     n += 2
     # deterministic=True: bitwise equal gradients on a second call.
@@ -184,12 +193,26 @@ def dies(gen):
     os._exit(0)  # the group cannot be destroyed cleanly without rank 1
 
 
+def no_host_backend(gen):
+    """A group whose only backend is NCCL moves no CPU tensors: the call raises at once, naming the
+    backend and what to create instead (world of one: NCCL refuses two ranks on one GPU)."""
+    q, k, v = (draw((1, 8, 2, 8), torch.float32, gen) for _ in range(3))
+    expect_error(ValueError, "the group's backend is 'nccl', which moves no CPU tensors; ringattn's ring exchanges "
+                 "host memory", lambda: rt.ring_attention(q, k, v))
+    return 1
+
+
 def main():
-    dist.init_process_group("gloo")
+    global DEV
+    if DEVICE.type == "cuda":
+        torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")) % torch.cuda.device_count())
+        DEV = torch.device("cuda", torch.cuda.current_device())
+    mode = sys.argv[1]
+    dist.init_process_group("nccl" if mode == "no-host-backend" else "gloo")
     torch.set_num_threads(1)
     gen = torch.Generator().manual_seed(int(os.environ["RINGATTN_TEST_SEED"]))
-    mode = sys.argv[1]
-    n = {"parity": parity, "refusals": refusals, "compiled": compiled, "dies": dies}[mode](gen)
+    n = {"parity": parity, "refusals": refusals, "compiled": compiled, "dies": dies,
+         "no-host-backend": no_host_backend}[mode](gen)
     dist.barrier()
     if dist.get_rank() == 0:
         print(f"ring {mode}: {n} cases passed on {dist.get_world_size()} ranks", flush=True)

@@ -1,6 +1,7 @@
-"""The distributed op (ringattn.torch.shard / ring_attention / unshard) on CPU ranks under torchrun
-with gloo: each test launches python/tests/ring_worker.py on 1-4 processes with a fresh seed and
-asserts that every rank passed (the worker asserts each case against the float64 reference)."""
+"""The distributed op (ringattn.torch.shard / ring_attention / unshard) under torchrun with gloo,
+on CPU tensors or (RINGATTN_TEST_DEVICE=cuda) CUDA tensors, ranks sharing the GPUs: each test
+launches python/tests/ring_worker.py on 1-4 processes with a fresh seed and asserts that every
+rank passed (the worker asserts each case against the float64 reference)."""
 
 import os
 import random
@@ -13,7 +14,6 @@ from conftest import DEVICE
 
 WORKER = os.path.join(os.path.dirname(__file__), "ring_worker.py")
 
-pytestmark = pytest.mark.skipif(DEVICE.type != "cpu", reason="the distributed op runs CPU tensors over gloo")
 
 
 def launch(mode, ranks, timeout=600):
@@ -50,6 +50,13 @@ def test_a_rank_that_leaves_ends_the_call_on_the_others():
     for r in (0, 2):
         assert f"rank {r}: the call ended with an error after rank 1 left: ringattn: rank {r}: the caller's " \
                "communicator failed" in p.stdout, p.stdout
+
+
+@pytest.mark.skipif(DEVICE.type != "cuda", reason="a group of NCCL alone needs a GPU")
+def test_a_group_without_a_cpu_backend_is_refused_by_name():
+    p, seed = launch("no-host-backend", 1, timeout=300)
+    assert p.returncode == 0, f"seed {seed}:\n{p.stdout[-4000:]}\n{p.stderr[-8000:]}"
+    assert "ring no-host-backend: 1 cases passed on 1 ranks" in p.stdout, p.stdout
 
 
 # The C ABI's ring calls on their own (for hosts other than this package): status and text.
