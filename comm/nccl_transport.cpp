@@ -2,7 +2,8 @@
 // events order it after the compute that produced the block and order later compute after the
 // receive. The communicator is non-blocking so that every wait is bounded: the host polls the
 // completion event and ncclCommGetAsyncError under a deadline, and an error or a timeout aborts
-// the communicator (ncclCommAbort, never destroy after an error).
+// the communicator (ncclCommAbort, never destroy after an error). Host collectives go over the
+// host transport the NCCL transport is made with (MPI under mpirun: comm/nccl_mpi.cpp).
 #include "comm/nccl_transport.hpp"
 
 #include <cuda_runtime.h>
@@ -11,15 +12,15 @@
 
 #include <chrono>
 #include <cstdlib>
+#include <cstring>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
-#include "comm/collective_buffers.hpp"
-#include "comm/mpi_alltoallv.hpp"
 #include "core/check.hpp"
 #include "core/error.hpp"
 #include "core/host.hpp"
@@ -28,43 +29,19 @@
 namespace ringattn {
 namespace {
 
-int env_int(const char* name, int fallback) {
-  const char* v = std::getenv(name);
-  if (!v || !*v) return fallback;
-  char* end = nullptr;
-  const long x = std::strtol(v, &end, 10);
-  return (end && *end == 0) ? int(x) : fallback;
-}
-
-struct LocalInfo {
-  int local_rank, local_size, devices;
-};
-
-LocalInfo local_info(MPI_Comm comm) {
-  MPI_Comm node;
-  int rank;
-  RA_CHECK_MPI(MPI_Comm_rank(comm, &rank));
-  RA_CHECK_MPI(MPI_Comm_split_type(comm, MPI_COMM_TYPE_SHARED, rank, MPI_INFO_NULL, &node));
-  LocalInfo li{};
-  RA_CHECK_MPI(MPI_Comm_rank(node, &li.local_rank));
-  RA_CHECK_MPI(MPI_Comm_size(node, &li.local_size));
-  MPI_Comm_free(&node);
-  li.local_rank = env_int("OMPI_COMM_WORLD_LOCAL_RANK", env_int("SLURM_LOCALID", li.local_rank));
-  if (cudaGetDeviceCount(&li.devices) != cudaSuccess) li.devices = 0;
-  return li;
-}
-
 class NcclTransport final : public Transport {
  public:
-  NcclTransport(MPI_Comm comm, const NcclOptions& opts) : opts_(opts) {
-    RA_CHECK_MPI(MPI_Comm_dup(comm, &mpi_));
-    RA_CHECK_MPI(MPI_Comm_rank(mpi_, &rank_));
+  NcclTransport(std::unique_ptr<Transport> host, const NcclOptions& opts) : opts_(opts), host_(std::move(host)) {
+    rank_ = host_->rank();
+    size_ = host_->size();
     core::set_identity(rank_);
-    RA_CHECK_MPI(MPI_Comm_size(mpi_, &size_));
     RA_CHECK_CUDA(cudaGetDevice(&device_));
-    ncclUniqueId id;
-    if (rank_ == 0) check(ncclGetUniqueId(&id), "ncclGetUniqueId", __LINE__);
-    RA_CHECK_MPI(MPI_Bcast(&id, sizeof(id), MPI_BYTE, 0, mpi_));
+    // Rank 0's unique id reaches every rank through the host's allgather (a broadcast by another name).
+    ncclUniqueId mine{}, id{};
+    if (rank_ == 0) check(ncclGetUniqueId(&mine), "ncclGetUniqueId", __LINE__);
+    std::vector<char> ids(sizeof(ncclUniqueId) * size_t(size_));
+    host_->allgather(&mine, ids.data(), sizeof(ncclUniqueId));
+    std::memcpy(&id, ids.data(), sizeof(id));
     ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
     config.blocking = 0;  // every call returns; we poll with a deadline
     check(ncclCommInitRankConfig(&comm_, size_, id, rank_, &config), "ncclCommInitRankConfig", __LINE__);
@@ -74,16 +51,12 @@ class NcclTransport final : public Transport {
     // started_ and done_ time the exchange on the communication stream (the hidden share).
     RA_CHECK_CUDA(cudaEventCreate(&started_));
     RA_CHECK_CUDA(cudaEventCreate(&done_));
-    int nccl_version = 0, cuda_version = 0, mpi_len = 0;
+    int nccl_version = 0, cuda_version = 0;
     ncclGetVersion(&nccl_version);
     cudaRuntimeGetVersion(&cuda_version);
-    char mpi_version[MPI_MAX_LIBRARY_VERSION_STRING];
-    MPI_Get_library_version(mpi_version, &mpi_len);
-    std::string mpi_first_line(mpi_version, size_t(mpi_len));
-    mpi_first_line = mpi_first_line.substr(0, mpi_first_line.find_first_of(",\n"));
     if (rank_ == 0)
-      spdlog::info("nccl transport: {} ranks, NCCL {}, CUDA runtime {}, {}", size_, nccl_version, cuda_version,
-                   mpi_first_line);
+      spdlog::info("nccl transport: {} ranks, NCCL {}, CUDA runtime {}, host collectives over {}", size_, nccl_version,
+                   cuda_version, host_->name());
     spdlog::debug("nccl transport: rank {} on host {} uses GPU {}", rank_, host_name(), device_);
   }
 
@@ -106,12 +79,10 @@ class NcclTransport final : public Transport {
           ncclCommAbort(comm_);
       }
     }
-    if (failed_) (void)a2a_.release();  // a timed-out all-to-all may still read its counts
     if (done_) cudaEventDestroy(done_);
     if (started_) cudaEventDestroy(started_);
     if (ready_) cudaEventDestroy(ready_);
     if (comm_stream_) cudaStreamDestroy(comm_stream_);
-    MPI_Comm_free(&mpi_);
   }
 
   std::string name() const override { return "nccl"; }
@@ -221,33 +192,20 @@ class NcclTransport final : public Transport {
     return true;
   }
 
-  // Host collectives go over MPI, nonblocking and polled, so that they are bounded too. They run
-  // on transport-owned buffers, kept when a collective times out (comm/collective_buffers.hpp).
+  // Host collectives go over the host transport, bounded by its own wait (device buffers move by
+  // ncclSend/ncclRecv only; a device all-to-all, grouped sends and receives on the communication
+  // stream, is not written yet).
   void allgather(const void* send, void* recv, size_t bytes_per_rank) override {
-    const size_t total = bytes_per_rank * size_t(size_);
-    MPI_Request rq;
-    RA_CHECK_MPI(MPI_Iallgather(coll_.send(send, bytes_per_rank), int(bytes_per_rank), MPI_BYTE, coll_.recv(total),
-                                int(bytes_per_rank), MPI_BYTE, mpi_, &rq));
-    wait_mpi(rq, "allgather");
-    coll_.copy_out(recv, total);
+    host_->allgather(send, recv, bytes_per_rank);
   }
-  void barrier() override {
-    MPI_Request rq;
-    RA_CHECK_MPI(MPI_Ibarrier(mpi_, &rq));
-    wait_mpi(rq, "barrier");
-  }
-  // Host memory, over MPI like allgather: ncclSend/ncclRecv move device buffers only, and a device
-  // all-to-all (grouped ncclSend/ncclRecv on the communication stream) is not written yet.
+  void barrier() override { host_->barrier(); }
   void alltoall(const void* send, std::span<const size_t> send_bytes, void* recv,
                 std::span<const size_t> recv_bytes) override {
     if (pending_) fail_runtime("rank {}: all-to-all while an exchange is in flight", rank_);
-    check_alltoall_counts(send_bytes, recv_bytes);
-    MPI_Request rq = post_alltoallv(mpi_, rank_, coll_, *a2a_, send, send_bytes, recv_bytes);
-    wait_mpi(rq, "all-to-all");
-    coll_.copy_out(recv, a2a_->recv_total);
+    host_->alltoall(send, send_bytes, recv, recv_bytes);
   }
   // Refused: groups of NCCL ranks would need ncclCommSplit (NCCL >= 2.18) on the non-blocking
-  // communicator and an MPI sub-communicator for the host collectives; neither is wired up.
+  // communicator and a split of the host transport; neither is wired up.
   std::unique_ptr<Transport> split(int /*colour*/, int /*key*/) override {
     fail_runtime("rank {}: the NCCL transport cannot split into groups yet (ncclCommSplit, NCCL >= 2.18, is not wired "
                  "up); split an MPI transport instead", rank_);
@@ -255,12 +213,12 @@ class NcclTransport final : public Transport {
   uint64_t bytes_sent() const override { return bytes_sent_; }
   double last_exchange_seconds() const override { return last_seconds_; }
 
-  // Abort the communicator first (never destroy after an error), then the whole MPI job.
+  // Abort the communicator first (never destroy after an error), then the host's job.
   [[noreturn]] void abort(int exit_code) override {
     if (comm_) ncclCommAbort(comm_);
     comm_ = nullptr;
-    MPI_Abort(MPI_COMM_WORLD, exit_code);
-    std::_Exit(exit_code);
+    host_->abort(exit_code);
+    std::_Exit(exit_code);  // the host's abort does not return; this keeps [[noreturn]] honest
   }
 
  private:
@@ -285,21 +243,6 @@ class NcclTransport final : public Transport {
     core::throw_call_failed("NCCL", what, __FILE__, line, text.c_str(), (long long)r);
   }
 
-  void wait_mpi(MPI_Request& rq, const char* what) {
-    const auto t0 = std::chrono::steady_clock::now();
-    for (int flag = 0;;) {
-      RA_CHECK_MPI(MPI_Test(&rq, &flag, MPI_STATUS_IGNORE));
-      if (flag) return;
-      if (seconds_since(t0) > opts_.timeout_s) {
-        failed_ = true;
-        coll_.keep();  // MPI may still write the collective's buffers
-        fail_runtime("rank {} on {}: {} (over MPI) did not complete within {:.0f} s (--timeout): some rank has "
-                     "stopped before it or hangs", rank_, host_name(), what, opts_.timeout_s);
-      }
-      std::this_thread::sleep_for(std::chrono::microseconds(20));
-    }
-  }
-
   // Non-blocking communicators report ncclInProgress until an operation is issued.
   void poll_until_ready(const char* what, double limit) {
     const auto t0 = std::chrono::steady_clock::now();
@@ -317,7 +260,7 @@ class NcclTransport final : public Transport {
   }
 
   NcclOptions opts_;
-  MPI_Comm mpi_ = MPI_COMM_NULL;
+  std::unique_ptr<Transport> host_;
   int rank_ = 0, size_ = 1, device_ = 0;
   ncclComm_t comm_ = nullptr;
   cudaStream_t comm_stream_ = nullptr, compute_ = nullptr;
@@ -328,49 +271,13 @@ class NcclTransport final : public Transport {
   int pending_to_ = 0, pending_from_ = 0;  // the peers of the exchange posted last
   uint64_t bytes_sent_ = 0;
   int hops_ = 0;
-  CollectiveBuffers coll_;
-  std::unique_ptr<AlltoallvCounts> a2a_ = std::make_unique<AlltoallvCounts>();  // of the last all-to-all
 };
 
 }  // namespace
 
-bool every_rank_has_own_gpu(MPI_Comm comm) {
-  const LocalInfo li = local_info(comm);
-  int ok = li.local_rank < li.devices && li.local_size <= li.devices ? 1 : 0, all = 0;
-  RA_CHECK_MPI(MPI_Allreduce(&ok, &all, 1, MPI_INT, MPI_MIN, comm));
-  return all == 1;
-}
-
-int select_local_gpu(MPI_Comm comm) {
-  const LocalInfo li = local_info(comm);
-  int rank, size;
-  RA_CHECK_MPI(MPI_Comm_rank(comm, &rank));
-  RA_CHECK_MPI(MPI_Comm_size(comm, &size));
-  // Every rank learns every rank's verdict, so all throw the same message.
-  struct Verdict {
-    int local_rank, local_size, devices;
-    char host[64];
-  } mine{li.local_rank, li.local_size, li.devices, {}};
-  const std::string h = host_name();
-  h.copy(mine.host, sizeof(mine.host) - 1);
-  std::vector<Verdict> all(static_cast<size_t>(size));
-  RA_CHECK_MPI(MPI_Allgather(&mine, sizeof(Verdict), MPI_BYTE, all.data(), sizeof(Verdict), MPI_BYTE, comm));
-  for (int r = 0; r < size; ++r) {
-    const Verdict& v = all[static_cast<size_t>(r)];
-    if (v.devices == 0)
-      fail_arg("rank {} on host {} sees no GPU: the NCCL transport needs one GPU per rank (use --transport mpi or "
-               "--device cpu)", r, v.host);
-    if (v.local_rank >= v.devices || v.local_size > v.devices)
-      fail_arg("rank {} on host {} is local rank {} of {} but the host has {} GPU(s): NCCL needs one GPU per rank; "
-               "launch at most {} ranks per host, or use --transport mpi to share GPUs", r, v.host, v.local_rank,
-               v.local_size, v.devices, v.devices);
-  }
-  RA_CHECK_CUDA(cudaSetDevice(li.local_rank));
-  return li.local_rank;
-}
-
-std::unique_ptr<Transport> make_nccl_transport(MPI_Comm comm, const NcclOptions& opts) {
-  return std::make_unique<NcclTransport>(comm, opts);
+std::unique_ptr<Transport> make_nccl_transport(std::unique_ptr<Transport> host, const NcclOptions& opts) {
+  if (host == nullptr) fail_arg("make_nccl_transport: the host transport is missing (a null pointer)");
+  return std::make_unique<NcclTransport>(std::move(host), opts);
 }
 
 }  // namespace ringattn

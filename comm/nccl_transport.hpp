@@ -1,9 +1,8 @@
-// The NCCL transport: device buffers, stream-ordered send/recv to the ring neighbours on a
-// communication stream joined to the compute stream by events. Bootstrapped over MPI (the
-// unique id travels by MPI_Bcast); host collectives go over MPI as well.
+// The NCCL transport: device buffers, stream-ordered send/recv to any peer on a communication
+// stream joined to the compute stream by events. Made over a host transport of the same ranks,
+// which carries the unique id and the host collectives: MPI under mpirun (comm/nccl_mpi.hpp), or
+// any other (the caller's communicator in the C ABI). Needs no MPI itself.
 #pragma once
-
-#include <mpi.h>
 
 #include <memory>
 
@@ -16,16 +15,9 @@ struct NcclOptions {
   double first_hop_timeout_s = 900;   // the first exchange also pays connection set-up
 };
 
-// The GPU of this rank: OMPI_COMM_WORLD_LOCAL_RANK / SLURM_LOCALID when set, else the rank
-// within MPI_COMM_TYPE_SHARED. Collective over `comm`: when any rank has no GPU of its own (local
-// rank >= device count, i.e. two ranks would share a GPU), every rank throws InvalidArgument
-// naming that rank and host. Calls cudaSetDevice. Returns the device index.
-int select_local_gpu(MPI_Comm comm);
-
-// True when every rank of `comm` can have a GPU of its own (collective; no throw).
-bool every_rank_has_own_gpu(MPI_Comm comm);
-
-// Creates the communicator on the current device (select_local_gpu first). Collective.
-std::unique_ptr<Transport> make_nccl_transport(MPI_Comm comm, const NcclOptions& opts = {});
+// An NCCL communicator of `host`'s ranks on the current CUDA device: rank 0's unique id reaches
+// every rank by host->allgather; allgather, barrier, the all-to-all and abort go over `host`,
+// which the transport owns. Collective over `host`.
+std::unique_ptr<Transport> make_nccl_transport(std::unique_ptr<Transport> host, const NcclOptions& opts = {});
 
 }  // namespace ringattn

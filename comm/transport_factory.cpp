@@ -3,7 +3,7 @@
 #include <array>
 
 #ifdef RINGATTN_HAVE_NCCL
-#include "comm/nccl_transport.hpp"
+#include "comm/nccl_mpi.hpp"
 #endif
 
 namespace ringattn {

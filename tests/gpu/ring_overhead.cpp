@@ -21,7 +21,7 @@
 #include "comm/mpi_transport.hpp"
 #include "runner/ring/ring.hpp"
 #ifdef RINGATTN_HAVE_NCCL
-#include "comm/nccl_transport.hpp"
+#include "comm/nccl_mpi.hpp"
 #endif
 
 using namespace ringattn;

@@ -12,7 +12,7 @@
 #ifdef RINGATTN_HAVE_NCCL
 #include <cuda_runtime.h>
 
-#include "comm/nccl_transport.hpp"
+#include "comm/nccl_mpi.hpp"
 #endif
 
 namespace ringattn {
@@ -25,11 +25,15 @@ using test::ShardTensor;
 
 bool all_ranks_have_cuda() { return test::all_ranks(cuda_available()); }
 
-// The transports this world can run: MPI always; NCCL when every rank has its own GPU.
+// The transports this world can run: MPI always; NCCL when every rank has its own GPU; in a world
+// of one also NCCL made over a local host transport (no MPI under it: the C ABI's way).
 std::vector<std::string> transports() {
   std::vector<std::string> t = {"mpi"};
 #ifdef RINGATTN_HAVE_NCCL
   if (every_rank_has_own_gpu(MPI_COMM_WORLD)) t.push_back("nccl");
+  int P = 0;
+  MPI_Comm_size(MPI_COMM_WORLD, &P);
+  if (P == 1 && cuda_available()) t.push_back("nccl-over-local");
 #endif
   return t;
 }
@@ -46,6 +50,11 @@ BackendAndTransport make_pair_for(const std::string& name, MPI_Comm comm) {
   if (name == "nccl") {
     bt.backend = make_cuda_backend(select_local_gpu(comm));
     bt.transport = make_nccl_transport(comm);
+    return bt;
+  }
+  if (name == "nccl-over-local") {
+    bt.backend = make_cuda_backend(0);
+    bt.transport = make_nccl_transport(make_local_transport());
     return bt;
   }
 #endif
@@ -207,6 +216,28 @@ TEST(GpuPairing, BackendAndNcclTransportOnDifferentGpusAreRefused) {
   EXPECT_NE(e.find("the CUDA backend is on GPU 0 but the NCCL transport was made on GPU 1"), std::string::npos) << e;
   // The same pair on GPU 1 runs.
   EXPECT_EQ(ring_error_with(*on_gpu1, *t), "");
+}
+
+// Made over a host transport, NCCL takes its rank and size from it and forwards the host
+// collectives; a missing host is refused by text.
+TEST(GpuPairing, NcclOverAHostTransport) {
+  if (!all_ranks_have_cuda()) GTEST_SKIP() << "no CUDA device";
+  auto b = make_cuda_backend(0);
+  auto t = make_nccl_transport(make_local_transport());
+  EXPECT_EQ(t->name(), "nccl");
+  EXPECT_EQ(t->rank(), 0);
+  EXPECT_EQ(t->size(), 1);
+  EXPECT_TRUE(t->accepts_device_memory());
+  int mine = 7, all = -1;
+  t->allgather(&mine, &all, sizeof(int));
+  EXPECT_EQ(all, 7);
+  EXPECT_EQ(ring_error_with(*b, *t), "");
+  try {
+    make_nccl_transport(std::unique_ptr<Transport>{});
+    ADD_FAILURE() << "a null host transport was accepted";
+  } catch (const InvalidArgument& e) {
+    EXPECT_STREQ(e.what(), "make_nccl_transport: the host transport is missing (a null pointer)");
+  }
 }
 
 // The NCCL transport moves device memory: a host backend beside it is refused, naming its GPU.
