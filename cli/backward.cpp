@@ -15,6 +15,7 @@
 #include "cli/finite.hpp"
 #include "cli/flags.hpp"
 #include "cli/gather.hpp"
+#include "cli/input_agreement.hpp"
 #include "cli/outputs.hpp"
 #include "cli/report.hpp"
 #include "cli/run.hpp"
@@ -592,6 +593,7 @@ int backward_on(const CommandLine& cl, World& w) {
   BackwardSetup bs{o.problem.seed, o.do_file, o.deterministic, o.problem.tile_q, o.problem.tile_k};
   if (load_phase(o, w, setup, local, g, bs) != kExitOk) return kExitError;
   const GlobalProblem& p = setup.problem;
+  agree_on_loaded_inputs(p, input_files_of(o), t);
   grad_transport(w);  // collective: made here, outside the timed backward
 
   ringattn::RunOptions ro;

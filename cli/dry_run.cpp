@@ -15,6 +15,7 @@
 #include "cli/backward.hpp"
 #include "cli/flags.hpp"
 #include "cli/gather.hpp"
+#include "cli/input_agreement.hpp"
 #include "cli/outputs.hpp"
 #include "cli/problem.hpp"
 #include "cli/report.hpp"
@@ -137,11 +138,7 @@ int dry_run_on(const CommandLine& cl, World& w) {
   });
   if (code != kExitOk) return kExitError;
   const GlobalProblem& p = setup.problem;
-  try {
-    agree_on_problem(p, t);
-  } catch (const InvalidArgument& e) {
-    throw CollectiveError(e.what());
-  }
+  agree_on_loaded_inputs(p, input_files_of(o), t);
   const std::string ring_error = ring_exchange(w);
   if (agree_on_errors(t, ring_error.empty() ? kExitOk : kExitError, ring_error) != kExitOk) return kExitError;
 

@@ -10,6 +10,7 @@
 #include "cli/finite.hpp"
 #include "cli/flags.hpp"
 #include "cli/gather.hpp"
+#include "cli/input_agreement.hpp"
 #include "cli/outputs.hpp"
 #include "cli/problem.hpp"
 #include "cli/report.hpp"
@@ -178,6 +179,7 @@ int run_on(const CommandLine& cl, World& w, double world_s) {
   times.world_s = world_s;
   if (load_phase(o, w, setup, local, times) != kExitOk) return kExitError;
   const GlobalProblem& p = setup.problem;
+  agree_on_loaded_inputs(p, input_files_of(o), t);  // before the warm-up, whose block size p sets
   times.warm_s = warm_up(local.ring, w);
 
   ringattn::RunOptions ro;

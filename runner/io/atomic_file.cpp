@@ -26,6 +26,22 @@ std::string directory_of(const std::string& path) {
   return slash == 0 ? "/" : path.substr(0, slash);
 }
 
+// Whether a file can be created in `dir`: permission bits and access(2) do not say so for every
+// file system (sysfs and procfs grant root write access to directories that create nothing), so a
+// probe file is created there, exclusively, and removed at once.
+std::string creation_problem(const std::string& dir) {
+  static std::atomic<unsigned> counter{0};
+  const std::string probe = fmt::format("{}/.ringattn-probe-{}-{}", dir, ::getpid(), counter++);
+  const int fd = ::open(probe.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+  if (fd < 0) {
+    if (errno == EEXIST) return "";  // a name taken is not a directory that refuses files
+    return fmt::format("no file can be created in its directory '{}': {}", dir, std::strerror(errno));
+  }
+  ::close(fd);
+  ::unlink(probe.c_str());
+  return "";
+}
+
 std::string path_problem(const std::string& path) {
   if (path.back() == '/') return "the path names a directory, not a file";
   const std::string dir = directory_of(path);
@@ -37,7 +53,7 @@ std::string path_problem(const std::string& path) {
   if (::stat(path.c_str(), &st) == 0 && !S_ISREG(st.st_mode))
     return S_ISDIR(st.st_mode) ? std::string("it is a directory")
                                : std::string("it exists and is not a regular file (a device or pipe)");
-  return "";
+  return creation_problem(dir);
 }
 
 // The temporary files open now, for the signal handler: a fixed table of pointers into the

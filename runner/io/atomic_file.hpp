@@ -53,8 +53,8 @@ class FileSet {
 };
 
 // Why `path` cannot be an output file, "" when it can: its directory is missing, not a directory
-// or not writable, or `path` is a directory or another non-regular file (a device: a rename
-// would replace it).
+// or not writable (a probe file is created there and removed: sysfs and procfs pass access(2)),
+// or `path` is a directory or another non-regular file (a device: a rename would replace it).
 // Checks `path` as given and the file its links end at.
 std::string output_path_problem(const std::string& path);
 
