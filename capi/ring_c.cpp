@@ -3,7 +3,7 @@
 // depends on them, then the runner's ring forward or backward (runner/ring/runner.hpp) over a
 // callback transport (comm/callback_transport.hpp) on the backend of the tensors' device: the CPU
 // engine, or CUDA on the caller's stream with K/V blocks and dK/dV accumulators staged through
-// host memory (the callbacks move host memory).
+// host memory (the callbacks move host memory), or moved GPU to GPU over ring.nccl (capi/nccl_c.hpp).
 #include <cmath>
 #include <cstring>
 #include <memory>
@@ -13,6 +13,7 @@
 
 #include "comm/callback_transport.hpp"
 #include "descriptors.hpp"
+#include "nccl_c.hpp"
 #include "runner/problem/agree.hpp"
 #include "runner/ring/ring_buffers.hpp"
 #include "runner/ring/ring_plan.hpp"
@@ -204,52 +205,68 @@ RingSetup setup_ring(const LocalRing& r, const ringattn_attention_args* a, int32
   return s;
 }
 
-// The transports of a call: the caller's communicator on channels 0 (K/V) and 1 (dK/dV), or the
-// world of one without it.
+// The transports of a call: the caller's communicator on channels 0 (K/V and the agreement) and 1
+// (dK/dV), or the world of one without it; with ring.nccl, its two NCCL transports carry the blocks
+// and their host collectives go over those (NcclCall, made once the ranks agree on using it).
 struct Transports {
-  std::unique_ptr<Transport> kv, grad;
+  std::unique_ptr<Transport> host, grad_host;
+  std::unique_ptr<NcclCall> nccl;
+  Transport& kv() const { return nccl ? nccl->kv() : *host; }
+  Transport& grad() const { return nccl ? nccl->grad() : grad_host ? *grad_host : *host; }
 };
 
 Transports transports_of(const ringattn_ring_args* ring, bool backward) {
   const CallbackComm comm = comm_of(ring);
   Transports t;
-  t.kv = comm.size == 1 ? make_local_transport() : make_callback_transport(comm, 0);
-  if (backward && comm.size > 1) t.grad = make_callback_transport(comm, 1);
+  t.host = host_transport(comm, 0);
+  if (backward && comm.size > 1) t.grad_host = host_transport(comm, 1);
   return t;
 }
 
-// A rank-local step whose InvalidArgument (or the caller's own refusal) every rank then raises;
-// `step` returns this rank's value, and the call returns every rank's (agree_on_local_step).
-template <typename F>
-std::vector<int64_t> agreed(Transport& t, const char* caller_error, F&& step) {
-  std::string error = caller_error != nullptr ? caller_error : "";
-  int64_t value = 0;
-  if (error.empty()) {
-    try {
-      value = step();
-    } catch (const InvalidArgument& e) {
-      error = e.what();
-    }
-  }
-  return agree_on_local_step(t, error, error.empty() ? value : 0);
+// Every rank passes ring.nccl or none (`uses`: each rank's choice, agreed): the same refusal on
+// every rank otherwise.
+void agree_on_nccl(const std::vector<int64_t>& uses) {
+  std::string with, without;
+  for (size_t q = 0; q < uses.size(); ++q) (uses[q] ? with : without) += fmt::format("{} ", q);
+  if (!with.empty() && !without.empty())
+    fail_arg("ring.nccl is given on ranks {}but not on ranks {}; pass it on every rank or on none", with, without);
 }
 
 // The two agreed steps of a ring call: every rank's local checks (`parse`, which fills `r`; the
 // caller's own refusal instead when it gave one) with its token count, then the problem, the
-// layout and the plan of those counts.
+// layout and the plan of those counts, with whether it passed ring.nccl. Then the call's NCCL
+// transports, when the ranks pass them.
 template <typename Parse>
-RingSetup agreed_ring(Transport& t, const ringattn_attention_args* args, const ringattn_ring_args* ring, LocalRing& r,
-                      Parse&& parse) {
-  const std::vector<int64_t> tokens = agreed(t, ring->caller_error, [&] {
+RingSetup agreed_ring(Transports& t, const ringattn_attention_args* args, const ringattn_ring_args* ring,
+                      LocalRing& r, Parse&& parse) {
+  Transport& host = *t.host;
+  const std::vector<int64_t> tokens = agreed(host, ring->caller_error, [&] {
     parse();
+    if (ring->nccl != nullptr) check_nccl(*ring->nccl, r.device, host.size());
     return r.c.q.len;
   });
   RingSetup s;
-  agreed(t, nullptr, [&] {
-    s = setup_ring(r, args, ring->layout, tokens, t.rank());
-    return int64_t(0);
+  const std::vector<int64_t> uses = agreed(host, nullptr, [&] {
+    s = setup_ring(r, args, ring->layout, tokens, host.rank());
+    return int64_t(ring->nccl != nullptr);
   });
+  agree_on_nccl(uses);
+  if (ring->nccl != nullptr) t.nccl = std::make_unique<NcclCall>(*ring->nccl, host, t.grad_host.get());
   return s;
+}
+
+// Runs the ring `f`; a failure with ring.nccl (other than a refusal) marks the communicator failed (its NCCL state is
+// not known to be usable after a failed exchange) before it propagates.
+template <typename F>
+void run_marking(Transports& t, F&& f) {
+  try {
+    f();
+  } catch (const InvalidArgument&) {
+    throw;  // refused on every rank before any exchange: the communicator is untouched
+  } catch (const std::exception& e) {
+    if (t.nccl) t.nccl->failed(e.what());
+    throw;
+  }
 }
 
 RunOptions options_of(const LocalRing& r) {
@@ -301,11 +318,11 @@ int32_t ringattn_ring_fwd(const ringattn_attention_args* args, const ringattn_ri
   return op::guarded(error, error_size, [&] {
     op::Transports t = op::transports_of(ring, false);
     op::LocalRing r;
-    const op::RingSetup s = op::agreed_ring(*t.kv, args, ring, r, [&] { r = op::parse_local(args, q, k, v, out, lse); });
+    const op::RingSetup s = op::agreed_ring(t, args, ring, r, [&] { r = op::parse_local(args, q, k, v, out, lse); });
     const op::DeviceGuard guard(*q);
     const std::unique_ptr<Backend> b = op::backend_for(*q, *args);
     LocalTensors x{r.c.q, r.c.k, r.c.v, r.c.out, r.c.lse};
-    run_ring_attention(s.p, *s.plan, x, *b, *t.kv, op::options_of(r));
+    op::run_marking(t, [&] { run_ring_attention(s.p, *s.plan, x, *b, t.kv(), op::options_of(r)); });
   });
 }
 
@@ -318,7 +335,7 @@ int32_t ringattn_ring_bwd(const ringattn_attention_args* args, const ringattn_ri
     op::Transports t = op::transports_of(ring, true);
     op::LocalRing r;
     BackwardTensors g;
-    const op::RingSetup s = op::agreed_ring(*t.kv, args, ring, r, [&] {
+    const op::RingSetup s = op::agreed_ring(t, args, ring, r, [&] {
       r = op::parse_local(args, q, k, v, out, lse);
       g.dout = op::local_view("dout", dout, r.packed, q);
       op::same_as("dout", g.dout, "q", r.c.q, r.packed);
@@ -334,8 +351,7 @@ int32_t ringattn_ring_bwd(const ringattn_attention_args* args, const ringattn_ri
     const op::DeviceGuard guard(*q);
     const std::unique_ptr<Backend> b = op::backend_for(*q, *args);
     LocalTensors x{r.c.q, r.c.k, r.c.v, r.c.out, r.c.lse};
-    Transport& grad = t.grad ? *t.grad : *t.kv;
-    run_attention_backward(s.p, *s.plan, x, g, *b, *t.kv, grad, op::options_of(r));
+    op::run_marking(t, [&] { run_attention_backward(s.p, *s.plan, x, g, *b, t.kv(), t.grad(), op::options_of(r)); });
   });
 }
 

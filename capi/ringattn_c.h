@@ -26,7 +26,7 @@ extern "C" {
 #endif
 
 /* Bumped when a struct below changes; callers put it into ringattn_attention_args.abi_version. */
-#define RINGATTN_C_ABI_VERSION 2
+#define RINGATTN_C_ABI_VERSION 3
 
 /* Status codes. */
 #define RINGATTN_OK 0
@@ -86,6 +86,11 @@ typedef struct {
 /* The ABI version this library was built with. */
 RINGATTN_C_API int32_t ringattn_c_abi_version(void);
 
+/* What this library was built with: RINGATTN_FEATURE_* bits. */
+#define RINGATTN_FEATURE_CUDA 1 /* CUDA tensors */
+#define RINGATTN_FEATURE_NCCL 2 /* ringattn_nccl_create (NCCL communicators of its own) */
+RINGATTN_C_API int32_t ringattn_c_features(void);
+
 /* out := attention(q, k, v), lse := its log-sum-exp (natural log, scale included; -inf for a
  * row that sees no key, whose out is 0). */
 RINGATTN_C_API int32_t ringattn_attention_fwd(const ringattn_attention_args* args, const ringattn_tensor* q,
@@ -110,8 +115,8 @@ RINGATTN_C_API int32_t ringattn_attention_bwd(const ringattn_attention_args* arg
  * local_tokens] packed). The ranks' local checks are agreed before any exchange: when a rank
  * refuses its call, every rank returns RINGATTN_INVALID_ARGUMENT with the same text, "ranks
  * stopped before the first hop: rank R: ...", and a rank that passes another shape, mask, scale,
- * dtype, document list or layout is named the same way. CPU tensors (the exchanges move host
- * memory). */
+ * dtype, document list or layout is named the same way. CPU or CUDA tensors: the exchanges move
+ * host memory (a CUDA tensor's blocks staged through it), or GPU memory over ring.nccl. */
 
 /* The caller's communicator; every function returns 0, or writes one line into error and returns
  * non-zero. post sends send_bytes from send to rank `to` and receives recv_bytes from rank `from`
@@ -137,12 +142,34 @@ typedef struct {
 #define RINGATTN_LAYOUT_STRIPED 2
 #define RINGATTN_LAYOUT_DOC_ZIGZAG 3
 
+/* An NCCL communicator of ringattn's own over the ranks of a ringattn_communicator, for ring calls
+ * on CUDA tensors: K/V blocks and dK/dV accumulators then move GPU to GPU (ncclSend/ncclRecv on a
+ * stream of its own, ordered after the call's stream by events) instead of through host memory;
+ * the ranks' agreement and the other host collectives still go over the call's communicator. */
+typedef struct ringattn_nccl ringattn_nccl;
+
 typedef struct {
   int32_t layout;                    /* RINGATTN_LAYOUT_* */
   const ringattn_communicator* comm; /* required */
   const char* caller_error;          /* non-NULL: this rank's own refusal of the call, raised on every
                                         rank like the library's (nothing else of the call is read) */
+  ringattn_nccl* nccl;               /* NULL: exchanges over comm (CUDA tensors staged through host
+                                        memory); else made by ringattn_nccl_create over the same ranks
+                                        on the tensors' device, passed by every rank or by none */
 } ringattn_ring_args;
+
+/* Makes *out, an NCCL communicator of comm's ranks on CUDA device `device` (collective over comm:
+ * rank 0's unique id reaches the others by comm->allgather). Every rank's checks (NCCL built in,
+ * the device exists, no two ranks on one GPU, which NCCL cannot run) are agreed first, so a refusal
+ * is returned by every rank with the same text, "ranks stopped before the first hop: rank R: ...".
+ * timeout_s bounds every wait of its exchanges (> 0; the first exchange, which pays the
+ * connections, and the set-up wait three times as long). One ring call at a time may use it. */
+RINGATTN_C_API int32_t ringattn_nccl_create(const ringattn_communicator* comm, int32_t device, double timeout_s,
+                                            ringattn_nccl** out, char* error, size_t error_size);
+
+/* Ends the communicator (bounded by its timeout; aborted when a call failed on it) and frees it.
+ * NULL is a no-op. Not collective, but every rank should destroy its own. */
+RINGATTN_C_API int32_t ringattn_nccl_destroy(ringattn_nccl* nccl, char* error, size_t error_size);
 
 /* The global positions of rank `rank`'s local rows, in local order, under `layout` for a
  * sequence of seq_len tokens over `world` ranks (args: the mask and, packed, the global

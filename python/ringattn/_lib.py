@@ -6,7 +6,8 @@ import ctypes
 import os
 import pathlib
 
-ABI_VERSION = 2
+ABI_VERSION = 3
+FEATURE_CUDA, FEATURE_NCCL = 1, 2  # ringattn_c_features bits
 OK, INVALID_ARGUMENT, RUNTIME_ERROR = 0, 1, 2
 CPU, CUDA = 1, 2  # DLPack device types
 
@@ -74,7 +75,7 @@ class Communicator(ctypes.Structure):
 
 class RingArgs(ctypes.Structure):
     _fields_ = [("layout", ctypes.c_int32), ("comm", ctypes.POINTER(Communicator)),
-                ("caller_error", ctypes.c_char_p)]
+                ("caller_error", ctypes.c_char_p), ("nccl", ctypes.c_void_p)]
 
 
 LAYOUTS = {"auto": -1, "contiguous": 0, "zigzag": 1, "striped": 2, "doc-zigzag": 3}
@@ -120,8 +121,19 @@ def lib():
                                                 ctypes.c_int32, i64p, ctypes.c_int64, i64p,
                                                 ctypes.POINTER(ctypes.c_int32), ctypes.c_char_p, ctypes.c_size_t]
     handle.ringattn_shard_positions.restype = ctypes.c_int32
+    handle.ringattn_c_features.restype = ctypes.c_int32
+    handle.ringattn_nccl_create.argtypes = [ctypes.POINTER(Communicator), ctypes.c_int32, ctypes.c_double,
+                                            ctypes.POINTER(ctypes.c_void_p), ctypes.c_char_p, ctypes.c_size_t]
+    handle.ringattn_nccl_create.restype = ctypes.c_int32
+    handle.ringattn_nccl_destroy.argtypes = [ctypes.c_void_p, ctypes.c_char_p, ctypes.c_size_t]
+    handle.ringattn_nccl_destroy.restype = ctypes.c_int32
     _lib = handle
     return _lib
+
+
+def features():
+    """The FEATURE_* bits this library was built with."""
+    return int(lib().ringattn_c_features())
 
 
 def check(rc, error):

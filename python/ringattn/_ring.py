@@ -4,14 +4,16 @@
 Each rank holds the rows of one layout (the CLI's sharding: contiguous, zigzag, striped,
 doc-zigzag or auto); ``ring_attention`` calls the C ABI's ring (capi/ringattn_c.h,
 ringattn_ring_fwd / ringattn_ring_bwd), which runs the C++ ring (schedule, hop skipping, documents,
-windows, early stop) and moves K/V blocks and dK/dV accumulators through this module's
-communicator: the group's own point-to-point over its CPU backend (gloo; a CUDA tensor's blocks are
-staged through host memory by the library). Every rank's local checks are
-agreed before the first exchange, so a rank that passes something else makes every rank raise,
-naming it."""
+windows, early stop) and moves K/V blocks and dK/dV accumulators either through this module's
+communicator, the group's own point-to-point over its CPU backend (gloo; a CUDA tensor's blocks
+are staged through host memory by the library), or, for CUDA tensors, GPU to GPU over an NCCL
+communicator of ringattn's own (made once per group and device from a unique id sent over the
+group, cached, destroyed with the group or at exit). Every rank's local checks are agreed before
+the first exchange, so a rank that passes something else makes every rank raise, naming it."""
 
 import ctypes
 import datetime
+import socket
 import weakref
 from typing import Optional, Tuple
 
@@ -136,7 +138,89 @@ def _check_host_backend(g):
     raise ValueError(f"the group's backend is {dist.get_backend(g)!r}, which moves no CPU tensors; ringattn's ring "
                      "exchanges host memory (CUDA tensors' K/V blocks are staged through it), so the group needs a "
                      "CPU backend too: init_process_group('cpu:gloo,cuda:nccl') or dist.new_group(backend='gloo') "
-                     "(ringattn's own NCCL communicator is not built yet)")
+                     "(the ranks' agreement goes over it even when NCCL moves the blocks)")
+
+
+TRANSPORTS = ("auto", "nccl", "group")
+_NCCL_TIMEOUT_S = 600.0  # an NCCL communicator's bound on each wait when the call gives no timeout
+_nccl = weakref.WeakKeyDictionary()  # group -> [the ringattn_nccl handle, or None: the group's own exchanges]
+
+
+def _destroy_handle(slot):
+    handle, slot[0] = slot[0], None
+    if handle:
+        err = ctypes.create_string_buffer(_ERROR_BYTES)
+        _lib.lib().ringattn_nccl_destroy(handle, err, _ERROR_BYTES)
+
+
+def _gpu_of(q):
+    """What this rank reports for the NCCL decision: whether its library has NCCL, its host and
+    its GPU ("cpu" for tensors not on CUDA, None when this rank refuses its own call)."""
+    has = bool(_lib.features() & _lib.FEATURE_NCCL)
+    if q is None or q.device.type != "cuda":
+        return has, socket.gethostname(), None if q is None else "cpu"
+    props = torch.cuda.get_device_properties(q.device)
+    return has, socket.gethostname(), str(getattr(props, "uuid", q.device))
+
+
+def _nccl_refusal(every):
+    """Why the ranks cannot use NCCL (every: each rank's _gpu_of), or None."""
+    for r, (has, _, gpu) in enumerate(every):
+        if gpu == "cpu":
+            return f"transport='nccl' moves GPU memory but rank {r}'s tensors are not on a CUDA device"
+        if not has:
+            return f"transport='nccl' but rank {r}'s ringattn library was built without NCCL"
+    seen = {}
+    for r, (_, host, gpu) in enumerate(every):
+        if (host, gpu) in seen:
+            return (f"transport='nccl' but ranks {seen[host, gpu]} and {r} share GPU {gpu} of host {host}; NCCL needs "
+                    "a GPU of its own for every rank (transport='group' runs them over the group)")
+        seen[host, gpu] = r
+    return None
+
+
+def _nccl_handle(g, q, transport, timeout):
+    """(the NCCL communicator of `g` or None for the group's own exchanges, this rank's refusal of
+    the transport or None). Decided on the group's first call with transport 'auto' or 'nccl', by
+    every rank from what every rank reports (so the same on every rank, and taken part in by a rank
+    that refuses its own call, q None): 'auto' takes NCCL when every rank's tensors are on CUDA,
+    every rank's library has NCCL and no two ranks share a GPU; 'nccl' is refused otherwise, with
+    the reason. Made on the device of that first call and cached for the group; a call on another
+    device is refused by the library."""
+    slot = _nccl.get(g)
+    if slot is not None and (slot[0] or transport == "auto"):
+        return slot[0], None
+    every = [None] * dist.get_world_size(g)
+    dist.all_gather_object(every, _gpu_of(q), group=g)
+    if any(gpu is None for _, _, gpu in every):
+        return None, None  # a rank refused its call (every rank raises its text): decided on the next one
+    refusal = _nccl_refusal(every)
+    if slot is None:
+        slot = _nccl[g] = [None]
+        weakref.finalize(g, _destroy_handle, slot)  # at exit too
+    if refusal is not None:
+        return None, refusal if transport == "nccl" else None
+    index = q.device.index if q.device.index is not None else torch.cuda.current_device()
+    comm = _comm(g, timeout)
+    err = ctypes.create_string_buffer(_ERROR_BYTES)
+    out = ctypes.c_void_p()
+    seconds = timeout.total_seconds() if timeout is not None else _NCCL_TIMEOUT_S
+    try:
+        rc = _lib.lib().ringattn_nccl_create(ctypes.pointer(comm.struct), index, seconds, ctypes.byref(out), err,
+                                             _ERROR_BYTES)
+    finally:
+        comm.close()
+    _lib.check(rc, err)
+    slot[0] = out.value
+    return out.value, None
+
+
+def _drop_nccl(g):
+    """Ends the communicator a failed call used (the library refuses it afterwards); the group's
+    next call decides again."""
+    slot = _nccl.pop(g, None)
+    if slot is not None:
+        _destroy_handle(slot)
 
 
 def _layout_code(layout):
@@ -243,9 +327,11 @@ def unshard(x_local, group=None, *, layout="zigzag", seq_dim=1, cu_seqlens=None,
     return _Unshard.apply(x_local, g, seq_dim, every, seq_len)
 
 
-def _local_checks(q, k, v, packed):
-    """This rank's own refusal of its tensors (the text every rank raises), or None."""
+def _local_checks(q, k, v, packed, transport):
+    """This rank's own refusal of its tensors and transport (the text every rank raises), or None."""
     try:
+        if not isinstance(transport, str) or transport not in TRANSPORTS:
+            raise ValueError(f"transport={transport!r}; allowed are " + ", ".join(repr(t) for t in TRANSPORTS))
         for name, t in (("q", q), ("k", k), ("v", v)):
             _check_tensor(name, t)
             if t.device.type not in ("cpu", "cuda"):
@@ -262,7 +348,7 @@ def _local_checks(q, k, v, packed):
         return str(e)
 
 
-def _ring_args(group, layout, timeout):
+def _ring_args(group, layout, timeout, nccl=None):
     """The ring's arguments and the communicator they point at (kept alive for the call)."""
     _check_host_backend(group)
     comm = _comm(group, timeout)
@@ -270,7 +356,21 @@ def _ring_args(group, layout, timeout):
     r.layout = layout
     r.comm = ctypes.pointer(comm.struct)
     r.caller_error = None
+    r.nccl = nccl
     return r, comm
+
+
+def _transport_of(q, group, transport, timeout):
+    """(the NCCL handle of the call or None, this rank's refusal of the transport or None)."""
+    return (None, None) if transport == "group" else _nccl_handle(group, q, transport, timeout)
+
+
+def _call_ring(f, group, nccl, *args):
+    """f(*args), the library's status; a failed call on an NCCL communicator ends it."""
+    rc = f(*args)
+    if rc == _lib.RUNTIME_ERROR and nccl:
+        _drop_nccl(group)
+    return rc
 
 
 def _contiguous_dim(t):
@@ -290,12 +390,15 @@ def _lse_shape(q, packed):
 
 
 def _ring_fwd(q, k, v, group, layout, cu_seqlens, causal, left, right, scale, max_seqlen, deterministic, timeout,
-              caller_error=None):
+              transport="auto", caller_error=None):
     packed = cu_seqlens is not None
     d = _Descs()
     a = _args(d, _host_cu_seqlens(cu_seqlens), causal, left, right, scale, max_seqlen, deterministic,
               q.device if q is not None else torch.device("cpu"))
-    r, comm = _ring_args(group, layout, timeout)
+    nccl, refusal = _transport_of(q, group, transport, timeout)
+    caller_error = caller_error if caller_error is not None else refusal
+    nccl = None if caller_error is not None else nccl
+    r, comm = _ring_args(group, layout, timeout, nccl)
     err = ctypes.create_string_buffer(_ERROR_BYTES)
     f = _lib.lib().ringattn_ring_fwd
     try:
@@ -307,7 +410,8 @@ def _ring_fwd(q, k, v, group, layout, cu_seqlens, causal, left, right, scale, ma
         q, k, v = _ring_inputs(q, k, v)
         out = torch.empty(q.shape, dtype=q.dtype, device=q.device)
         lse = torch.empty(_lse_shape(q, packed), dtype=torch.float32, device=q.device)
-        rc = f(ctypes.byref(a), ctypes.byref(r), d(q), d(k), d(v), d(out), d(lse), err, _ERROR_BYTES)
+        rc = _call_ring(f, group, nccl, ctypes.byref(a), ctypes.byref(r), d(q), d(k), d(v), d(out), d(lse),
+                        err, _ERROR_BYTES)
     finally:
         comm.close()
     _lib.check(rc, err)
@@ -315,17 +419,21 @@ def _ring_fwd(q, k, v, group, layout, cu_seqlens, causal, left, right, scale, ma
 
 
 def _ring_bwd(dout, q, k, v, out, lse, group, layout, cu_seqlens, causal, left, right, scale, max_seqlen,
-              deterministic, timeout):
+              deterministic, timeout, transport="auto"):
     dout, out = (_contiguous_dim(t) for t in (dout, out))
     q, k, v = _ring_inputs(q, k, v)
     dq, dk, dv = (torch.empty(t.shape, dtype=torch.float32, device=t.device) for t in (q, k, v))
     d = _Descs()
     a = _args(d, _host_cu_seqlens(cu_seqlens), causal, left, right, scale, max_seqlen, deterministic, q.device)
-    r, comm = _ring_args(group, layout, timeout)
+    nccl, refusal = _transport_of(q, group, transport, timeout)
+    if refusal is not None:  # not reached after a forward that ran: the group decided then
+        raise ValueError(refusal)
+    r, comm = _ring_args(group, layout, timeout, nccl)
     err = ctypes.create_string_buffer(_ERROR_BYTES)
     try:
-        rc = _lib.lib().ringattn_ring_bwd(ctypes.byref(a), ctypes.byref(r), d(dout.to(q.dtype)), d(q), d(k), d(v),
-                                          d(out), d(lse.contiguous()), d(dq), d(dk), d(dv), err, _ERROR_BYTES)
+        rc = _call_ring(_lib.lib().ringattn_ring_bwd, group, nccl, ctypes.byref(a), ctypes.byref(r),
+                        d(dout.to(q.dtype)), d(q), d(k), d(v), d(out), d(lse.contiguous()), d(dq), d(dk), d(dv), err,
+                        _ERROR_BYTES)
     finally:
         comm.close()
     _lib.check(rc, err)
@@ -371,8 +479,8 @@ class _RingAttention(torch.autograd.Function):
         if group is None:
             raise RuntimeError("ringattn: the process group of this ring_attention call was destroyed before its "
                                "backward")
-        layout, causal, left, right, scale, max_seqlen, deterministic, timeout = ctx.params
-        rest = (group, layout, cu_seqlens, causal, left, right, scale, max_seqlen, deterministic, timeout)
+        layout, causal, left, right, scale, max_seqlen, deterministic, timeout, transport = ctx.params
+        rest = (group, layout, cu_seqlens, causal, left, right, scale, max_seqlen, deterministic, timeout, transport)
         dq, dk, dv = _ring_grads(
             lambda a, b, c: _ring_fwd(a, b, c, group, layout, cu_seqlens, *ctx.params[1:]),
             lambda d: _ring_bwd(d, q, k, v, out, lse, *rest), q, k, cu_seqlens, scale, ctx.lse_grad, dout, out, dlse)
@@ -394,15 +502,15 @@ def _wait_of(seconds):
 @torch.library.custom_op("ringattn::ring_fwd", mutates_args=())
 def ring_fwd_op(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu_seqlens: Optional[torch.Tensor],
                 group_name: str, layout: int, causal: bool, window_left: int, window_right: int, softmax_scale: float,
-                max_seqlen: int, deterministic: bool, timeout_s: float,
+                max_seqlen: int, deterministic: bool, timeout_s: float, transport: str,
                 lse_grad: bool) -> Tuple[torch.Tensor, torch.Tensor]:
     return _ring_fwd(q, k, v, _group_named(group_name), layout, cu_seqlens, causal, window_left, window_right,
-                     softmax_scale, max_seqlen, deterministic, _wait_of(timeout_s))
+                     softmax_scale, max_seqlen, deterministic, _wait_of(timeout_s), transport)
 
 
 @ring_fwd_op.register_fake
 def _(q, k, v, cu_seqlens, group_name, layout, causal, window_left, window_right, softmax_scale, max_seqlen,
-      deterministic, timeout_s, lse_grad):
+      deterministic, timeout_s, transport, lse_grad):
     return torch.empty_like(q), q.new_empty(_lse_shape(q, cu_seqlens is not None), dtype=torch.float32)
 
 
@@ -410,33 +518,33 @@ def _(q, k, v, cu_seqlens, group_name, layout, causal, window_left, window_right
 def ring_bwd_op(dout: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torch.Tensor,
                 lse: torch.Tensor, cu_seqlens: Optional[torch.Tensor], group_name: str, layout: int, causal: bool,
                 window_left: int, window_right: int, softmax_scale: float, max_seqlen: int, deterministic: bool,
-                timeout_s: float) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+                timeout_s: float, transport: str) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     return _ring_bwd(dout, q, k, v, out, lse, _group_named(group_name), layout, cu_seqlens, causal, window_left,
-                     window_right, softmax_scale, max_seqlen, deterministic, _wait_of(timeout_s))
+                     window_right, softmax_scale, max_seqlen, deterministic, _wait_of(timeout_s), transport)
 
 
 @ring_bwd_op.register_fake
 def _(dout, q, k, v, out, lse, cu_seqlens, group_name, layout, causal, window_left, window_right, softmax_scale,
-      max_seqlen, deterministic, timeout_s):
+      max_seqlen, deterministic, timeout_s, transport):
     return tuple(torch.empty(t.shape, dtype=torch.float32, device=t.device) for t in (q, k, v))
 
 
 def _op_setup_context(ctx, inputs, output):
     q, k, v, cu_seqlens = inputs[:4]
     ctx.save_for_backward(q, k, v, cu_seqlens, *output)
-    ctx.params, ctx.lse_grad = inputs[4:13], inputs[13]
+    ctx.params, ctx.lse_grad = inputs[4:14], inputs[14]
     if not ctx.lse_grad:
         ctx.mark_non_differentiable(output[1])
 
 
 def _op_backward(ctx, dout, dlse):
     q, k, v, cu_seqlens, out, lse = ctx.saved_tensors
-    group_name, layout, causal, left, right, scale, max_seqlen, deterministic, timeout_s = ctx.params
+    group_name, layout, causal, left, right, scale, max_seqlen, deterministic, timeout_s, transport = ctx.params
     dq, dk, dv = _ring_grads(
         lambda a, b, c: ring_fwd_op(a, b, c, cu_seqlens, *ctx.params, False),
         lambda d: ring_bwd_op(d, q, k, v, out, lse, cu_seqlens, *ctx.params), q, k, cu_seqlens, scale, ctx.lse_grad,
         dout, out, dlse)
-    return (dq.to(q.dtype), dk.to(k.dtype), dv.to(v.dtype)) + (None,) * 11
+    return (dq.to(q.dtype), dk.to(k.dtype), dv.to(v.dtype)) + (None,) * 12
 
 
 torch.library.register_autograd("ringattn::ring_fwd", _op_backward, setup_context=_op_setup_context)
@@ -444,7 +552,7 @@ torch.library.register_autograd("ringattn::ring_fwd", _op_backward, setup_contex
 
 def ring_attention(q_local, k_local, v_local, *, group=None, layout="zigzag", causal=False, window=(-1, -1),
                    softmax_scale=None, cu_seqlens=None, max_seqlen=None, deterministic=False, return_lse=False,
-                   timeout: Optional[float] = None):
+                   timeout: Optional[float] = None, transport="auto"):
     """Ring attention over the ranks of `group` (default: the world): each rank passes its rows of
     q, k and v ([batch, local_len, heads, dim]; with cu_seqlens, the global document boundaries,
     [local_tokens, heads, dim]) in `layout`'s order (shard), and gets its rows of out (and with
@@ -452,13 +560,19 @@ def ring_attention(q_local, k_local, v_local, *, group=None, layout="zigzag", ca
     every rank calls it with the same arguments, which the ranks check before the first exchange
     (a rank that differs is named in the error every rank raises). Differentiable: each rank's
     gradients are those of the global loss for its rows. Every wait is bounded by `timeout`
-    seconds (default: the group's timeout)."""
+    seconds (default: the group's timeout; an NCCL communicator's, 600 s, fixed when it is made).
+    `transport`: how K/V blocks move. 'group': the group's own point-to-point (its CPU backend; CUDA
+    tensors staged through host memory); 'nccl': CUDA tensors GPU to GPU over an NCCL communicator
+    of ringattn's own (every rank needs a GPU of its own; refused otherwise); 'auto' (default):
+    'nccl' when every rank's tensors are on CUDA, its library has NCCL and no two ranks share a GPU,
+    else 'group'. The group decides once, on its first call that is not 'group' (an exchange with
+    every rank), so every rank passes the same transport."""
     g = _check_group(group)
     packed = cu_seqlens is not None
     code = _layout_code(layout)
     left, right = _check_window(window, bool(causal))
     wait = _check_timeout(timeout)
-    error = _local_checks(q_local, k_local, v_local, packed)
+    error = _local_checks(q_local, k_local, v_local, packed, transport)
     max_len, scale = 0, 1.0
     if error is None:
         try:
@@ -466,13 +580,14 @@ def ring_attention(q_local, k_local, v_local, *, group=None, layout="zigzag", ca
             scale = _check_scale(softmax_scale, q_local.size(-1))
         except (TypeError, ValueError) as e:
             error = str(e)
-    params = (g, code, bool(causal), left, right, scale, max_len, bool(deterministic), wait)
+    params = (g, code, bool(causal), left, right, scale, max_len, bool(deterministic), wait, transport)
     if error is not None:
-        _ring_fwd(None, None, None, g, code, None, bool(causal), left, right, 1.0, 0, False, wait, caller_error=error)
+        _ring_fwd(None, None, None, g, code, None, bool(causal), left, right, 1.0, 0, False, wait,
+                  transport if transport in TRANSPORTS else "auto", caller_error=error)
     if torch.compiler.is_compiling():
         seconds = wait.total_seconds() if wait is not None else 0.0
         out, lse = ring_fwd_op(q_local, k_local, v_local, cu_seqlens, g.group_name, code, bool(causal), left, right,
-                               scale, max_len, bool(deterministic), seconds, bool(return_lse))
+                               scale, max_len, bool(deterministic), seconds, transport, bool(return_lse))
     else:
         out, lse = _RingAttention.apply(q_local, k_local, v_local, cu_seqlens, params, bool(return_lse))
     return (out, lse) if return_lse else out

@@ -1,5 +1,5 @@
 """One rank of the distributed op's tests, under torchrun with gloo (python/tests/test_ring.py
-launches it): `python ring_worker.py parity|refusals|compiled|dies|no-host-backend`. The tensors
+launches it): `python ring_worker.py parity|refusals|compiled|dies|no-host-backend|transports`. The tensors
 live on RINGATTN_TEST_DEVICE (cpu, or cuda: every rank on GPU LOCAL_RANK modulo the GPUs seen, so
 two ranks may share one GPU; the ring stages their blocks through host memory, the reference runs
 on the CPU). Every rank draws the same fresh
@@ -203,6 +203,48 @@ def no_host_backend(gen):
     return 1
 
 
+def transports(gen):
+    """transport='group', 'nccl' and 'auto': the same out and gradients, bitwise (deterministic),
+    where each can run; 'nccl' refused on every rank, with the reason, where it cannot (CPU
+    tensors, a library without NCCL, ranks sharing a GPU); an unknown transport refused by name.
+    The next valid call works after each refusal."""
+    from ringattn import _lib, _ring
+
+    r, P = dist.get_rank(), dist.get_world_size()
+    q, k, v = (rt.shard(draw((1, 40, 4, 16), torch.float32, gen), layout="zigzag") for _ in range(3))
+    expect_error(ValueError, "transport='pigeon'; allowed are 'auto', 'nccl', 'group'",
+                 lambda: rt.ring_attention(q, k, v, transport="pigeon"))
+    gpus = torch.cuda.device_count() if DEV.type == "cuda" else 0
+    nccl_runs = DEV.type == "cuda" and bool(_lib.features() & _lib.FEATURE_NCCL) and P <= gpus
+    names = ["group", "auto"] + (["nccl"] if nccl_runs else [])
+    runs = []
+    for name in names:
+        loc = [x.clone().requires_grad_() for x in (q, k, v)]
+        out, lse = rt.ring_attention(*loc, causal=True, return_lse=True, deterministic=True, transport=name)
+        ((out * out).sum() + lse.sum()).backward()
+        runs.append([out.detach(), lse] + [t.grad for t in loc])
+        if name == "auto":
+            handle = _ring._nccl[dist.group.WORLD][0]
+            assert bool(handle) == nccl_runs, f"auto took NCCL: {bool(handle)}, expected {nccl_runs}"
+    for name, run in zip(names[1:], runs[1:]):
+        for what, a, b in zip(("out", "lse", "dq", "dk", "dv"), runs[0], run):
+            assert torch.equal(a, b), f"transport={name!r}: {what} differs from transport='group'"
+    n = len(names) + 1
+    if not nccl_runs:
+        if DEV.type != "cuda":
+            why = "transport='nccl' moves GPU memory but rank 0's tensors are not on a CUDA device"
+        elif not _lib.features() & _lib.FEATURE_NCCL:
+            why = "transport='nccl' but rank 0's ringattn library was built without NCCL"
+        else:
+            why = "transport='nccl' but ranks 0 and 1 share GPU"
+        msg = expect_error(ValueError, why, lambda: rt.ring_attention(q, k, v, transport="nccl"))
+        assert msg.startswith("ranks stopped before the first hop: "), msg
+        n += 1
+    out = rt.ring_attention(q, k, v, causal=True)
+    assert torch.isfinite(out).all()
+    return n
+
+
 def main():
     global DEV
     if DEVICE.type == "cuda":
@@ -213,7 +255,7 @@ def main():
     torch.set_num_threads(1)
     gen = torch.Generator().manual_seed(int(os.environ["RINGATTN_TEST_SEED"]))
     n = {"parity": parity, "refusals": refusals, "compiled": compiled, "dies": dies,
-         "no-host-backend": no_host_backend}[mode](gen)
+         "no-host-backend": no_host_backend, "transports": transports}[mode](gen)
     dist.barrier()
     if dist.get_rank() == 0:
         print(f"ring {mode}: {n} cases passed on {dist.get_world_size()} ranks", flush=True)

@@ -52,6 +52,13 @@ def test_a_rank_that_leaves_ends_the_call_on_the_others():
                "communicator failed" in p.stdout, p.stdout
 
 
+@pytest.mark.parametrize("ranks", [1, 2])
+def test_transports_agree_bitwise_and_nccl_is_refused_where_it_cannot_run(ranks):
+    p, seed = launch("transports", ranks, timeout=300)
+    assert p.returncode == 0, f"seed {seed}:\n{p.stdout[-4000:]}\n{p.stderr[-8000:]}"
+    assert f"ring transports: " in p.stdout and f"cases passed on {ranks} ranks" in p.stdout, p.stdout
+
+
 @pytest.mark.skipif(DEVICE.type != "cuda", reason="a group of NCCL alone needs a GPU")
 def test_a_group_without_a_cpu_backend_is_refused_by_name():
     p, seed = launch("no-host-backend", 1, timeout=300)
@@ -119,3 +126,64 @@ def test_shard_positions_cover_the_sequence_and_refuse_by_name():
             rt.shard_positions(*args)
     with pytest.raises(ValueError, match=r"layout='ring'; allowed are 'auto', 'contiguous'"):
         rt.shard_positions(10, 0, 2, "ring")
+
+
+def nccl_create(comm, device=0, timeout_s=60.0):
+    out, err = ctypes.c_void_p(), ctypes.create_string_buffer(1024)
+    rc = _lib.lib().ringattn_nccl_create(ctypes.pointer(comm), device, timeout_s, ctypes.byref(out), err, 1024)
+    return rc, err.value.decode(), out.value
+
+
+def test_nccl_communicators_refuse_with_text():
+    one = _lib.Communicator(None, 0, 1)
+    assert nccl_create(one, timeout_s=0.0)[:2] == (
+        _lib.INVALID_ARGUMENT, "ranks stopped before the first hop: rank 0: timeout_s is 0; it must be a finite number "
+        "of seconds > 0")
+    err = ctypes.create_string_buffer(1024)
+    assert _lib.lib().ringattn_nccl_destroy(None, err, 1024) == _lib.OK
+    if not _lib.features() & _lib.FEATURE_NCCL:
+        assert nccl_create(one) == (
+            _lib.INVALID_ARGUMENT, "ranks stopped before the first hop: rank 0: this ringattn_c was built without NCCL; "
+            "rebuild it with RINGATTN_CUDA=ON where NCCL is found (set NCCL_ROOT), or pass ring.nccl NULL", None)
+        # A pointer that cannot be a communicator of this library is refused before it is read.
+        q = torch.randn(1, 6, 2, 8)
+        out, lse = torch.empty_like(q), torch.empty(1, 2, 6)
+        d = rt._Descs()
+        a = rt._args(d, None, False, -1, -1, 8 ** -0.5, 0, False, torch.device("cpu"))
+        r = _lib.RingArgs(0, ctypes.pointer(one), None, 0x1234)
+        rc = _lib.lib().ringattn_ring_fwd(ctypes.byref(a), ctypes.byref(r), d(q), d(q), d(q), d(out), d(lse), err, 1024)
+        assert (rc, err.value.decode()) == (
+            _lib.INVALID_ARGUMENT, "ranks stopped before the first hop: rank 0: ring.nccl is given but this ringattn_c "
+            "was built without NCCL (ringattn_nccl_create refuses); pass ring.nccl NULL")
+        return
+    count = torch.cuda.device_count()
+    rc, text, _ = nccl_create(one, device=count + 3)
+    assert (rc, text) == (_lib.INVALID_ARGUMENT, f"ranks stopped before the first hop: rank 0: device is {count + 3}; "
+                          f"this process sees {count} CUDA device(s), so it must be 0 to {count - 1}")
+    rc, text, handle = nccl_create(one)
+    assert rc == _lib.OK and handle, text
+    try:
+        rc, text, _, _ = ring_call_nccl(one, handle, torch.randn(1, 6, 2, 8))
+        assert (rc, text) == (_lib.INVALID_ARGUMENT, "ranks stopped before the first hop: rank 0: ring.nccl moves GPU "
+                              "memory but q is on cpu; pass CUDA tensors, or ring.nccl NULL for CPU tensors")
+        q = torch.randn(2, 9, 2, 8, device="cuda")
+        rc, text, out, lse = ring_call_nccl(one, handle, q)
+        assert rc == _lib.OK, text
+        want, want_lse = rt.attention(q, q, q, return_lse=True)
+        torch.testing.assert_close(out, want, atol=1e-5, rtol=1e-5)
+        torch.testing.assert_close(lse, want_lse, atol=1e-5, rtol=1e-5)
+    finally:
+        assert _lib.lib().ringattn_nccl_destroy(handle, err, 1024) == _lib.OK, err.value.decode()
+
+
+def ring_call_nccl(comm, handle, q):
+    out, lse = torch.full_like(q, float("nan")), torch.full((q.size(0), q.size(2), q.size(1)), float("nan"),
+                                                             device=q.device)
+    d = rt._Descs()
+    a = rt._args(d, None, False, -1, -1, 8 ** -0.5, 0, False, q.device)
+    r = _lib.RingArgs(-1, ctypes.pointer(comm), None, handle)
+    err = ctypes.create_string_buffer(1024)
+    rc = _lib.lib().ringattn_ring_fwd(ctypes.byref(a), ctypes.byref(r), d(q), d(q), d(q), d(out), d(lse), err, 1024)
+    if q.is_cuda:
+        torch.cuda.synchronize()
+    return rc, err.value.decode(), out, lse
