@@ -8,6 +8,7 @@
 #include <type_traits>
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include "cli/file_layout.hpp"
 #include "core/error.hpp"
@@ -61,6 +62,18 @@ CLI::Validator seconds_bound() {
       "SECONDS");
 }
 
+// One of `choices`, in one message for every bad value, quoted so that an empty one shows:
+// "--dtype: '' not in {fp32,fp16,bf16}" (CLI11's IsMember prints the value bare).
+CLI::Validator choice_check(std::vector<std::string> choices) {
+  const std::string set = fmt::format("{{{}}}", fmt::join(choices, ","));
+  return CLI::Validator(
+      [choices = std::move(choices), set](std::string& s) -> std::string {
+        if (std::find(choices.begin(), choices.end(), s) != choices.end()) return std::string();
+        return fmt::format("'{}' not in {}", s, set);
+      },
+      set);
+}
+
 // --layout: parse_file_layout's message for anything but bhsd and bshd.
 CLI::Validator file_layout_check() {
   return CLI::Validator(
@@ -80,11 +93,7 @@ void add_check(CLI::Option* opt, const Flag& f) {
         return;
       }
       break;
-    case Check::Choice: {
-      std::vector<std::string> choices(f.choices.begin(), f.choices.end());
-      opt->check(CLI::IsMember(choices));
-      return;
-    }
+    case Check::Choice: opt->check(choice_check({f.choices.begin(), f.choices.end()})); return;
     case Check::Seconds: opt->check(seconds_bound()); return;
     case Check::Layout: opt->check(file_layout_check()); return;
     case Check::Factor: opt->check(CLI::Range(1.01, 1e6)); return;

@@ -119,7 +119,7 @@ int main(int argc, char** argv) {
   } catch (const CLI::ParseError& e) {
     if (e.get_exit_code() == 0 || dynamic_cast<const CLI::CallForHelp*>(&e) != nullptr)
       return report_help_or_version(cl, "--help", rank, [&] { app->exit(e); });
-    early_error = fmt::format("{} (see ringattn --help, ringattn run --help, ringattn bench --help)", e.what());
+    early_error = fmt::format("{} {}", e.what(), help_pointer(*app));
   } catch (const std::exception& e) {
     early_error = e.what();
   }

@@ -205,6 +205,12 @@ void parse_command_line(CLI::App& app, CommandLine& cl, int argc, const char* co
   }
 }
 
+std::string help_pointer(const CLI::App& app) {
+  for (const char* name : {"run", "bench", "plan"})
+    if (app.got_subcommand(name)) return fmt::format("(see ringattn {} --help)", name);
+  return "(see ringattn --help)";
+}
+
 std::string environment_help() {
   std::string text =
       "ringattn reads these environment variables once, at start-up (unset or empty: the default; a value it does "

@@ -107,6 +107,10 @@ std::unique_ptr<CLI::App> make_app(CommandLine& cl);
 // Throws CLI::ParseError (CLI::CallForHelp when no command was given) or InvalidArgument.
 void parse_command_line(CLI::App& app, CommandLine& cl, int argc, const char* const* argv);
 
+// The help to read after `app` refused a command line: "(see ringattn plan --help)" for the
+// subcommand that was being parsed, "(see ringattn --help)" before any subcommand.
+std::string help_pointer(const CLI::App& app);
+
 // What `ringattn --help-env` prints: every RINGATTN_* variable (setting_docs, core/settings.hpp)
 // with its values, default and effect.
 std::string environment_help();

@@ -20,3 +20,21 @@ else()
     step(EXPECT_RC 1 COMMAND ${RINGATTN} run --device cuda STDERR "--device cuda: no GPU is visible")
   endif()
 endif()
+# A refused choice shows its value quoted, an empty one too (it printed `--dtype:  not in {...}`),
+# and a parse error names the --help of its own subcommand (plan's named run's and bench's). A
+# CMake list cannot hold an empty argument: sh passes it.
+foreach(cmd run bench plan)
+  step(EXPECT_RC 1 COMMAND sh -c "'${RINGATTN}' ${cmd} --dtype ''"
+       STDERR "\\] --dtype: '' not in {fp32,fp16,bf16} \\(see ringattn ${cmd} --help\\)\n$")
+  step(EXPECT_RC 1 COMMAND sh -c "'${RINGATTN}' ${cmd} --shard ''"
+       STDERR "\\] --shard: '' not in {auto,contiguous,zigzag,striped,doc-zigzag} \\(see ringattn ${cmd} --help\\)\n$")
+  step(EXPECT_RC 1 COMMAND ${RINGATTN} ${cmd} --bogus
+       STDERR "\\] The following argument was not expected: --bogus \\(see ringattn ${cmd} --help\\)\n$")
+endforeach()
+step(EXPECT_RC 1 COMMAND ${RINGATTN} run --dtype fp64 STDERR "\\] --dtype: 'fp64' not in {fp32,fp16,bf16} \\(see ringattn run --help\\)\n$")
+step(EXPECT_RC 1 COMMAND sh -c "'${RINGATTN}' run --device ''" STDERR "--device: '' not in {cpu,cuda} \\(see ringattn run --help\\)")
+step(EXPECT_RC 1 COMMAND sh -c "'${RINGATTN}' bench --timer ''" STDERR "--timer: '' not in {per-call,batch} \\(see ringattn bench --help\\)")
+step(EXPECT_RC 1 COMMAND sh -c "'${RINGATTN}' bench --impl ''" STDERR "--impl: '' not in {flash,naive,both} \\(see ringattn bench --help\\)")
+step(EXPECT_RC 1 COMMAND ${RINGATTN} plan --seq 0
+     STDERR "--seq: must be an integer in 1..9223372036854775807 \\(got '0'\\) \\(see ringattn plan --help\\)\n$")
+step(EXPECT_RC 1 COMMAND ${RINGATTN} --bogus STDERR "\\] The following argument was not expected: --bogus \\(see ringattn --help\\)\n$")
