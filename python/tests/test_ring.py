@@ -160,6 +160,8 @@ def test_nccl_communicators_refuse_with_text():
     rc, text, _ = nccl_create(one, device=count + 3)
     assert (rc, text) == (_lib.INVALID_ARGUMENT, f"ranks stopped before the first hop: rank 0: device is {count + 3}; "
                           f"this process sees {count} CUDA device(s), so it must be 0 to {count - 1}")
+    if count == 0:  # built with NCCL, run where no GPU is seen: the refusal above is all there is
+        return
     rc, text, handle = nccl_create(one)
     assert rc == _lib.OK and handle, text
     try:
