@@ -156,7 +156,7 @@ def test_c_abi_refuses_with_text():
     q = t4()
     out, lse = torch.empty_like(q), torch.empty(1, 2, 5, device=DEVICE)
     assert c_call(c_args(abi_version=99), q, q, q, out, lse) == (
-        _lib.INVALID_ARGUMENT, "args.abi_version is 99 but this library is ABI version 2; rebuild the caller against "
+        _lib.INVALID_ARGUMENT, "args.abi_version is 99 but this library is ABI version 3; rebuild the caller against "
         "its ringattn_c.h")
     rc, text = c_call(c_args(), q[..., ::2], q[..., ::2], q[..., ::2], out[..., ::2], lse)
     assert rc == _lib.INVALID_ARGUMENT
