@@ -67,7 +67,6 @@ class HostSlot final : public Transport {
 // The handle of ringattn_c.h: two transports (K/V, dK/dV) over host slots, on one GPU.
 struct ringattn_nccl {
   int device = 0, rank = 0, size = 1;
-  double timeout_s = 300;
   ringattn::op::HostSlot* kv_slot = nullptr;    // owned by kv
   ringattn::op::HostSlot* grad_slot = nullptr;  // owned by grad
   std::unique_ptr<ringattn::Transport> kv, grad;
@@ -160,7 +159,6 @@ std::unique_ptr<ringattn_nccl> make_nccl(Transport& host, int32_t device, double
   n->device = device;
   n->rank = host.rank();
   n->size = host.size();
-  n->timeout_s = timeout_s;
   NcclOptions opts;
   opts.timeout_s = timeout_s;
   opts.first_hop_timeout_s = 3 * timeout_s;

@@ -11,6 +11,8 @@
 #include <utility>
 #include <vector>
 
+#include <fmt/ranges.h>
+
 #include "comm/callback_transport.hpp"
 #include "descriptors.hpp"
 #include "nccl_c.hpp"
@@ -226,10 +228,11 @@ Transports transports_of(const ringattn_ring_args* ring, bool backward) {
 // Every rank passes ring.nccl or none (`uses`: each rank's choice, agreed): the same refusal on
 // every rank otherwise.
 void agree_on_nccl(const std::vector<int64_t>& uses) {
-  std::string with, without;
-  for (size_t q = 0; q < uses.size(); ++q) (uses[q] ? with : without) += fmt::format("{} ", q);
+  std::vector<size_t> with, without;
+  for (size_t q = 0; q < uses.size(); ++q) (uses[q] ? with : without).push_back(q);
   if (!with.empty() && !without.empty())
-    fail_arg("ring.nccl is given on ranks {}but not on ranks {}; pass it on every rank or on none", with, without);
+    fail_arg("ring.nccl is given on ranks {} but not on ranks {}; pass it on every rank or on none",
+             fmt::join(with, ", "), fmt::join(without, ", "));
 }
 
 // The two agreed steps of a ring call: every rank's local checks (`parse`, which fills `r`; the
