@@ -132,8 +132,11 @@ class _EagerAttention(torch.autograd.Function):
 def _takes_eager_path(q, k, v):
     if torch.compiler.is_compiling() or not (type(q) is type(k) is type(v) is torch.Tensor):
         return False
-    modes = getattr(torch._C, "_len_torch_dispatch_mode", None)
-    return modes is not None and modes() == 0
+    # The stack's length counts the user's modes and the infra modes (fake, proxy, functional).
+    return _DISPATCH_MODES is not None and _DISPATCH_MODES() == 0
+
+
+_DISPATCH_MODES = getattr(torch._C, "_len_torch_dispatch_stack", None)
 
 
 def _check_inputs(q, k, v, packed):

@@ -168,3 +168,27 @@ def test_c_abi_refuses_with_text():
     rc, _ = c_call(c_args(), q, q, q, out, lse)
     assert rc == _lib.OK
     close(out, reference(q, q, q, scale=0.5)[0], (2e-5, 2e-5), "out")
+
+
+def test_eager_path_taken_outside_modes_and_not_inside():
+    """Plain tensors outside any dispatch mode take the eager path (no custom-op dispatch); under a
+    dispatch mode (fake tensors, a user's mode) the custom op runs, and gives the eager result."""
+    from torch._subclasses.fake_tensor import FakeTensorMode
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    q, k, v = make((1, 5, 2, 16), torch.float32), make((1, 7, 1, 16), torch.float32), make((1, 7, 1, 16), torch.float32)
+    assert rt._takes_eager_path(q, k, v)
+    seen = []
+
+    class Record(TorchDispatchMode):
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            seen.append(str(func))
+            return func(*args, **(kwargs or {}))
+
+    with Record():
+        assert not rt._takes_eager_path(q, k, v)
+        out = rt.attention(q, k, v, causal=True)
+    assert any("ringattn.attention_fwd" in s for s in seen), seen
+    assert torch.equal(out, rt.attention(q, k, v, causal=True))
+    with FakeTensorMode():
+        assert not rt._takes_eager_path(torch.empty(1), torch.empty(1), torch.empty(1))
