@@ -26,32 +26,48 @@ _DESC = "=QiiiBBHQQQ"
 assert struct.calcsize(_DESC) == ctypes.sizeof(_lib.Tensor), "ringattn: the descriptor layout does not match"
 
 
+_HEAD = struct.calcsize(_DESC)
+
+
 @functools.lru_cache(maxsize=None)
-def _packer(ndim):
-    return struct.Struct(f"{_DESC}{ndim}q{ndim}q")
+def _packer(ndims):
+    """One struct for the descriptors of tensors of these ranks, and each one's offset."""
+    offsets, at = [], 0
+    for n in ndims:
+        offsets.append(at)
+        at += _HEAD + 16 * n
+    return struct.Struct("=" + "".join(f"{_DESC[1:]}{n}q{n}q" for n in ndims)), tuple(offsets)
+
+
+def _device_of(t):
+    """DLPack's device type and id; 0 (no device ringattn knows) for others, which the library refuses."""
+    if t.is_cuda:
+        return _lib.CUDA, t.get_device()
+    return (_lib.CPU, 0) if t.is_cpu else (0, 0)
 
 
 class _Descs:
     """Descriptors of tensors (their addresses, for the C ABI's pointer arguments), kept alive with
-    the tensors for one call."""
+    the tensors for one call. `many` packs several into one buffer by one struct call."""
 
     def __init__(self):
         self._keep = []
 
-    def __call__(self, t):
-        if t is None:
-            return None
-        n = t.dim()
-        p = _packer(n)
+    def many(self, *ts):
+        p, offsets = _packer(tuple(t.dim() for t in ts))
         buf = ctypes.create_string_buffer(p.size)
-        at = ctypes.addressof(buf)
-        head = struct.calcsize(_DESC)
-        dev_type, dev_id = (_lib.CPU, 0) if t.device.type == "cpu" else (_lib.CUDA, t.device.index or 0)
-        code, bits = _CODES[t.dtype]
-        p.pack_into(buf, 0, t.data_ptr(), dev_type, dev_id, n, code, bits, 1, at + head, at + head + 8 * n, 0,
-                    *t.shape, *t.stride())
-        self._keep += [t, buf]
-        return at
+        base = ctypes.addressof(buf)
+        values = []
+        for t, off in zip(ts, offsets):
+            n, at = t.dim(), base + off + _HEAD
+            code, bits = _CODES[t.dtype]
+            values += (t.data_ptr(), *_device_of(t), n, code, bits, 1, at, at + 8 * n, 0, *t.shape, *t.stride())
+        p.pack_into(buf, 0, *values)
+        self._keep += [ts, buf]
+        return [base + off for off in offsets]
+
+    def __call__(self, t):
+        return None if t is None else self.many(t)[0]
 
 
 # Scratch on a GPU from torch's caching allocator, in the order of the call's stream (the library

@@ -39,7 +39,7 @@ def _attention_fwd(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu_seqlens
     a = _args(d, _host_cu_seqlens(cu_seqlens), causal, window_left, window_right, softmax_scale, max_seqlen,
               deterministic, q.device)
     err = ctypes.create_string_buffer(_ERROR_BYTES)
-    rc = _lib.lib().ringattn_attention_fwd(ctypes.byref(a), d(q), d(k), d(v), d(out), d(lse), err, _ERROR_BYTES)
+    rc = _lib.lib().ringattn_attention_fwd(ctypes.byref(a), *d.many(q, k, v, out, lse), err, _ERROR_BYTES)
     _lib.check(rc, err)
     return out, lse
 
@@ -65,8 +65,8 @@ def attention_bwd(dout: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch
     a = _args(d, _host_cu_seqlens(cu_seqlens), causal, window_left, window_right, softmax_scale, max_seqlen,
               deterministic, q.device)
     err = ctypes.create_string_buffer(_ERROR_BYTES)
-    rc = _lib.lib().ringattn_attention_bwd(ctypes.byref(a), d(dout), d(q), d(k), d(v), d(out), d(lse), d(dq), d(dk),
-                                           d(dv), err, _ERROR_BYTES)
+    rc = _lib.lib().ringattn_attention_bwd(ctypes.byref(a), *d.many(dout, q, k, v, out, lse, dq, dk, dv), err,
+                                           _ERROR_BYTES)
     _lib.check(rc, err)
     return dq, dk, dv
 
