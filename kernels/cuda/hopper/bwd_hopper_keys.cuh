@@ -158,9 +158,12 @@ __device__ __forceinline__ void dq_part_product(float (&acc)[32], uint32_t ds_ti
 }
 
 // Stages scale * acc (64 query rows x 64 columns, the accumulator layout) in fp32 as two boxes
-// of 64 rows x 32 columns with the 128-byte swizzle (conflict-free stores: 16-byte chunk j of row
-// r at chunk j ^ (r % 8)) and adds it into dq by two bulk reduce-adds, issued by the consumer's
-// first thread. `named` is the consumer's own barrier. The buffer is one of two: the reduce-adds
+// of 64 rows x 32 columns with the 128-byte swizzle (16-byte chunk j of row r at chunk j ^ (r % 8))
+// and adds it into dq by two bulk reduce-adds, issued by the consumer's first thread. The stores
+// are conflict-free: a half-warp's 64-bit stores cover rows g = 4k..4k+3 and two chunks each, and
+// with every thread storing the same column group n they would land on four chunk positions twice
+// (2-way, ncu: 4 wavefronts for 2); threads of odd g store group n ^ 2 in that turn instead (its
+// values selected from registers), which puts the 16 stores on 8 distinct chunks. `named` is the consumer's own barrier. The buffer is one of two: the reduce-adds
 // of two steps ago, which read it, must be done reading (the last step's may still run).
 template <typename C>
 __device__ __forceinline__ void dq_part_reduce(const HopperBwdParams& p, const float (&acc)[32], uint32_t part,
@@ -169,15 +172,19 @@ __device__ __forceinline__ void dq_part_reduce(const HopperBwdParams& p, const f
   const bool leader = threadIdx.x % kWarpgroupThreads == 0;
   if (leader) bulk_wait_read<1>();
   named_sync(named, kWarpgroupThreads);
+  const bool odd = (ln.g & 1) != 0;
 #pragma unroll
   for (int n = 0; n < 8; ++n)
 #pragma unroll
     for (int r = 0; r < 2; ++r) {
-      // Columns 8 n + 2 t (+1): box n / 4, 16-byte chunk 2 (n % 4) + t / 2, bytes 8 (t % 2).
-      const int row = ln.r0 - ln.cw * C::kTile + ln.g + 8 * r, chunk = 2 * (n & 3) + (ln.tq >> 1);
+      // This thread's group this turn: m = n, or n ^ 2 for odd g (the same box: bit 2 is kept).
+      // Columns 8 m + 2 t (+1): box m / 4, 16-byte chunk 2 (m % 4) + t / 2, bytes 8 (t % 2).
+      const int m_lo = (n & 3) ^ (odd ? 2 : 0);
+      const int row = ln.r0 - ln.cw * C::kTile + ln.g + 8 * r, chunk = 2 * m_lo + (ln.tq >> 1);
       const uint32_t addr = part + (n >> 2) * kBoxBytes + swizzled_chunk(row, chunk) + (ln.tq & 1) * 8;
-      asm volatile("st.shared.v2.f32 [%0], {%1, %2};\n" ::"r"(addr), "f"(acc[4 * n + 2 * r] * p.scale),
-                   "f"(acc[4 * n + 2 * r + 1] * p.scale)
+      const int i = 4 * n + 2 * r, j = 4 * (n ^ 2) + 2 * r;
+      const float x0 = odd ? acc[j] : acc[i], x1 = odd ? acc[j + 1] : acc[i + 1];
+      asm volatile("st.shared.v2.f32 [%0], {%1, %2};\n" ::"r"(addr), "f"(x0 * p.scale), "f"(x1 * p.scale)
                    : "memory");
     }
   fence_proxy_async_smem();
