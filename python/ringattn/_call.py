@@ -8,6 +8,7 @@ import math
 import struct
 
 import torch
+import torch.utils.dlpack
 
 from . import _lib
 
@@ -128,6 +129,50 @@ def _args(descs, cu_seqlens, causal, window_left, window_right, softmax_scale, m
         a.stream = torch.cuda.current_stream(index).cuda_stream or None
         a.allocator = ctypes.pointer(_cuda_allocator(index))
     return a
+
+
+# The call's args (_lib.Args) packed by struct, as the descriptors: the op's calls pack the args
+# and every descriptor into one buffer by one struct call (the ring's calls use _args).
+_ARGS = "=iiqqi4xdQqi4xQQ"
+assert struct.calcsize(_ARGS) == ctypes.sizeof(_lib.Args) and _lib.Args.softmax_scale.offset == 32 \
+    and _lib.Args.deterministic.offset == 56 and _lib.Args.allocator.offset == 72, "ringattn: the args layout does not match"
+_ARGS_BYTES = struct.calcsize(_ARGS)
+
+
+_ARGS_STRUCT = struct.Struct(_ARGS)
+_RAW_STREAM = getattr(torch._C, "_cuda_getCurrentRawStream", None)
+_to_dlpack = torch.utils.dlpack.to_dlpack
+# A DLPack capsule's DLManagedTensor, whose first member is the DLTensor: the C ABI's descriptor.
+_capsule_pointer = ctypes.pythonapi.PyCapsule_GetPointer
+_capsule_pointer.restype = ctypes.c_void_p
+_capsule_pointer.argtypes = [ctypes.py_object, ctypes.c_char_p]
+
+
+def _stream_and_allocator(t):
+    """The current stream of t's GPU and the address of that GPU's allocator (0, 0 on the CPU)."""
+    if not t.is_cuda:
+        return 0, 0
+    index = t.get_device()
+    stream = _RAW_STREAM(index) if _RAW_STREAM is not None else torch.cuda.current_stream(index).cuda_stream
+    return stream, ctypes.addressof(_cuda_allocator(index))
+
+
+def _pack_call(cu_seqlens, causal, window_left, window_right, softmax_scale, max_seqlen, deterministic, *ts):
+    """The op's call: its args packed by one struct call, the tensors (ts, and cu_seqlens when given)
+    described by DLPack (torch's own DLTensor of each, the C ABI's descriptor, without a copy).
+    Returns what the call must keep alive (the args' buffer and the capsules, which hold the
+    tensors), the args' address and the descriptors' addresses in the order of ts. The stream and
+    allocator are ts[0]'s device's."""
+    caps = [_to_dlpack(t) for t in ts]
+    descs = [_capsule_pointer(c, b"dltensor") for c in caps]
+    cu_at = 0
+    if cu_seqlens is not None:
+        caps.append(_to_dlpack(cu_seqlens))
+        cu_at = _capsule_pointer(caps[-1], b"dltensor")
+    buf = ctypes.create_string_buffer(_ARGS_BYTES)
+    _ARGS_STRUCT.pack_into(buf, 0, _lib.ABI_VERSION, int(causal), window_left, window_right, 1, softmax_scale, cu_at,
+                           max_seqlen, int(deterministic), *_stream_and_allocator(ts[0]))
+    return (buf, caps), ctypes.addressof(buf), descs
 
 
 def _check_tensor(name, t):

@@ -106,10 +106,10 @@ def lib():
     if found != ABI_VERSION:
         raise RuntimeError(f"ringattn: {path} has C ABI version {found} but this package needs {ABI_VERSION}; "
                            "reinstall the package")
-    p = ctypes.c_void_p  # a Tensor's address (ringattn.torch packs the descriptors itself)
-    handle.ringattn_attention_fwd.argtypes = [ctypes.POINTER(Args), p, p, p, p, p, ctypes.c_char_p, ctypes.c_size_t]
+    p = ctypes.c_void_p  # a Tensor's or the args' address (ringattn.torch packs them itself)
+    handle.ringattn_attention_fwd.argtypes = [p, p, p, p, p, p, ctypes.c_char_p, ctypes.c_size_t]
     handle.ringattn_attention_fwd.restype = ctypes.c_int32
-    handle.ringattn_attention_bwd.argtypes = [ctypes.POINTER(Args)] + [p] * 9 + [ctypes.c_char_p, ctypes.c_size_t]
+    handle.ringattn_attention_bwd.argtypes = [p] * 10 + [ctypes.c_char_p, ctypes.c_size_t]
     handle.ringattn_attention_bwd.restype = ctypes.c_int32
     ring = [ctypes.POINTER(Args), ctypes.POINTER(RingArgs)]
     handle.ringattn_ring_fwd.argtypes = ring + [p] * 5 + [ctypes.c_char_p, ctypes.c_size_t]

@@ -17,7 +17,7 @@ __all__ = ["attention", "ring_attention", "shard", "unshard", "shard_positions"]
 
 from ._call import (  # noqa: F401 - the names the tests and ringattn._ring use too
     _CODES, _ERROR_BYTES, _FLOATS, _Descs, _args, _check_packing, _check_scale, _check_tensor, _check_window,
-    _cuda_allocator, _host_cu_seqlens)
+    _cuda_allocator, _host_cu_seqlens, _pack_call)
 
 
 def _head_dim_contiguous(t):
@@ -33,13 +33,12 @@ def _attention_fwd(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu_seqlens
                   causal: bool, window_left: int, window_right: int, softmax_scale: float, max_seqlen: int,
                   deterministic: bool, lse_grad: bool) -> Tuple[torch.Tensor, torch.Tensor]:
     q, k, v = (_head_dim_contiguous(t) for t in (q, k, v))
-    out = torch.empty(q.shape, dtype=q.dtype, device=q.device)
+    out = torch.empty_like(q, memory_format=torch.contiguous_format)
     lse = torch.empty(_lse_shape(q, cu_seqlens is not None), dtype=torch.float32, device=q.device)
-    d = _Descs()
-    a = _args(d, _host_cu_seqlens(cu_seqlens), causal, window_left, window_right, softmax_scale, max_seqlen,
-              deterministic, q.device)
+    keep, a, descs = _pack_call(_host_cu_seqlens(cu_seqlens), causal, window_left, window_right, softmax_scale,
+                                max_seqlen, deterministic, q, k, v, out, lse)
     err = ctypes.create_string_buffer(_ERROR_BYTES)
-    rc = _lib.lib().ringattn_attention_fwd(ctypes.byref(a), *d.many(q, k, v, out, lse), err, _ERROR_BYTES)
+    rc = _lib.lib().ringattn_attention_fwd(a, *descs, err, _ERROR_BYTES)
     _lib.check(rc, err)
     return out, lse
 
@@ -60,13 +59,11 @@ def attention_bwd(dout: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch
                   deterministic: bool) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     dout, q, k, v, out = (_head_dim_contiguous(t) for t in (dout, q, k, v, out))
     lse = lse if lse.size(-1) <= 1 or lse.stride(-1) == 1 else lse.contiguous()
-    dq, dk, dv = (torch.empty(t.shape, dtype=t.dtype, device=t.device) for t in (q, k, v))
-    d = _Descs()
-    a = _args(d, _host_cu_seqlens(cu_seqlens), causal, window_left, window_right, softmax_scale, max_seqlen,
-              deterministic, q.device)
+    dq, dk, dv = (torch.empty_like(t, memory_format=torch.contiguous_format) for t in (q, k, v))
+    keep, a, descs = _pack_call(_host_cu_seqlens(cu_seqlens), causal, window_left, window_right, softmax_scale,
+                                max_seqlen, deterministic, dout, q, k, v, out, lse, dq, dk, dv)
     err = ctypes.create_string_buffer(_ERROR_BYTES)
-    rc = _lib.lib().ringattn_attention_bwd(ctypes.byref(a), *d.many(dout, q, k, v, out, lse, dq, dk, dv), err,
-                                           _ERROR_BYTES)
+    rc = _lib.lib().ringattn_attention_bwd(a, *descs, err, _ERROR_BYTES)
     _lib.check(rc, err)
     return dq, dk, dv
 
@@ -139,7 +136,20 @@ def _takes_eager_path(q, k, v):
 _DISPATCH_MODES = getattr(torch._C, "_len_torch_dispatch_stack", None)
 
 
+def _inputs_ok(q, k, v, packed):
+    """Whether _check_inputs would pass, in one expression (the common case: no message to build)."""
+    T = torch.Tensor
+    if not (isinstance(q, T) and isinstance(k, T) and isinstance(v, T) and q.dtype in _FLOATS and k.dtype == q.dtype
+            and v.dtype == q.dtype and (q.is_cuda or q.is_cpu) and k.device == q.device and v.device == q.device):
+        return False
+    qs, ks = q.shape, k.shape
+    return (len(qs) == (3 if packed else 4) and len(ks) == len(qs) and v.shape == ks and all(qs) and all(ks)
+            and ks[0] == qs[0] and ks[-1] == qs[-1] and qs[-2] % ks[-2] == 0)
+
+
 def _check_inputs(q, k, v, packed):
+    if _inputs_ok(q, k, v, packed):
+        return
     for name, t in (("q", q), ("k", k), ("v", v)):
         _check_tensor(name, t)
     for name, t in (("k", k), ("v", v)):
@@ -147,6 +157,8 @@ def _check_inputs(q, k, v, packed):
             raise TypeError(f"{name} has dtype {t.dtype} but q has {q.dtype}; q, k and v must have one dtype")
         if t.device != q.device:
             raise ValueError(f"{name} is on {t.device} but q is on {q.device}; q, k and v must be on one device")
+    if not (q.is_cuda or q.is_cpu):
+        raise ValueError(f"q is on {q.device}; ringattn runs cpu and cuda tensors")
     want = 3 if packed else 4
     layout = "[total_tokens, heads, head_dim] with cu_seqlens" if packed else "[batch, seq_len, heads, head_dim]"
     for name, t in (("q", q), ("k", k), ("v", v)):
@@ -183,7 +195,12 @@ def attention(q, k, v, *, causal=False, window=(-1, -1), softmax_scale=None, cu_
     left, right = _check_window(window, bool(causal))
     max_len = _check_packing(q, cu_seqlens, max_seqlen)
     scale = _check_scale(softmax_scale, q.size(-1))
-    op = _EagerAttention.apply if _takes_eager_path(q, k, v) else attention_fwd
+    if not _takes_eager_path(q, k, v):
+        op = attention_fwd
+    elif torch.is_grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad):
+        op = _EagerAttention.apply
+    else:  # nothing to differentiate: the body without autograd's bookkeeping
+        op = _attention_fwd
     out, lse = op(q, k, v, cu_seqlens, bool(causal), left, right, scale, max_len, bool(deterministic),
                   bool(return_lse))
     return (out, lse) if return_lse else out
