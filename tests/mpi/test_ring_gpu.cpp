@@ -1,9 +1,10 @@
 // ranks: 1 2 4
 // The GPU ring (issue 5): the CUDA backend with the NCCL transport where every rank has a GPU of
-// its own (P = 1 on a one-GPU host) and the MPI transport otherwise (ranks sharing one GPU, K/V
-// staged through host memory). The gathered output matches the fp64 oracle within the bf16
-// tolerance, and its error does not grow with P beyond 2x the error of the same problem in a
-// world of one (the state stays fp32 across hops). Skipped where there is no GPU (CI).
+// its own (P = 1 on a one-GPU host) and the MPI transport always (it takes no device pointers: K/V
+// staged through host memory, also for ranks sharing one GPU). The gathered output matches the
+// fp64 oracle within the dtype's tolerance, and its error does not grow with P beyond 2x the error
+// of the same problem in a world of one (the state stays fp32 across hops). Skipped where there
+// is no GPU (CI).
 #include <cstring>
 #include <memory>
 
@@ -142,22 +143,28 @@ INSTANTIATE_TEST_SUITE_P(Cases, GpuRing,
                                            GpuCase{Sharding::Contiguous, true, DType::BF16, 128},
                                            GpuCase{Sharding::Striped, true, DType::F16, 64},
                                            GpuCase{Sharding::Zigzag, false, DType::BF16, 64},
-                                           GpuCase{Sharding::Contiguous, false, DType::F32, 64}));
+                                           GpuCase{Sharding::Contiguous, false, DType::F32, 64},
+                                           GpuCase{Sharding::Contiguous, false, DType::F16, 64},
+                                           GpuCase{Sharding::Zigzag, true, DType::F32, 32}));
 
-// Distributed decode on the GPU over every transport this world can run.
-TEST(GpuDecode, MatchesOracleOverEveryTransport) {
+// Distributed decode on the GPU over every transport this world can run: one query (decode) and
+// three (chunked prefill: the last three positions).
+class GpuDecode : public ::testing::TestWithParam<int64_t> {};
+
+TEST_P(GpuDecode, MatchesOracleOverEveryTransport) {
   if (!all_ranks_have_cuda()) GTEST_SKIP() << "no CUDA device: GPU decode test skipped";
   const int P = test::world_size(), r = test::world_rank();
   const uint64_t seed = test::shared_seed();
   GlobalProblem p;
-  p.batch = 2, p.q_heads = 16, p.kv_heads = 4, p.head_dim = 128, p.dtype = DType::BF16, p.q_len = 3;
+  p.batch = 2, p.q_heads = 16, p.kv_heads = 4, p.head_dim = 128, p.dtype = DType::BF16, p.q_len = GetParam();
   p.kv_len = 1537;
-  p.causal = true;  // chunked prefill: the three queries are the last three positions
+  p.causal = true;
+  const int64_t Tq = p.q_len;
   const Segment kv = kv_shard(p.kv_len, r, P);
   const GlobalInputs g(p, seed);
   for (const std::string& tr : transports()) {
-    SCOPED_TRACE(fmt::format("seed {} rank {} of {} transport {}", seed, r, P, tr));
-    ShardTensor k(p.dtype, 2, 4, kv.len, 128), v(p.dtype, 2, 4, kv.len, 128), out(p.dtype, 2, 16, 3, 128);
+    SCOPED_TRACE(fmt::format("seed {} rank {} of {} transport {} q_len {}", seed, r, P, tr, Tq));
+    ShardTensor k(p.dtype, 2, 4, kv.len, 128), v(p.dtype, 2, 4, kv.len, 128), out(p.dtype, 2, 16, Tq, 128);
     k.fill(seed, InputTensor::K, {kv});
     v.fill(seed, InputTensor::V, {kv});
     out.poison();
@@ -173,7 +180,7 @@ TEST(GpuDecode, MatchesOracleOverEveryTransport) {
     double rl = 0;
     for (int64_t b = 0; b < 2; ++b)
       for (int64_t h = 0; h < 16; ++h)
-        for (int64_t i = 0; i < 3; ++i) {
+        for (int64_t i = 0; i < Tq; ++i) {
           cpu::naive_row(gf, b, h, i, ro.data(), &rl);
           for (int64_t d = 0; d < 128; ++d) eo.add(out.at(b, h, i, d), ro[size_t(d)]);
         }
@@ -181,6 +188,8 @@ TEST(GpuDecode, MatchesOracleOverEveryTransport) {
     EXPECT_TRUE(test::same_on_all_ranks(std::string(reinterpret_cast<const char*>(out.bytes.data()), out.bytes.size())));
   }
 }
+
+INSTANTIATE_TEST_SUITE_P(QueryRows, GpuDecode, ::testing::Values(int64_t(1), int64_t(3)));
 
 #ifdef RINGATTN_HAVE_NCCL
 int visible_gpus() {
