@@ -3,19 +3,7 @@
 # the open two-GPU bars of issues 14 and 15 at P = 2 over NCCL against one GPU, two passes:
 # window 4096 (65536 tokens per GPU), dense causal, packed documents (auto and doc-zigzag), and a
 # checked windowed run whose bytes are one window per rank. Logs go to $OUT/logs (tarred).
-set -u
-export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 PYTHONUNBUFFERED=1 OMP_NUM_THREADS=4
-B=/tmp/b; L=$OUT/logs; mkdir -p $L
-finish() { tar czf $OUT/logs.tgz -C $OUT logs; exit 0; }
-nvidia-smi --query-gpu=index,name,clocks.sm,temperature.gpu --format=csv,noheader | tee $L/gpu.txt
-t0=$(date +%s)
-cmake -S . -B $B -G Ninja -DCMAKE_CUDA_ARCHITECTURES=90a -DCMAKE_BUILD_TYPE=Release -DRINGATTN_TESTS=OFF > $L/build.log 2>&1
-cmake --build $B -j32 --target ringattn >> $L/build.log 2>&1 || { echo BUILD FAILED; grep -E "error" $L/build.log | head; finish; }
-echo "build $(( $(date +%s) - t0 )) s"; R=$B/bin/ringattn
-export RINGATTN=$R BUILD_DIR=$B
-MPI="bash launch/mpirun.sh --gpu --no-table -np 2"
-S="--device cuda --heads 32 --kv-heads 8 --dim 128 --dtype bf16 --causal --no-check -n 10 -w 3"
-row() { grep -E "^ +$2 " $1 | head -1; }
+source tests/gpu/x2_common.sh
 for pass in 1 2; do
   echo "== pass $pass"
   # windows: 65536 per GPU, window 4096
