@@ -295,12 +295,14 @@ nlohmann::json size_json(const SizeResult& r, const GlobalProblem& p) {
 }
 
 // The sizes of the sweep, each rounded to a token: every length splits over every world (uneven
-// shards), and a decode sweep replicates the queries on every rank.
+// shards), and a decode sweep replicates the queries on every rank. The ends are the given
+// values exactly (a double holds integers only to 2^53); the sizes between are the geometric ones.
 std::vector<int64_t> sweep_sizes(const BenchOptions& o) {
-  std::vector<int64_t> sizes;
-  for (double s = double(o.seq_min); s <= double(o.seq_max) * (1 + 1e-9); s *= o.seq_factor) {
-    const int64_t n = std::max<int64_t>(1, int64_t(std::llround(s)));
-    if (sizes.empty() || sizes.back() != n) sizes.push_back(n);
+  std::vector<int64_t> sizes{o.seq_min};
+  const double last = double(o.seq_max);
+  for (double s = double(o.seq_min) * o.seq_factor; s <= last * (1 + 1e-9); s *= o.seq_factor) {
+    const int64_t n = s >= last * (1 - 1e-9) ? o.seq_max : std::max<int64_t>(1, int64_t(std::llround(s)));
+    if (n > sizes.back()) sizes.push_back(n);
   }
   return sizes;
 }

@@ -116,6 +116,20 @@ void refuse_empty_values(const CLI::App& sub, Cmd cmd) {
   }
 }
 
+// `--backward=false`, `--causal=0`: a switch is given or not, and a false value would count as
+// given (the backward's flags accepted and ignored, the flags line claiming --backward).
+void refuse_switch_values(const CLI::App& sub, Cmd cmd) {
+  for (const Flag* f : flags_of(cmd)) {
+    // A negated switch ('!' names: --no-check) reads "false" when given, and takes no value at all.
+    if (!std::holds_alternative<Field<bool>>(f->target) || f->names[0] == '!') continue;
+    const CLI::Option* opt = sub.get_option_no_throw(flag_name(*f));
+    if (opt == nullptr || opt->count() == 0) continue;
+    for (const std::string& r : opt->results())
+      if (r == "false" || r == "0" || r == "off" || r == "no" || r == "-1")
+        fail_arg("{}={}: a switch takes no value; give {} or leave it out", flag_name(*f), r, flag_name(*f));
+  }
+}
+
 // Flags that a combination would silently ignore.
 void refuse_ignored_flags(const CLI::App& sub, const ProblemOptions& o, bool check) {
   if (o.q_offset && !o.causal && o.window.empty())
@@ -184,6 +198,7 @@ void parse_command_line(CLI::App& app, CommandLine& cl, int argc, const char* co
   if (cl.command.empty()) throw CLI::CallForHelp();
   CLI::App& sub = *app.get_subcommand(cl.command);
   const Cmd cmd = Cmd(command_bit(cl.command));
+  refuse_switch_values(sub, cmd);
   cl.given = given_flags(sub, cmd);
   refuse_empty_values(sub, cmd);
   refuse_idle_flags(sub, cmd);

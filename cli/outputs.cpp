@@ -53,6 +53,9 @@ void paths_of(const CommandLine& cl, Cmd cmd, NamedPaths& outputs, NamedPaths& i
     const nlohmann::json v = flag_json(*f, cl, cmd);
     const std::string path = v.is_string() ? v.get<std::string>() : std::string();
     const bool out = f->io == Io::OutputTensor || f->io == Io::OutputFile;
+    // '-' is stdout for a text output (--json); a tensor's .npy goes to a file.
+    if (f->io == Io::OutputTensor && path == "-")
+      fail_arg("{} -: a tensor is written as a .npy file, not to stdout; give a file name", flag_name(*f));
     (out ? outputs : inputs).emplace_back(flag_name(*f), path);
   }
 }

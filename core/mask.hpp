@@ -172,14 +172,21 @@ struct Window {
 namespace mask_detail {
 RA_HD int64_t floor_div(int64_t a, int64_t b) { return a / b - ((a % b != 0) && (a < 0)); }  // b > 0
 RA_HD int64_t ceil_div(int64_t a, int64_t b) { return -floor_div(-a, b); }                     // b > 0
-// Window sides beyond any sequence (validate_problem bounds positions far below this): unbounded.
-constexpr int64_t kUnboundedWindow = int64_t(1) << 60;
-RA_HD int64_t side(int64_t w) { return w < 0 || w >= kUnboundedWindow ? -1 : w; }
+RA_HD int64_t side(int64_t w) { return w < 0 ? -1 : w; }  // -1: unbounded
+// Edges further than kFar from the diagonal lie beyond every key a run can have (lengths are far
+// below it: the query-key pairs must fit an int64), so an edge is held to [-kFar, kFar]: exact for
+// every row and key, and the two edges' difference (MaskSpec::window) fits an int64. a + b and
+// a - b held to that range, for any int64 a and b >= 0 (no overflow on the way).
+constexpr int64_t kFar = int64_t(1) << 61;
+RA_HD int64_t hold_far(int64_t x) { return x > kFar ? kFar : x < -kFar ? -kFar : x; }
+RA_HD int64_t far_add(int64_t a, int64_t b) { return a > kFar - b ? kFar : hold_far(a + b); }
+RA_HD int64_t far_sub(int64_t a, int64_t b) { return a < -kFar + b ? -kFar : hold_far(a - b); }
 }  // namespace mask_detail
 
 // The MaskSpec of queries at positions qs + stride * i against keys at ks + stride * j (one
 // stride >= 1 for both: contiguous 1, striped P) under `causal` and the window `w`, with
-// d = qs - ks the distance of the first query from the first key (|d| below 2^61). Key j is
+// d = qs - ks the distance of the first query from the first key (any int64; the sides any int64
+// >= 0, exact: an edge beyond every key is held at kFar, mask_detail). Key j is
 // visible to row i when j <= i + floor((d + right) / stride) (right 0 when causal) and
 // j >= i + ceil((d - left) / stride). `empty` is set when the edges cross, so that no row sees
 // any key (strided runs between two window positions); the spec is then the canonical empty one.
@@ -189,10 +196,10 @@ RA_HD MaskSpec band_mask(bool causal, Window w, int64_t d, int64_t stride, bool*
   if (empty) *empty = false;
   if (right >= 0) {
     m.causal = true;
-    m.q_offset = mask_detail::floor_div(d + right, stride);
+    m.q_offset = mask_detail::floor_div(mask_detail::far_add(d, right), stride);
   }
   if (left >= 0) {
-    const int64_t lower = mask_detail::ceil_div(d - left, stride);  // the first key offset
+    const int64_t lower = mask_detail::ceil_div(mask_detail::far_sub(d, left), stride);  // the first key offset
     if (!m.causal) {
       m.q_offset = lower;
       m.window = 0;
@@ -244,8 +251,8 @@ RA_HD KeyRange document_keys(const Documents& docs, bool causal, int64_t pos, Wi
     end = docs.cu[d + 1];
   }
   const int64_t left = mask_detail::side(w.left), right = causal ? 0 : mask_detail::side(w.right);
-  if (right >= 0 && pos + right + 1 < end) end = pos + right + 1;
-  if (left >= 0 && pos - left > begin) begin = pos - left;
+  if (right >= 0 && right < end - pos - 1) end = pos + right + 1;  // compared as distances: no overflow
+  if (left >= 0 && left < pos - begin) begin = pos - left;
   return {begin, end};
 }
 

@@ -44,3 +44,15 @@ step(EXPECT_RC 1 COMMAND sh -c "'${RINGATTN}' run --seq 64 --window ''"
      STDERR "--window: the value is empty; give one or drop --window")
 step(EXPECT_RC 1 COMMAND sh -c "'${RINGATTN}' run --seq 64 --cu-seqlens ''"
      STDERR "--cu-seqlens: the path is empty; give a file name")
+# A switch with a value: a false one used to count as given (the backward's flags accepted and
+# ignored, the flags line claiming --backward; issue 39, second pass).
+step(EXPECT_RC 1 COMMAND ${MPIRUN} ${RINGATTN} run --seq 64 --backward=false --dq g.npy --deterministic
+     STDERR "--backward=false: a switch takes no value; give --backward or leave it out")
+step(EXPECT_RC 1 COMMAND ${RINGATTN} run --seq 64 --causal=0 STDERR "--causal=0: a switch takes no value")
+step(EXPECT_RC 1 COMMAND ${RINGATTN} bench -b 64 -e 64 --backward=off STDERR "--backward=off: a switch takes no value")
+step(EXPECT_RC 0 COMMAND ${RINGATTN} run --seq 64 --heads 2 --kv-heads 1 --dim 8 --causal=true STDOUT "flags: .*--causal")
+# '-' is stdout for --json only: a tensor output named '-' is refused (it wrote a file named '-',
+# the outputs overwriting each other), on every rank and in the dry run.
+step(EXPECT_RC 1 COMMAND ${MPIRUN} ${RINGATTN} run --seq 64 --causal --backward --out - --lse - --dq -
+     STDERR "--out -: a tensor is written as a .npy file, not to stdout; give a file name")
+step(EXPECT_RC 1 COMMAND ${RINGATTN} run --seq 64 --dk - --backward --dry-run STDERR "--dk -: a tensor is written")

@@ -52,3 +52,25 @@ step(EXPECT_RC 0 COMMAND ${RINGATTN} plan --seq 768614336404564650 --ranks 16 --
             "sent in all: 18446744073709551536 bytes")
 step(EXPECT_RC 1 COMMAND ${RINGATTN} plan --seq 768614336404564651 --ranks 16 --heads 1 --kv-heads 1 --dim 1
      STDERR "2305843009213693953 x 4 does not fit in a 64-bit integer")
+# Window sides of 2^60 and more are sides like any other (issue 39, second pass: they were taken as
+# unbounded). Every key 2^62 behind the queries, a window of 2^60: no key is visible, refused.
+step(EXPECT_RC 1 COMMAND ${RINGATTN} run --heads 2 --kv-heads 1 --dim 4 --seq 7 --kv-seq 70 --causal
+     --window 1152921504606846976,0 --q-offset 4611686018427387904
+     STDERR "leaves query 0 .*with no visible key")
+# Right edge pos + 2^63 - 1 with the queries at -2^63: query 0 sees no key (the edge used to overflow).
+step(EXPECT_RC 1 COMMAND ${RINGATTN} run --heads 2 --kv-heads 1 --dim 4 --seq 7 --kv-seq 70
+     --window 9223372036854775807,9223372036854775807 --q-offset -9223372036854775808
+     STDERR "leaves query 0 .*with no visible key")
+# A window that covers the whole distance (2^62 + 2^60 from the last key) sees every key: the run
+# equals the unwindowed one.
+step(EXPECT_RC 0 COMMAND ${RINGATTN} run --heads 2 --kv-heads 1 --dim 4 --seq 7 --kv-seq 70 --causal
+     --window 5764607523034234880,0 --q-offset 4611686018427387904 --check --out wide.npy STDOUT "-> OK")
+step(EXPECT_RC 0 COMMAND ${RINGATTN} run --heads 2 --kv-heads 1 --dim 4 --seq 7 --kv-seq 70 --out all.npy)
+step(EXPECT_RC 0 COMMAND ${NPY_TOOL} compare wide.npy all.npy 1e-6)
+# bench's sweep ends are the given sizes exactly (they went through a double: 2^63 - 1 ran seq 1,
+# and sizes above 2^53 were rounded in the messages).
+step(EXPECT_RC 1 COMMAND ${RINGATTN} bench --heads 1 --kv-heads 1 --dim 1 -b 9223372036854775807
+     -e 9223372036854775807 --no-check -n 1 -w 0
+     STDERR "the bytes of q \\(batch x heads x q_len x dim x dtype size\\): 9223372036854775807 x 4 does not fit")
+step(EXPECT_RC 1 COMMAND ${RINGATTN} bench --heads 1 --kv-heads 1 --dim 1 -b 9223372036854775000
+     -e 9223372036854775807 --no-check -n 1 -w 0 STDERR ": 9223372036854775000 x 4 does not fit")

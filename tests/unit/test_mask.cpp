@@ -5,7 +5,9 @@
 // and documents with windows against positions.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstdint>
+#include <limits>
 #include <vector>
 
 #include "core/mask.hpp"
@@ -236,6 +238,45 @@ TEST(Mask, BandMaskMatchesWindowsOnStridedPositions) {
             }
   EXPECT_GT(empty_seen, 0);
   EXPECT_GT(visible_seen, 0);
+}
+
+// Edges and offsets anywhere in the int64 range (issue 39's second pass: a window side of 2^60 or
+// more was taken as unbounded although --q-offset may put the queries 2^62 from the keys): the
+// spec matches the definition computed in 128 bits, and no edge arithmetic overflows.
+TEST(Mask, BandMaskIsExactForEdgesAndOffsetsNearTheInt64Range) {
+  const int64_t big = std::numeric_limits<int64_t>::max(), small = std::numeric_limits<int64_t>::min();
+  const int64_t p60 = int64_t(1) << 60, p62 = int64_t(1) << 62;
+  const int64_t sides[] = {-1, 0, 3, p60 - 1, p60, p62, big};
+  const int64_t offsets[] = {0, 5, -5, p60, -p60, p62, -p62, big - 10, small, small + 10, p62 + p60 - 2};
+  int64_t visible_seen = 0, hidden_seen = 0;
+  for (bool causal : {false, true})
+    for (int64_t left : sides)
+      for (int64_t right : sides)
+        for (int64_t S : {1, 3})
+          for (int64_t d : offsets) {
+            const MaskSpec m = clamp_offset(band_mask(causal, Window{left, right}, d, S), 5, 7);
+            for (int64_t i = 0; i < 5; ++i)
+              for (int64_t j = 0; j < 7; ++j) {
+                const __int128 dist = __int128(d) + __int128(S) * (i - j);  // pq - pk
+                const int64_t r = causal ? 0 : right;
+                const bool want = (r < 0 || -dist <= r) && (left < 0 || dist <= left);
+                ASSERT_EQ(is_visible(m, i, j), want) << "causal " << causal << " window " << left << "," << right
+                                                     << " S " << S << " d " << d << " i " << i << " j " << j;
+                (want ? visible_seen : hidden_seen)++;
+              }
+          }
+  EXPECT_GT(visible_seen, 0);
+  EXPECT_GT(hidden_seen, 0);
+  // Documents: the sides compared as distances (pos + right + 1 overflowed).
+  const int64_t cu[] = {0, 4, 9};
+  const Documents docs{cu, 2};
+  for (int64_t w : sides)
+    for (int64_t pos = 0; pos < 9; ++pos) {
+      const KeyRange k = document_keys(docs, false, pos, Window{w, w});
+      const int64_t b = pos < 4 ? 0 : 4, e = pos < 4 ? 4 : 9;
+      EXPECT_EQ(k.begin, w < 0 ? b : std::max(b, pos - std::min(w, pos)));
+      EXPECT_EQ(k.end, w < 0 ? e : std::min(e, w >= e - pos ? e : pos + w + 1));
+    }
 }
 
 // Documents with windows: key k visible to query q when both lie in one document, k >= q - left,
