@@ -14,10 +14,6 @@
 namespace ringattn::cli {
 namespace {
 
-void fnv(uint64_t& h, const unsigned char* p, size_t n) {
-  for (size_t i = 0; i < n; ++i) h = (h ^ p[i]) * 1099511628211ull;
-}
-
 // The value most ranks hold (ties: the lowest rank's), so that one odd rank is the one named.
 size_t majority(const std::vector<int64_t>& v) {
   size_t ref = 0, best = 0;
@@ -31,26 +27,36 @@ size_t majority(const std::vector<int64_t>& v) {
 
 }  // namespace
 
-uint64_t sampled_file_hash(const std::string& flag, const std::string& path) {
+uint64_t file_hash(const std::string& flag, const std::string& path) {
   std::unique_ptr<FILE, int (*)(FILE*)> f(std::fopen(path.c_str(), "rb"), &std::fclose);
   if (!f) fail_arg("{} {}: cannot be read: {}", flag, path, std::strerror(errno));
-  if (std::fseek(f.get(), 0, SEEK_END) != 0) fail_arg("{} {}: cannot seek: {}", flag, path, std::strerror(errno));
-  const long size = std::ftell(f.get());
-  if (size < 0) fail_arg("{} {}: cannot tell its size: {}", flag, path, std::strerror(errno));
-  uint64_t h = 1469598103934665603ull;
-  const uint64_t n = uint64_t(size);
-  fnv(h, reinterpret_cast<const unsigned char*>(&n), sizeof(n));
-  constexpr uint64_t kEdge = 64 << 10, kPiece = 4 << 10;
-  std::vector<std::pair<uint64_t, uint64_t>> pieces = {{0, std::min(n, kEdge)}};  // (offset, bytes)
-  if (n > kEdge) pieces.push_back({n - std::min(n - kEdge, kEdge), std::min(n - kEdge, kEdge)});
-  for (uint64_t i = 1; i <= 16 && n > 2 * kEdge; ++i)
-    pieces.push_back({std::min(n - kPiece, n * i / 17), kPiece});
-  std::vector<unsigned char> buf(kEdge);
-  for (const auto& [off, bytes] : pieces) {
-    if (std::fseek(f.get(), long(off), SEEK_SET) != 0 || std::fread(buf.data(), 1, bytes, f.get()) != bytes)
-      fail_arg("{} {}: reading {} bytes at offset {} failed", flag, path, bytes, off);
-    fnv(h, buf.data(), bytes);
+  // Eight bytes a step (FNV's multiply on words, then a shift to bring the high bits down): about
+  // as fast as the disk; the size goes in last, so that a trailing zero byte changes the hash.
+  uint64_t h = 1469598103934665603ull, size = 0;
+  auto mix = [&h](uint64_t w) {
+    h = (h ^ w) * 1099511628211ull;
+    h ^= h >> 29;
+  };
+  std::vector<unsigned char> buf(size_t(1) << 20);
+  for (;;) {
+    const size_t got = std::fread(buf.data(), 1, buf.size(), f.get());
+    if (got < buf.size() && std::ferror(f.get()))
+      fail_arg("{} {}: reading at offset {} failed: {}", flag, path, size, std::strerror(errno));
+    size_t i = 0;
+    for (; i + 8 <= got; i += 8) {
+      uint64_t w;
+      std::memcpy(&w, buf.data() + i, 8);
+      mix(w);
+    }
+    if (i < got) {
+      uint64_t w = 0;
+      std::memcpy(&w, buf.data() + i, got - i);
+      mix(w);
+    }
+    size += got;
+    if (got < buf.size()) break;
   }
+  mix(size);
   return h;
 }
 
@@ -68,7 +74,7 @@ void agree_on_loaded_inputs(const GlobalProblem& p, const InputFiles& files, Tra
       std::string error;
       uint64_t h = 0;
       try {
-        h = sampled_file_hash(flag, path);
+        h = file_hash(flag, path);
       } catch (const InvalidArgument& e) {
         error = e.what();
       }
@@ -78,7 +84,7 @@ void agree_on_loaded_inputs(const GlobalProblem& p, const InputFiles& files, Tra
       for (size_t r = 0; r < all.size(); ++r)
         if (all[r] != all[ref]) differ += fmt::format(" rank {}: {:#018x};", r, uint64_t(all[r]));
       if (!differ.empty())
-        fail_arg("ranks read different contents from {} (a sampled hash of each rank's file; rank {} has {:#018x}):{} "
+        fail_arg("ranks read different contents from {} (a hash of each rank's whole file; rank {} has {:#018x}):{} "
                  "every rank must read the same file", flag, ref, uint64_t(all[ref]), differ);
     }
   } catch (const InvalidArgument& e) {

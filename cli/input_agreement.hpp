@@ -20,13 +20,13 @@ using InputFiles = std::vector<std::pair<std::string, std::string>>;
 InputFiles input_files_of(const RunOptions& o);
 
 // Collective over `t`: the problem every rank built (shapes and dtype from its files' headers)
-// agreed by agree_on_problem, then for each file a sampled hash of its contents (its size, its
-// first and last 64 KiB and 16 evenly spaced 4 KiB pieces) compared across the ranks. Throws
+// agreed by agree_on_problem, then for each file a hash of its whole contents (file_hash)
+// compared across the ranks (a sampled hash let files that differed between the pieces through). Throws
 // CollectiveError on every rank alike, naming the ranks, the field or the flag and both values.
 void agree_on_loaded_inputs(const GlobalProblem& p, const InputFiles& files, Transport& t);
 
-// The sampled hash of `path` (FNV-1a over the size and the pieces above); InvalidArgument naming
-// the flag when the file cannot be read.
-uint64_t sampled_file_hash(const std::string& flag, const std::string& path);
+// A 64-bit hash of every byte of `path` and its size; InvalidArgument naming the flag when the file
+// cannot be read.
+uint64_t file_hash(const std::string& flag, const std::string& path);
 
 }  // namespace ringattn::cli

@@ -2,7 +2,7 @@
 # (and --do) itself, so an MPMD launch with one working directory per rank gives each rank its
 # own files. Files of other shapes are refused by agree_on_problem before the ring's warm-up
 # (they overran a heap buffer in the warm-up exchange); files of the same shapes but other
-# contents by a sampled hash (they ran to a wrong answer). The run, the backward and the dry run.
+# contents by a hash of the whole file (they ran to a wrong answer). The run, the backward and the dry run.
 # The verdict is collective: rank 0 prints it (once, as every collective error) and every rank
 # exits 1 (each rank's exit code is said by a shell around it), with no MPI_Abort and no output
 # file written. A ';' of the texts is matched by '.': a CMake list would split the regex there.
@@ -62,7 +62,7 @@ job(same short "${SHAPES}" run --causal --backward --do do.npy --dry-run)
 
 # One file per rank of the same shape but other contents: --q, --v, --do.
 function(contents flag)
-  set(CONTENTS "ranks read different contents from ${flag} \\(a sampled hash of each rank's file. rank 0 has 0x[0-9a-f]+\\): rank 1: 0x[0-9a-f]+. every rank must read the same file" PARENT_SCOPE)
+  set(CONTENTS "ranks read different contents from ${flag} \\(a hash of each rank's whole file. rank 0 has 0x[0-9a-f]+\\): rank 1: 0x[0-9a-f]+. every rank must read the same file" PARENT_SCOPE)
 endfunction()
 contents(--q)
 job(same q "${CONTENTS}" run --causal ${OUTS})
@@ -79,3 +79,14 @@ step(EXPECT_RC 0 COMMAND ${MPMD} -np 1 -wdir ${WORK_DIR}/same ${RINGATTN} run --
                           : -np 1 -wdir ${WORK_DIR}/copy ${RINGATTN} run --causal --q q.npy --k k.npy --v v.npy ${OUTS}
      STDERR_NOT "\\[error\\]")
 step(EXPECT_RC 0 COMMAND ${NPY_TOOL} reference same/q.npy same/k.npy same/v.npy same/o.npy same/l.npy causal 1e-4)
+
+# Files that differ in one element between the pieces a sampled hash read (its size, its first
+# and last 64 KiB and 16 spaced 4 KiB pieces; issue 39, second pass): the whole file is hashed.
+file(MAKE_DIRECTORY ${WORK_DIR}/big)
+step(EXPECT_RC 0 COMMAND ${NPY_TOOL} random big/q.npy fp32 1 8 1024 16 ${SEED})
+step(EXPECT_RC 0 COMMAND ${NPY_TOOL} random big/k.npy fp32 1 2 1024 16 1${SEED})
+step(EXPECT_RC 0 COMMAND ${NPY_TOOL} random big/v.npy fp32 1 2 1024 16 2${SEED})
+file(COPY ${WORK_DIR}/big/ DESTINATION ${WORK_DIR}/bigq)
+step(EXPECT_RC 0 COMMAND ${NPY_TOOL} poison bigq/q.npy 27600 inf)
+contents(--q)
+job(big bigq "${CONTENTS}" run --causal ${OUTS})
