@@ -75,6 +75,11 @@ step(EXPECT_RC 0 COMMAND ${NPY_TOOL} random q30.npy fp32 1 2 128 64 ${SEED} 30)
 step(EXPECT_RC 0 COMMAND ${NPY_TOOL} random k30.npy fp32 1 1 128 64 1${SEED} 30)
 step(EXPECT_RC 0 COMMAND ${NPY_TOOL} random v30.npy fp32 1 1 128 64 2${SEED})
 step(EXPECT_RC 0 COMMAND ${RINGATTN} run --q q30.npy --k k30.npy --v v30.npy --causal --check STDOUT "-> OK")
+# ... and so does their backward (issue 39, second pass: the gradient bound had no allowance for the
+# scores' magnitude, which fp32 rounding scales with, and failed correct runs near 2.7e-4).
+step(EXPECT_RC 0 COMMAND ${NPY_TOOL} random do30.npy fp32 1 2 128 64 3${SEED})
+step(EXPECT_RC 0 COMMAND ${RINGATTN} run --q q30.npy --k k30.npy --v v30.npy --do do30.npy --causal --backward --check
+     STDOUT "dv max abs [^\n]+ -> OK" "tolerance fp32: max \\|g - ref\\| <= \\(1e-04 \\+ 1e-06 x score magnitude [0-9.e+]+\\) max")
 # A NaN in q (element 40: head 0, token 2): the message counts the non-finite values, the whole
 # output row that the query reaches (16 values) and its log-sum-exp.
 step(EXPECT_RC 0 COMMAND ${NPY_TOOL} poison q.npy 40 nan)
