@@ -116,17 +116,17 @@ void refuse_empty_values(const CLI::App& sub, Cmd cmd) {
   }
 }
 
-// `--backward=false`, `--causal=0`: a switch is given or not, and a false value would count as
-// given (the backward's flags accepted and ignored, the flags line claiming --backward).
-void refuse_switch_values(const CLI::App& sub, Cmd cmd) {
-  for (const Flag* f : flags_of(cmd)) {
-    // A negated switch ('!' names: --no-check) reads "false" when given, and takes no value at all.
-    if (!std::holds_alternative<Field<bool>>(f->target) || f->names[0] == '!') continue;
-    const CLI::Option* opt = sub.get_option_no_throw(flag_name(*f));
-    if (opt == nullptr || opt->count() == 0) continue;
-    for (const std::string& r : opt->results())
-      if (r == "false" || r == "0" || r == "off" || r == "no" || r == "-1")
-        fail_arg("{}={}: a switch takes no value; give {} or leave it out", flag_name(*f), r, flag_name(*f));
+// `--backward=false`, `--causal=0`: a switch is given or not, and its value would count as given
+// (the backward's flags accepted and ignored, the flags line claiming --backward). Read from the
+// words as typed. (A negated switch, --no-check, refuses a value in CLI11 already.)
+void refuse_switch_values(Cmd cmd, int argc, const char* const* argv) {
+  for (int i = 1; i < argc; ++i) {
+    const std::string word = argv[i];
+    const size_t eq = word.find('=');
+    if (word.rfind("--", 0) != 0 || eq == std::string::npos) continue;
+    for (const Flag* f : flags_of(cmd))
+      if (std::holds_alternative<Field<bool>>(f->target) && word.compare(0, eq, flag_name(*f)) == 0)
+        fail_arg("{}: a switch takes no value; give {} or leave it out", word, flag_name(*f));
   }
 }
 
@@ -198,7 +198,7 @@ void parse_command_line(CLI::App& app, CommandLine& cl, int argc, const char* co
   if (cl.command.empty()) throw CLI::CallForHelp();
   CLI::App& sub = *app.get_subcommand(cl.command);
   const Cmd cmd = Cmd(command_bit(cl.command));
-  refuse_switch_values(sub, cmd);
+  refuse_switch_values(cmd, argc, argv);
   cl.given = given_flags(sub, cmd);
   refuse_empty_values(sub, cmd);
   refuse_idle_flags(sub, cmd);
@@ -235,11 +235,15 @@ std::string environment_help() {
   return text;
 }
 
-void validate_problem_options(const ProblemOptions& o) {
-  if (o.heads % o.kv_heads != 0)
+void check_head_counts(int64_t heads, int64_t kv_heads) {
+  if (heads % kv_heads != 0)
     fail_arg("--heads {} is not a multiple of --kv-heads {}: grouped-query attention needs heads = g * kv-heads "
-             "(e.g. --heads {} --kv-heads {})", o.heads, o.kv_heads, o.kv_heads * std::max<int64_t>(1, o.heads / o.kv_heads),
-             o.kv_heads);
+             "(e.g. --heads {} --kv-heads {})", heads, kv_heads, kv_heads * std::max<int64_t>(1, heads / kv_heads),
+             kv_heads);
+}
+
+void validate_problem_options(const ProblemOptions& o) {
+  check_head_counts(o.heads, o.kv_heads);
   if (!o.doc_lens.empty() && !o.cu_seqlens_file.empty())
     fail_arg("--doc-lens and --cu-seqlens both give the documents: use one of them");
   const int nfiles = int(!o.q_file.empty()) + int(!o.k_file.empty()) + int(!o.v_file.empty());

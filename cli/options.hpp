@@ -117,6 +117,8 @@ std::string environment_help();
 
 // Cross-flag checks CLI11 cannot express; throws InvalidArgument naming the flags.
 void validate_problem_options(const ProblemOptions& o);
+// --heads a multiple of --kv-heads (run, bench and plan); InvalidArgument naming both and an example.
+void check_head_counts(int64_t heads, int64_t kv_heads);
 // A --transport kind that moves device buffers (comm/transport_factory.hpp: nccl) with --device
 // cpu: InvalidArgument naming both. Unknown kinds pass (make_world names them).
 void check_transport_device(const std::string& transport, const std::string& device);

@@ -133,6 +133,7 @@ void print_summary(const PlanOptions& o, const PairStats& st, double flop_per_pa
 // The problem of `plan`'s flags, checked as the runner checks the window and the documents.
 GlobalProblem plan_problem(const PlanOptions& o) {
   check_shardable(Sharding::Zigzag, o.seq, o.ranks);
+  check_head_counts(o.heads, o.kv_heads);  // as run and bench (plan accepted --heads 3 --kv-heads 2)
   GlobalProblem p;
   p.batch = o.batch;
   p.q_heads = o.heads;
