@@ -31,13 +31,8 @@ _HEAD = struct.calcsize(_DESC)
 
 
 @functools.lru_cache(maxsize=None)
-def _packer(ndims):
-    """One struct for the descriptors of tensors of these ranks, and each one's offset."""
-    offsets, at = [], 0
-    for n in ndims:
-        offsets.append(at)
-        at += _HEAD + 16 * n
-    return struct.Struct("=" + "".join(f"{_DESC[1:]}{n}q{n}q" for n in ndims)), tuple(offsets)
+def _packer(ndim):
+    return struct.Struct(f"{_DESC}{ndim}q{ndim}q")
 
 
 def _device_of(t):
@@ -49,26 +44,23 @@ def _device_of(t):
 
 class _Descs:
     """Descriptors of tensors (their addresses, for the C ABI's pointer arguments), kept alive with
-    the tensors for one call. `many` packs several into one buffer by one struct call."""
+    the tensors for one call (the ring's calls; the op passes torch's own DLTensors, _pack_call)."""
 
     def __init__(self):
         self._keep = []
 
-    def many(self, *ts):
-        p, offsets = _packer(tuple(t.dim() for t in ts))
-        buf = ctypes.create_string_buffer(p.size)
-        base = ctypes.addressof(buf)
-        values = []
-        for t, off in zip(ts, offsets):
-            n, at = t.dim(), base + off + _HEAD
-            code, bits = _CODES[t.dtype]
-            values += (t.data_ptr(), *_device_of(t), n, code, bits, 1, at, at + 8 * n, 0, *t.shape, *t.stride())
-        p.pack_into(buf, 0, *values)
-        self._keep += [ts, buf]
-        return [base + off for off in offsets]
-
     def __call__(self, t):
-        return None if t is None else self.many(t)[0]
+        if t is None:
+            return None
+        n = t.dim()
+        p = _packer(n)
+        buf = ctypes.create_string_buffer(p.size)
+        at = ctypes.addressof(buf)
+        code, bits = _CODES[t.dtype]
+        p.pack_into(buf, 0, t.data_ptr(), *_device_of(t), n, code, bits, 1, at + _HEAD, at + _HEAD + 8 * n, 0,
+                    *t.shape, *t.stride())
+        self._keep += [t, buf]
+        return at
 
 
 # Scratch on a GPU from torch's caching allocator, in the order of the call's stream (the library
@@ -136,9 +128,6 @@ def _args(descs, cu_seqlens, causal, window_left, window_right, softmax_scale, m
 _ARGS = "=iiqqi4xdQqi4xQQ"
 assert struct.calcsize(_ARGS) == ctypes.sizeof(_lib.Args) and _lib.Args.softmax_scale.offset == 32 \
     and _lib.Args.deterministic.offset == 56 and _lib.Args.allocator.offset == 72, "ringattn: the args layout does not match"
-_ARGS_BYTES = struct.calcsize(_ARGS)
-
-
 _ARGS_STRUCT = struct.Struct(_ARGS)
 _RAW_STREAM = getattr(torch._C, "_cuda_getCurrentRawStream", None)
 _to_dlpack = torch.utils.dlpack.to_dlpack
@@ -169,7 +158,7 @@ def _pack_call(cu_seqlens, causal, window_left, window_right, softmax_scale, max
     if cu_seqlens is not None:
         caps.append(_to_dlpack(cu_seqlens))
         cu_at = _capsule_pointer(caps[-1], b"dltensor")
-    buf = ctypes.create_string_buffer(_ARGS_BYTES)
+    buf = ctypes.create_string_buffer(_ARGS_STRUCT.size)
     _ARGS_STRUCT.pack_into(buf, 0, _lib.ABI_VERSION, int(causal), window_left, window_right, 1, softmax_scale, cu_at,
                            max_seqlen, int(deterministic), *_stream_and_allocator(ts[0]))
     return (buf, caps), ctypes.addressof(buf), descs
