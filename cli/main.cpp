@@ -132,7 +132,8 @@ int main(int argc, char** argv) {
     // under a launcher joins it too (so that `run : plan` is a clear error, not a hang), then
     // prints on rank 0.
     const ProblemOptions& po = cl.command == "bench" ? cl.bench.problem : cl.run.problem;
-    agree_on_command(cl, *mpi, cl.env.timeout_s(cl.command == "plan" ? std::nullopt : po.timeout_s));
+    const std::string choice_error = cl.command == "plan" ? "" : world_choice_error(po, cl.env, *mpi);
+    agree_on_command(cl, *mpi, cl.env.timeout_s(cl.command == "plan" ? std::nullopt : po.timeout_s), choice_error);
     int code = 0;
     if (cl.command == "plan")
       code = rank == 0 ? plan_command(cl.plan) : 0;

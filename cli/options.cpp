@@ -116,17 +116,19 @@ void refuse_empty_values(const CLI::App& sub, Cmd cmd) {
   }
 }
 
-// `--backward=false`, `--causal=0`: a switch is given or not, and its value would count as given
-// (the backward's flags accepted and ignored, the flags line claiming --backward). Read from the
-// words as typed. (A negated switch, --no-check, refuses a value in CLI11 already.)
-void refuse_switch_values(Cmd cmd, int argc, const char* const* argv) {
+// `--backward=false`, `--causal=0`, `--no-check=false`: a switch is given or not, and its value would
+// count as given (the backward's flags accepted and ignored, the flags line claiming --backward) or,
+// for a negated switch, be negated by CLI11 (which overflows on INT64_MIN). Read from the words as
+// typed, before CLI11 sees them, for every switch of every command.
+void refuse_switch_values(int argc, const char* const* argv) {
   for (int i = 1; i < argc; ++i) {
     const std::string word = argv[i];
+    if (word == "--") return;
     const size_t eq = word.find('=');
     if (word.rfind("--", 0) != 0 || eq == std::string::npos) continue;
-    for (const Flag* f : flags_of(cmd))
-      if (std::holds_alternative<Field<bool>>(f->target) && word.compare(0, eq, flag_name(*f)) == 0)
-        fail_arg("{}: a switch takes no value; give {} or leave it out", word, flag_name(*f));
+    for (const Flag& f : flag_table())
+      if (flag_is_bool(f) && word.compare(0, eq, flag_name(f)) == 0)
+        fail_arg("{}: a switch takes no value; give {} or leave it out", word, flag_name(f));
   }
 }
 
@@ -187,6 +189,7 @@ std::vector<std::string> given_flags(const CLI::App& sub, Cmd cmd) {
 }  // namespace
 
 void parse_command_line(CLI::App& app, CommandLine& cl, int argc, const char* const* argv) {
+  refuse_switch_values(argc, argv);
   if (argc <= 1)
     app.parse(std::string(kDefaultArgs), false);
   else
@@ -198,7 +201,6 @@ void parse_command_line(CLI::App& app, CommandLine& cl, int argc, const char* co
   if (cl.command.empty()) throw CLI::CallForHelp();
   CLI::App& sub = *app.get_subcommand(cl.command);
   const Cmd cmd = Cmd(command_bit(cl.command));
-  refuse_switch_values(cmd, argc, argv);
   cl.given = given_flags(sub, cmd);
   refuse_empty_values(sub, cmd);
   refuse_idle_flags(sub, cmd);

@@ -219,11 +219,11 @@ Transport& grad_transport(World& w) {
   return *w.grad_transport;
 }
 
-World make_world(const ProblemOptions& o, const Settings& env, const MpiSession& mpi) {
-  World w;
-  check_world_matches_launcher(mpi);
-  // Every wait for another rank is bounded; the first hop also pays connection set-up.
-  const double timeout = env.timeout_s(o.timeout_s);
+namespace {
+
+// What make_world checks before it makes the transport: no communication, so every rank can
+// report it through the start-up agreement.
+const TransportKind& check_world_choice(const ProblemOptions& o, const Settings& env, const MpiSession& mpi) {
   const bool cuda = o.device == "cuda";
   if (cuda && !cuda_available())
     fail_arg("--device cuda: {}; use --device cpu",
@@ -234,6 +234,28 @@ World make_world(const ProblemOptions& o, const Settings& env, const MpiSession&
 #endif
     );
   const TransportKind& kind = choose_transport_kind(o.transport, cuda, mpi);
+  if (kind.reads_progress) (void)env.mpi_progress.get();  // a refused RINGATTN_MPI_PROGRESS throws here
+  return kind;
+}
+
+}  // namespace
+
+std::string world_choice_error(const ProblemOptions& o, const Settings& env, const MpiSession& mpi) {
+  try {
+    check_world_choice(o, env, mpi);
+  } catch (const InvalidArgument& e) {
+    return e.what();
+  }
+  return "";
+}
+
+World make_world(const ProblemOptions& o, const Settings& env, const MpiSession& mpi) {
+  World w;
+  check_world_matches_launcher(mpi);
+  // Every wait for another rank is bounded; the first hop also pays connection set-up.
+  const double timeout = env.timeout_s(o.timeout_s);
+  const bool cuda = o.device == "cuda";
+  const TransportKind& kind = check_world_choice(o, env, mpi);
   w.transport_name = kind.name;
   w.timeout_s = timeout;
   if (kind.reads_progress) w.mpi_progress = env.mpi_progress.get();

@@ -110,6 +110,11 @@ Transport& grad_transport(World& w);
 // InvalidArgument.
 World make_world(const ProblemOptions& o, const Settings& env, const MpiSession& mpi);
 
+// The error make_world would meet before it makes the transport (no GPU, a transport this build
+// or world cannot run, a refused RINGATTN_MPI_PROGRESS), without communicating: "" when none.
+// main shares it through the start-up agreement, so that every rank stops with one message.
+std::string world_choice_error(const ProblemOptions& o, const Settings& env, const MpiSession& mpi);
+
 // The largest of every rank's `code` (collective over `t`): the exit code all ranks agree on.
 int agree_exit_code(Transport& t, int code);
 

@@ -26,7 +26,17 @@ step(EXPECT_RC 0 COMMAND ${CMAKE_COMMAND} -E env RINGATTN_MPI_TIMEOUT_S=abc ${RI
      STDOUT "--timeout 7 s \\(first hop 21 s\\)")
 step(EXPECT_RC 1 COMMAND ${RINGATTN} run --timeout 0 STDERR "--timeout: must be a number of seconds > 0")
 # The MPI progress variable is read where the MPI transport is made: a bad value stops every rank.
+# It and the transport's choice go through the start-up agreement: one message, exit 1, no
+# MPI_Abort (which they ended in), also when one rank alone is wrong.
 step(EXPECT_RC 1 COMMAND ${MPIRUN} -x RINGATTN_MPI_PROGRESS=helper ${RINGATTN} run --dry-run --seq 64
-     STDERR "RINGATTN_MPI_PROGRESS='helper' is not understood: allowed are thread, nonblocking \\(or unset\\)")
+     STDERR "RINGATTN_MPI_PROGRESS='helper' is not understood: allowed are thread, nonblocking \\(or unset\\)"
+     STDERR_NOT "MPI_ABORT" "rank 1/2")
+step(EXPECT_RC 1 COMMAND ${MPIEXEC} --oversubscribe --allow-run-as-root -np 1 ${RINGATTN} run --seq 64 :
+     -np 1 -x RINGATTN_MPI_PROGRESS=helper ${RINGATTN} run --seq 64
+     STDERR "ranks stopped before the start: rank 1: RINGATTN_MPI_PROGRESS='helper' is not understood"
+     STDERR_NOT "MPI_ABORT")
+step(EXPECT_RC 1 COMMAND ${MPIRUN} ${RINGATTN} run --seq 64 --transport local
+     STDERR "--transport local is a world of one, but mpirun started 2 ranks; use mpi or auto"
+     STDERR_NOT "MPI_ABORT" "rank 1/2")
 step(EXPECT_RC 0 COMMAND ${MPIRUN} -x RINGATTN_MPI_PROGRESS=nonblocking ${RINGATTN} run --dry-run --seq 64
      STDOUT "dry run: OK")

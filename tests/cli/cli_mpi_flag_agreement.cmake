@@ -51,6 +51,9 @@ step(EXPECT_RC 1 COMMAND ${MPIRUN} ${RINGATTN} run --seq 64 --backward=false --d
 step(EXPECT_RC 1 COMMAND ${RINGATTN} run --seq 64 --causal=0 STDERR "--causal=0: a switch takes no value")
 step(EXPECT_RC 1 COMMAND ${RINGATTN} bench -b 64 -e 64 --backward=off STDERR "--backward=off: a switch takes no value")
 step(EXPECT_RC 1 COMMAND ${RINGATTN} run --seq 64 --causal=true STDERR "--causal=true: a switch takes no value")
+step(EXPECT_RC 1 COMMAND ${RINGATTN} bench -b 64 -e 64 --no-check=false
+     STDERR "--no-check=false: a switch takes no value; give --no-check or leave it out")
+step(EXPECT_RC 1 COMMAND ${RINGATTN} bench -b 64 -e 64 --naive=1 STDERR "--naive=1: a switch takes no value")
 # '-' is stdout for --json only: a tensor output named '-' is refused (it wrote a file named '-',
 # the outputs overwriting each other), on every rank and in the dry run.
 step(EXPECT_RC 1 COMMAND ${MPIRUN} ${RINGATTN} run --seq 64 --causal --backward --out - --lse - --dq -
