@@ -444,7 +444,7 @@ int bench_on(const CommandLine& cl, World& w) {
 }  // namespace
 
 int bench_command(const CommandLine& cl, MpiSession& mpi) {
-  World w = make_world(cl.bench.problem, cl.env, mpi);
+  World w = make_world(cl.bench.problem, cl.env, mpi, true);
   return run_guarded(w, [&] { return bench_on(cl, w); });
 }
 

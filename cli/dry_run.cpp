@@ -160,6 +160,9 @@ int dry_run_on(const CommandLine& cl, World& w) {
     if (!o.out_file.empty() || !o.lse_file.empty() || !o.dq_file.empty() || !o.dk_file.empty() ||
         !o.dv_file.empty() || (!o.json_file.empty() && o.json_file != "-"))
       fmt::print(f, "outputs  ok: every output file can be created and names a file of its own\n");
+    if (w.fault.active())
+      fmt::print(f, "faults   ok: {} fires in the run, at a hop that carries a block (not in a dry run)\n",
+                 w.fault.text());
     fmt::print(f, "ring     ok: {}\n", w.size > 1 ? fmt::format("one exchange around the ring of {} ranks", w.size)
                                                : std::string("a world of one (no exchange)"));
     fmt::print(f, "dry run: OK (no attention was computed)\n");

@@ -242,7 +242,7 @@ int run_on(const CommandLine& cl, World& w, double world_s) {
 int run_command(const CommandLine& cl, MpiSession& mpi) {
   const RunOptions& o = cl.run;
   const auto t0 = std::chrono::steady_clock::now();
-  World w = make_world(o.problem, cl.env, mpi);
+  World w = make_world(o.problem, cl.env, mpi, !o.dry_run);
   const double world_s = mpi.init_seconds() + seconds_since(t0);
   return run_guarded(w, [&] {
     return o.dry_run ? dry_run_on(cl, w) : o.backward ? backward_on(cl, w) : run_on(cl, w, world_s);

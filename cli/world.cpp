@@ -249,7 +249,7 @@ std::string world_choice_error(const ProblemOptions& o, const Settings& env, con
   return "";
 }
 
-World make_world(const ProblemOptions& o, const Settings& env, const MpiSession& mpi) {
+World make_world(const ProblemOptions& o, const Settings& env, const MpiSession& mpi, bool inject_faults) {
   World w;
   check_world_matches_launcher(mpi);
   // Every wait for another rank is bounded; the first hop also pays connection set-up.
@@ -288,7 +288,8 @@ World make_world(const ProblemOptions& o, const Settings& env, const MpiSession&
   }
   w.backend->set_wait_timeout(timeout);
   w.fault = parse_fault_plan(env.fault.get());
-  w.fault_tracker = install_fault_injection(w.transport, w.backend, w.fault);  // RINGATTN_FAULT: tests of the failure paths
+  if (inject_faults)  // RINGATTN_FAULT: tests of the failure paths
+    w.fault_tracker = install_fault_injection(w.transport, w.backend, w.fault);
   auto counting = std::make_unique<CountingBackend>(std::move(w.backend));
   w.counter = counting.get();
   w.backend = std::move(counting);

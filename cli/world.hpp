@@ -107,8 +107,9 @@ Transport& grad_transport(World& w);
 // wait bound, the MPI progress, the kernel choices, the fault plan, the log level); a refused
 // value of a variable this world uses throws its InvalidArgument.
 // Errors that every rank hits alike (no CUDA in this build, an unknown transport) are
-// InvalidArgument.
-World make_world(const ProblemOptions& o, const Settings& env, const MpiSession& mpi);
+// InvalidArgument. `inject_faults` false (a dry run): the fault plan is parsed into w.fault but
+// nothing is decorated, so that no plan fires in the dry run's own exchanges.
+World make_world(const ProblemOptions& o, const Settings& env, const MpiSession& mpi, bool inject_faults);
 
 // The error make_world would meet before it makes the transport (no GPU, a transport this build
 // or world cannot run, a refused RINGATTN_MPI_PROGRESS), without communicating: "" when none.

@@ -13,6 +13,14 @@ step(EXPECT_RC 1 COMMAND ${MPIRUN} -x RINGATTN_FAULT=0:1:throw ${RINGATTN} run -
 # The dry run and bench refuse them alike.
 step(EXPECT_RC 1 COMMAND ${MPIRUN} -x RINGATTN_FAULT=0:1:throw ${RINGATTN} run --seq 512 --causal --shard contiguous
      --dry-run STDERR "RINGATTN_FAULT=0:1:throw can never fire: rank 0 computes on no block at hop 1")
+# A plan that can fire does not fire in the dry run's own exchanges (a hop-0 exit ended it): the
+# dry run says where it fires and passes.
+step(EXPECT_RC 0 COMMAND ${MPIRUN} -x RINGATTN_FAULT=0:0:exit ${RINGATTN} run --seq 64 --dry-run
+     STDOUT "faults   ok: RINGATTN_FAULT=0:0:exit fires in the run, at a hop that carries a block \\(not in a dry run\\)
+"
+            "dry run: OK" STDERR_NOT "injected fault")
+step(EXPECT_RC 0 COMMAND ${MPIRUN} -x RINGATTN_FAULT=1:0:throw ${RINGATTN} run --seq 64 --backward --dry-run
+     STDOUT "faults   ok: RINGATTN_FAULT=1:0:throw fires in the run" "dry run: OK" STDERR_NOT "injected")
 step(EXPECT_RC 1 COMMAND ${MPIRUN} -x RINGATTN_FAULT=0:1:throw ${RINGATTN} bench -b 512 -e 1024 --causal
      --shard contiguous STDERR "RINGATTN_FAULT=0:1:throw can never fire: rank 0 computes on no block at hop 1")
 step(EXPECT_RC 1 COMMAND ${MPIRUN} -x RINGATTN_FAULT=1:0:corrupt ${RINGATTN} run --seq 512 --causal --shard contiguous
