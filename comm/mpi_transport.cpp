@@ -361,8 +361,8 @@ class MpiTransport final : public Transport {
     int got = 0;
     RA_CHECK_MPI(MPI_Get_count(&status, MPI_BYTE, &got));
     if (got != expected)
-      fail_runtime("rank {} on {}: exchange {} received {} bytes from rank {} but expected {}: the ranks disagree on "
-                   "the K/V block size (a corrupt or mismatched peer)", rank_, host_name(), exchanges_, got,
+      fail_runtime("rank {} on {}: received {} bytes from rank {} but expected {}: the ranks disagree on the size of "
+                   "the block this exchange carries (a corrupt or mismatched peer)", rank_, host_name(), got,
                    pending_from_, expected);
   }
 

@@ -75,7 +75,8 @@ void GradRing::add_received(int s, const TensorView& dk, const TensorView& dv) {
     throw;  // a bad call: the same on every rank
   } catch (const std::exception& e) {
     recorder_.record(s, HopEvent::Failed, source(s));
-    fail_runtime("rank {} on {}: hop {} of {}: adding the received dK/dV accumulator of the block of rank {} failed: {}",
+    fail_runtime("rank {} on {}: hop {} of the {}-rank ring: adding the received dK/dV accumulator of the block of "
+                 "rank {} failed: {}",
                  rank_, host_name(), s, world_, source(s), e.what());
   }
 }

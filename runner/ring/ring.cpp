@@ -85,8 +85,8 @@ HopStats run_hop(int s, const HopPlan& plan, const FlashParams& base, const Loca
     throw;  // a bad call: the same on every rank (the ring still ends the exchange)
   } catch (const std::exception& e) {
     recorder.record(s, HopEvent::Failed, plan.source_rank);
-    fail_runtime("rank {} on {}: hop {} of {}: computing on the block of rank {} failed: {}", ring.rank(), host_name(),
-                 s, ring.world(), plan.source_rank, e.what());
+    fail_runtime("rank {} on {}: hop {} of the {}-rank ring: computing on the block of rank {} failed: {}", ring.rank(),
+                 host_name(), s, ring.world(), plan.source_rank, e.what());
   }
   const auto t1 = Clock::now();
   hs.compute_s = std::chrono::duration<double>(t1 - t0).count();

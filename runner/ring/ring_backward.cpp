@@ -109,7 +109,7 @@ HopStats run_backward_hop(int s, const HopPlan& plan, const BackwardParams& base
     throw;  // a bad call: the same on every rank (the rings still end their exchanges)
   } catch (const std::exception& e) {
     recorder.record(s, HopEvent::Failed, plan.source_rank);
-    fail_runtime("rank {} on {}: hop {} of {}: the backward on the block of rank {} failed: {}", rg.kv.rank(),
+    fail_runtime("rank {} on {}: hop {} of the {}-rank ring: the backward on the block of rank {} failed: {}", rg.kv.rank(),
                  host_name(), s, rg.kv.world(), plan.source_rank, e.what());
   }
   const auto t1 = Clock::now();

@@ -16,8 +16,8 @@ void ring_hop_failed(int r, int P, int s, size_t bytes, const char* stage, const
   const std::string who = fmt::format("rank {} on {}: ", r, host_name());
   std::string cause = e.what();
   if (cause.rfind(who, 0) == 0) cause.erase(0, who.size());  // said once is enough
-  throw RuntimeError(fmt::format("{}hop {} of {}: {} (send {} bytes to rank {}, receive from rank {}) failed: {}", who,
-                                 s, P, stage, bytes, (r + 1) % P, (r + P - 1) % P, cause));
+  throw RuntimeError(fmt::format("{}hop {} of the {}-rank ring: {} (send {} bytes to rank {}, receive from rank {}) "
+                                 "failed: {}", who, s, P, stage, bytes, (r + 1) % P, (r + P - 1) % P, cause));
 }
 
 std::unique_ptr<StagingTransport> staging_for(Backend& b, Transport& t, size_t capacity) {

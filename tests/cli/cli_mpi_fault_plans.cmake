@@ -35,17 +35,17 @@ step(EXPECT_RC 1 COMMAND ${MPIRUN4} -x RINGATTN_FAULT=0:1:throw:backward ${RINGA
 # The last hop of a short ring (2 of 4 ranks' hops) computes, and a throw there fires: forward and
 # backward, the job ends non-zero with the hop named.
 step(EXPECT_RC nonzero COMMAND ${MPIRUN4} -x RINGATTN_FAULT=2:1:throw ${RINGATTN} run ${windowed} --timeout 10
-     STDERR "\\[rank 2/4 [^]\n]*\\] [^\n]*hop 1 of 4: computing on the block of rank 1 failed: std::bad_alloc")
+     STDERR "\\[rank 2/4 [^]\n]*\\] [^\n]*hop 1 of the 4-rank ring: computing on the block of rank 1 failed: std::bad_alloc")
 step(EXPECT_RC nonzero COMMAND ${MPIRUN4} -x RINGATTN_FAULT=2:1:throw:backward ${RINGATTN} run ${windowed} --backward
-     --timeout 10 STDERR "\\[rank 2/4 [^]\n]*\\] [^\n]*hop 1 of 4: the backward on the block of rank 1 failed: std::bad_alloc")
+     --timeout 10 STDERR "\\[rank 2/4 [^]\n]*\\] [^\n]*hop 1 of the 4-rank ring: the backward on the block of rank 1 failed: std::bad_alloc")
 # The last hop of the full ring at P = 2 (no exchange in flight), in the backward.
 step(EXPECT_RC nonzero COMMAND ${MPIRUN} -x RINGATTN_FAULT=1:1:throw:backward ${RINGATTN} run --seq 512 --causal
      --shard contiguous --backward --timeout 10
-     STDERR "\\[rank 1/2 [^]\n]*\\] [^\n]*hop 1 of 2: the backward on the block of rank 0 failed: std::bad_alloc")
+     STDERR "\\[rank 1/2 [^]\n]*\\] [^\n]*hop 1 of the 2-rank ring: the backward on the block of rank 0 failed: std::bad_alloc")
 # One process (the local transport): the backward's only hop computes, so a throw there fires; it
 # posts no exchange, so an exit is refused.
 step(EXPECT_RC 1 COMMAND ${CMAKE_COMMAND} -E env RINGATTN_FAULT=0:0:throw:backward ${RINGATTN} run --seq 64 --causal
-     --backward STDERR "hop 0 of 1: the backward on the block of rank 0 failed: std::bad_alloc")
+     --backward STDERR "hop 0 of the 1-rank ring: the backward on the block of rank 0 failed: std::bad_alloc")
 step(EXPECT_RC 1 COMMAND ${CMAKE_COMMAND} -E env RINGATTN_FAULT=0:0:exit:backward ${RINGATTN} run --seq 64 --causal
      --backward STDERR "RINGATTN_FAULT=0:0:exit:backward can never fire: rank 0 posts no exchange at hop 0 of the backward ring \\(this problem's ring takes 1 hop over 1 rank\\); on rank 0, exit can fire at no hop\n")
 # The dK/dV ring (grads): causal contiguous over 2 ranks sends one accumulator, rank 0's, from
@@ -62,7 +62,7 @@ step(EXPECT_RC 1 COMMAND ${MPIRUN4} -x RINGATTN_FAULT=1:3:corrupt:grads ${RINGAT
 step(EXPECT_RC 1 COMMAND ${MPIRUN} -x RINGATTN_FAULT=1:2:exit:grads ${RINGATTN} run --seq 512 --causal
      STDERR "RINGATTN_FAULT=1:2:exit:grads names the grads ring, but this run has none \\(the phase grads needs --backward\\)\n")
 step(EXPECT_RC nonzero COMMAND ${MPIRUN4} -x RINGATTN_FAULT=0:4:throw:grads ${RINGATTN} run ${windowed} --backward
-     --timeout 10 STDERR "\\[rank 0/4 [^]\n]*\\] [^\n]*hop 4 of 4: adding the received dK/dV accumulator of the block of rank 0 failed: std::bad_alloc")
+     --timeout 10 STDERR "\\[rank 0/4 [^]\n]*\\] [^\n]*hop 4 of the 4-rank ring: adding the received dK/dV accumulator of the block of rank 0 failed: std::bad_alloc")
 # One process: the backward has no dK/dV ring.
 step(EXPECT_RC 1 COMMAND ${CMAKE_COMMAND} -E env RINGATTN_FAULT=0:1:error:grads ${RINGATTN} run --seq 64 --causal
      --backward STDERR "RINGATTN_FAULT=0:1:error:grads can never fire: rank 0 posts no dK/dV exchange at hop 1 of the grads ring \\(the dK/dV accumulators of this problem travel at no hop over 1 rank\\); on rank 0, error can fire at no hop\n")

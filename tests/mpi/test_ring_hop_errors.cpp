@@ -106,7 +106,7 @@ TEST_P(HopErrors, AnExceptionInAHopEndsTheExchangeAndTheTransportStaysUsable) {
     }
     EXPECT_EQ(b.throws(), 1);
     EXPECT_NE(message.find(fmt::format("rank {} on ", r)), std::string::npos) << message;
-    EXPECT_NE(message.find(fmt::format("hop {} of {}: computing on the block of rank {} failed: std::bad_alloc", hop, P,
+    EXPECT_NE(message.find(fmt::format("hop {} of the {}-rank ring: computing on the block of rank {} failed: std::bad_alloc", hop, P,
                                        (r + P - hop) % P)),
               std::string::npos) << message;
     EXPECT_EQ(spy.abandoned(), hop + 1 < P ? 1 : 0);

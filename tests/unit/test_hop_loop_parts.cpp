@@ -196,7 +196,7 @@ std::string runtime_error_of(const std::function<void()>& run) {
 // posts nothing, so an error there never fires.
 void expect_injected(const std::string& m, const std::string& kind, int rank, int hop, int world,
                      const char* computing, const std::string& plan) {
-  const std::string at = fmt::format("hop {} of {}: ", hop, world);
+  const std::string at = fmt::format("hop {} of the {}-rank ring: ", hop, world);
   if (kind == "throw") {
     EXPECT_NE(m.find(at + fmt::format("{} the block of rank {} failed: std::bad_alloc", computing,
                                       (rank + world - hop) % world)), std::string::npos) << m;
@@ -304,7 +304,7 @@ TEST(FaultInjection, GradsPlansFireInTheDkDvRing) {
         ASSERT_NE(grad_t.get(), grad_inner) << "the dK/dV transport was not decorated";
         EXPECT_NO_THROW(run_ring_attention(p, x, *b, *t)) << "a grads plan fired in the forward";
         const std::string m = runtime_error_of([&] { run_attention_backward(p, x, g, *b, *t, *grad_t); });
-        const std::string at = fmt::format("hop {} of {}: ", hop, world);
+        const std::string at = fmt::format("hop {} of the {}-rank ring: ", hop, world);
         if (hop < 2) {
           EXPECT_EQ(m, "") << "no dK/dV exchange runs at hop " << hop;
         } else if (std::string(kind) == "error") {

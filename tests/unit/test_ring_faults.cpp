@@ -65,7 +65,7 @@ TEST(RingFaults, EveryTransportFailureNamesTheHop) {
           } catch (const RuntimeError& e) {
             const std::string m = e.what();
             EXPECT_NE(m.find(fmt::format("rank {} on ", rank)), std::string::npos) << m;
-            EXPECT_NE(m.find(fmt::format("hop {} of {}: ", hop, world)), std::string::npos) << m;
+            EXPECT_NE(m.find(fmt::format("hop {} of the {}-rank ring: ", hop, world)), std::string::npos) << m;
             EXPECT_NE(m.find(fmt::format("send {} bytes to rank {}", kBlockBytes, (rank + 1) % world)),
                       std::string::npos) << m;
             EXPECT_NE(m.find(fmt::format("receive from rank {}", (rank + world - 1) % world)), std::string::npos) << m;
@@ -114,7 +114,7 @@ TEST(RingFaults, AnExceptionInsideAHopEndsTheExchangeFirst) {
         } catch (const RuntimeError& e) {
           const std::string m = e.what();
           EXPECT_NE(m.find(fmt::format("rank {} on ", rank)), std::string::npos) << m;
-          EXPECT_NE(m.find(fmt::format("hop {} of {}: computing on the block of rank {} failed: std::bad_alloc", hop,
+          EXPECT_NE(m.find(fmt::format("hop {} of the {}-rank ring: computing on the block of rank {} failed: std::bad_alloc", hop,
                                        world, (rank + world - hop) % world)),
                     std::string::npos) << m;
         }
