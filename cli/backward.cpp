@@ -582,7 +582,10 @@ int finish_on_rank0(const CommandLine& cl, const ProblemSetup& setup, const Back
       c.nonfinite = bad;
       const DoutSource ds = dout_source(p, bs);
       if (sampled)
-        check_sample(p, *setup.source, ds, gg, o.problem.check_rows, o.problem.seed, c);
+        // --check-rows counts per rank, as the forward's check; rank 0 checks the gathered
+        // gradients, so it compares that many rows for every rank (each capped at the total).
+        check_sample(p, *setup.source, ds, gg, std::min<int64_t>(o.problem.check_rows, INT64_MAX / w.size) * w.size,
+                     o.problem.seed, c);
       else
         check_all(p, *setup.source, ds, gg, c);
     }
