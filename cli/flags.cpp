@@ -55,8 +55,9 @@ CLI::Validator seconds_bound() {
         } catch (const std::exception&) {
           used = 0;
         }
-        if (used == 0 || used != s.size() || !(v > 0) || v > kMaxTimeoutS)
-          return fmt::format("must be a number of seconds > 0 and <= {:g} (got '{}')", kMaxTimeoutS, s);
+        if (used == 0 || used != s.size() || !(v >= kMinTimeoutS) || v > kMaxTimeoutS)
+          return fmt::format("must be a number of seconds >= {:g} and <= {:g} (got '{}')", kMinTimeoutS, kMaxTimeoutS,
+                             s);
         return std::string();
       },
       "SECONDS");

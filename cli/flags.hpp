@@ -43,7 +43,7 @@ enum class Check : uint8_t {
   None,
   Range,    // an integer in lo..hi (hi 0: the largest of the field's type)
   Choice,   // one of `choices`
-  Seconds,  // a wait bound: > 0 and <= kMaxTimeoutS
+  Seconds,  // a wait bound: >= kMinTimeoutS and <= kMaxTimeoutS
   Layout,   // bhsd | bshd
   Factor,   // a number in 1.01..1e6 (the sweep factor)
 };

@@ -197,6 +197,8 @@ void parse_command_line(CLI::App& app, CommandLine& cl, int argc, const char* co
   cl.command.clear();
   for (const char* name : {"run", "bench", "plan"})
     if (app.got_subcommand(name)) cl.command = name;
+  if (cl.show_version && cl.show_env)  // one was printed, the other silently dropped
+    fail_arg("--version and --help-env each print one thing and exit: give one of them");
   if (cl.show_version || cl.show_env) return;
   if (cl.command.empty()) throw CLI::CallForHelp();
   CLI::App& sub = *app.get_subcommand(cl.command);

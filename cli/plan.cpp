@@ -94,6 +94,10 @@ double imbalance(const PairStats& st, int world) {
   return st.sum > 0 ? to_double(st.max) * world / to_double(st.sum) : 1.0;
 }
 
+// GFLOP as a fixed-point figure while it fits the column, in exponent form beyond (a long
+// sequence's 3.1e+17 GFLOP printed 21 digits and pushed the columns apart).
+std::string gflop_text(double gflop) { return gflop < 1e8 ? fmt::format("{:.3f}", gflop) : fmt::format("{:.4e}", gflop); }
+
 double share_percent(PairCount v, PairCount total) { return total > 0 ? 100.0 * to_double(v) / to_double(total) : 0.0; }
 
 // One row per rank: tokens, kernel calls, GFLOP, the hops (of those the ring takes) that only
@@ -111,8 +115,8 @@ void print_rank_rows(const GlobalProblem& p, const RingPlan& plan, PairCount tot
     const PairCount pairs = plan.visible_pairs(r);
     const uint64_t sent = plan.ring_bytes(r);
     all_bytes += sent;
-    fmt::print("  {:>4} {:>10} {:>6} {:>12.3f} {:>10} {:>7.1f}% {:>11}  {}\n", r, plan.layout(r).tokens(),
-               plan.kernel_calls(r), flop_per_pair * to_double(pairs) / 1e9, fmt::format("{} hops", skipped),
+    fmt::print("  {:>4} {:>10} {:>6} {:>12} {:>10} {:>7.1f}% {:>11}  {}\n", r, plan.layout(r).tokens(),
+               plan.kernel_calls(r), gflop_text(flop_per_pair * to_double(pairs) / 1e9), fmt::format("{} hops", skipped),
                share_percent(pairs, total), sent, segments_text(plan.layout(r)));
   }
   fmt::print("# sent in all: {} bytes ({})\n", all_bytes, human_bytes(double(all_bytes)));
@@ -124,9 +128,10 @@ void print_summary(const PlanOptions& o, const PairStats& st, double flop_per_pa
     fmt::print("  tokens per rank {}\n", st.min_tokens);
   else
     fmt::print("  tokens per rank {} to {} (uneven shards)\n", st.min_tokens, st.max_tokens);
-  fmt::print("  GFLOP per rank: max {:.3f} (rank {}), min {:.3f} (rank {}), mean {:.3f}\n",
-             flop_per_pair * to_double(st.max) / 1e9, st.max_rank, flop_per_pair * to_double(st.min) / 1e9, st.min_rank,
-             flop_per_pair * to_double(st.sum) / 1e9 / o.ranks);
+  fmt::print("  GFLOP per rank: max {} (rank {}), min {} (rank {}), mean {}\n",
+             gflop_text(flop_per_pair * to_double(st.max) / 1e9), st.max_rank,
+             gflop_text(flop_per_pair * to_double(st.min) / 1e9), st.min_rank,
+             gflop_text(flop_per_pair * to_double(st.sum) / 1e9 / o.ranks));
   fmt::print("  share per rank: max {:.4f}%, min {:.4f}%\n", share_percent(st.max, st.sum), share_percent(st.min, st.sum));
 }
 

@@ -93,15 +93,16 @@ Setting<T> parse_choice(const char* name, const char* raw, const Choice<T>& c) {
   return Setting<T>::refused(fmt::format("{}='{}' is not understood: allowed are {}", name, v, allowed(c)));
 }
 
-// Decimal text only ("0x10", "inf", " 5" are refused), > 0 and <= kMaxTimeoutS.
+// Decimal text only ("0x10", "inf", " 5" are refused), >= kMinTimeoutS and <= kMaxTimeoutS.
 Setting<std::optional<double>> parse_timeout(const char* raw) {
   if (raw == nullptr || *raw == '\0') return Setting<std::optional<double>>(std::nullopt);
   char* end = nullptr;
   const double v = std::strtod(raw, &end);
   const bool decimal = std::string(raw).find_first_not_of("0123456789.eE+-") == std::string::npos;
-  if (!decimal || end == raw || *end != '\0' || !(v > 0) || v > kMaxTimeoutS)
-    return Setting<std::optional<double>>::refused(fmt::format(
-        "{}='{}' must be a number of seconds > 0 and <= {:g} (or use --timeout)", kMpiTimeout, raw, kMaxTimeoutS));
+  if (!decimal || end == raw || *end != '\0' || !(v >= kMinTimeoutS) || v > kMaxTimeoutS)
+    return Setting<std::optional<double>>::refused(
+        fmt::format("{}='{}' must be a number of seconds >= {:g} and <= {:g} (or use --timeout)", kMpiTimeout, raw,
+                    kMinTimeoutS, kMaxTimeoutS));
   return Setting<std::optional<double>>(v);
 }
 
@@ -172,7 +173,8 @@ const std::vector<SettingDoc>& setting_docs() {
        "makes rank RANK fail at hop HOP of a ring run: tests of the failure paths (docs/correctness.md)"},
       {kLogLevel, log_level_names() + " (any case)", "info",
        "the log level when --log-level is not given (ranks other than 0 log warnings and errors only)"},
-      {kMpiTimeout, fmt::format("seconds, > 0 and <= {:g}", kMaxTimeoutS), fmt::format("{:g}", kDefaultTimeoutS),
+      {kMpiTimeout, fmt::format("seconds, >= {:g} and <= {:g}", kMinTimeoutS, kMaxTimeoutS),
+       fmt::format("{:g}", kDefaultTimeoutS),
        "bound on every wait for another rank when --timeout is not given (the first exchange gets 3x)"},
       {kMpiProgress, allowed(mpi_progresses()),
        "thread under MPI_THREAD_SERIALIZED or more, else nonblocking",

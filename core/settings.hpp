@@ -65,6 +65,8 @@ inline constexpr const char* kHopperTileNames[] = {"128x128",   "128x176", "192x
 
 // The largest wait bound accepted (RINGATTN_MPI_TIMEOUT_S, --timeout), in seconds.
 inline constexpr double kMaxTimeoutS = 1e6;
+// No exchange completes in less: a shorter bound (1e-300 was accepted) only fails every run.
+inline constexpr double kMinTimeoutS = 1e-3;
 // The wait bound when neither --timeout nor RINGATTN_MPI_TIMEOUT_S gives one, in seconds.
 inline constexpr double kDefaultTimeoutS = 300.0;
 

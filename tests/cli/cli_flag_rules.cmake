@@ -26,6 +26,9 @@ step(EXPECT_RC 1 COMMAND ${RINGATTN} run --seq 64 --causal --q-offset 9999999999
      STDERR "--q-offset: must be an integer in -9223372036854775808..9223372036854775807")
 step(EXPECT_RC 1 COMMAND ${CMAKE_COMMAND} -E env RINGATTN_MPI_TIMEOUT_S=0x10 ${RINGATTN} run --dry-run
      STDERR "RINGATTN_MPI_TIMEOUT_S='0x10' must be a number of seconds")
+# --help-env and --version together: one would be dropped; refused.
+step(EXPECT_RC 1 COMMAND ${RINGATTN} --help-env --version
+     STDERR "--version and --help-env each print one thing and exit: give one of them")
 # Every RINGATTN_* variable is listed by --help-env (core/settings.hpp's table, README's too).
 step(EXPECT_RC 0 COMMAND ${RINGATTN} --help-env
      STDOUT "RINGATTN_FAULT\n" "RINGATTN_LOG_LEVEL\n" "RINGATTN_MPI_TIMEOUT_S\n" "RINGATTN_MPI_PROGRESS\n"

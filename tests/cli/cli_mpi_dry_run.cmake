@@ -21,10 +21,12 @@ step(EXPECT_RC 1 COMMAND ${CMAKE_COMMAND} -E env PMI_SIZE=3 ${RINGATTN} run --dr
 step(EXPECT_RC 0 COMMAND ${CMAKE_COMMAND} -E env RINGATTN_MPI_TIMEOUT_S=12 ${RINGATTN} run --dry-run
      STDOUT "--timeout 12 s \\(first hop 36 s\\)")
 step(EXPECT_RC 1 COMMAND ${CMAKE_COMMAND} -E env RINGATTN_MPI_TIMEOUT_S=abc ${RINGATTN} run --dry-run
-     STDERR "RINGATTN_MPI_TIMEOUT_S='abc' must be a number of seconds > 0")
+     STDERR "RINGATTN_MPI_TIMEOUT_S='abc' must be a number of seconds >= 0.001 and <= 1e\\+06")
 step(EXPECT_RC 0 COMMAND ${CMAKE_COMMAND} -E env RINGATTN_MPI_TIMEOUT_S=abc ${RINGATTN} run --dry-run --timeout 7
      STDOUT "--timeout 7 s \\(first hop 21 s\\)")
-step(EXPECT_RC 1 COMMAND ${RINGATTN} run --timeout 0 STDERR "--timeout: must be a number of seconds > 0")
+step(EXPECT_RC 1 COMMAND ${RINGATTN} run --timeout 0 STDERR "--timeout: must be a number of seconds >= 0.001")
+step(EXPECT_RC 1 COMMAND ${RINGATTN} run --timeout 1e-300
+     STDERR "--timeout: must be a number of seconds >= 0.001 and <= 1e\\+06 \\(got '1e-300'\\)")
 # The MPI progress variable is read where the MPI transport is made: a bad value stops every rank.
 # It and the transport's choice go through the start-up agreement: one message, exit 1, no
 # MPI_Abort (which they ended in), also when one rank alone is wrong.

@@ -23,6 +23,11 @@ plan_step("GFLOP per rank: max 2\\.147 \\(rank 1048575\\), min 0\\.000 \\(rank 0
 plan_step("tokens per rank 2\n" --seq 32768 --ranks 16384 --shard contiguous)
 # The most ranks that still get a row each (and their kernel calls): 1024.
 plan_step("\n +1023 +2 +1024 " --seq 2048 --ranks 1024 --causal --shard striped)
+# A long sequence: GFLOP in exponent form keep the columns (21 digits pushed them apart); past
+# 64-bit bytes of q, k and v, the refusal names the product.
+plan_step("\n +0 274877906944 +8 +3\\.0949e\\+17 +0 hops +25\\.0% " --seq 1099511627776 --ranks 4 --causal)
+step(EXPECT_RC 1 COMMAND ${RINGATTN} plan --seq 9223372036854775807 --ranks 4
+     STDERR "plan's bytes \\(batch x heads x seq x dim x 3 tensors x dtype bytes\\): 8 x 9223372036854775807 does not fit in a 64-bit integer")
 # Past the flag's range: refused.
 step(EXPECT_RC 1 COMMAND ${RINGATTN} plan --seq 4194304 --ranks 1048577 STDERR "--ranks")
 

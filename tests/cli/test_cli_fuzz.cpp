@@ -141,7 +141,7 @@ TEST(CliFuzz, NoArgumentsIsTheDefaultRun) {
 }
 
 TEST(CliFuzz, TimeoutMustBePositiveAndBounded) {
-  for (const char* bad : {"0", "-1", "nan", "inf", "abc", "1e7", ""}) {
+  for (const char* bad : {"0", "-1", "nan", "inf", "abc", "1e7", "", "1e-300", "0.0009"}) {
     CommandLine cl;
     const auto app = make_app(cl);
     const char* argv[] = {"ringattn", "run", "--timeout", bad};

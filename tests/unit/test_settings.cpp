@@ -78,10 +78,11 @@ TEST(Settings, MpiTimeoutTakesDecimalSecondsOnly) {
   for (const auto& [text, v] : std::map<std::string, double>{{"12", 12}, {"2.5", 2.5}, {"1e3", 1e3}, {"+7", 7},
                                                               {"1000000", 1e6}, {"0.001", 0.001}})
     EXPECT_EQ(parse({{"RINGATTN_MPI_TIMEOUT_S", text}}).mpi_timeout_s.get(), v) << text;
-  for (const char* bad : {"abc", "0x10", " 5", "5 ", "0", "-1", "inf", "nan", "1e7", "1000001", "5s", "."})
+  for (const char* bad : {"abc", "0x10", " 5", "5 ", "0", "-1", "inf", "nan", "1e7", "1000001", "5s", ".", "1e-300",
+                          "0.0009"})
     expect_refused(parse({{"RINGATTN_MPI_TIMEOUT_S", bad}}).mpi_timeout_s,
                    std::string("RINGATTN_MPI_TIMEOUT_S='") + bad +
-                       "' must be a number of seconds > 0 and <= 1e+06 (or use --timeout)");
+                       "' must be a number of seconds >= 0.001 and <= 1e+06 (or use --timeout)");
 }
 
 TEST(Settings, AGivenTimeoutWinsOverTheVariableEvenARefusedOne) {
