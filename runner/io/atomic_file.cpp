@@ -121,6 +121,10 @@ std::string output_path_problem(const std::string& path) {
   // file its links end at, which is the one written.
   if (std::string why = path_problem(path); !why.empty()) return why;
   const std::string target = resolve_output_path(path);
+  std::error_code ec;
+  // A loop of links (or a chain too long to follow) leaves a link: the rename would replace it.
+  if (std::filesystem::is_symlink(std::filesystem::symlink_status(target, ec)))
+    return "its symbolic links form a loop or a chain of more than 40; give the file itself";
   if (target == path) return "";
   if (std::string why = path_problem(target); !why.empty()) return fmt::format("it links to '{}': {}", target, why);
   return "";

@@ -155,6 +155,14 @@ TEST(AtomicFile, WritesThroughSymbolicLinks) {
   EXPECT_EQ(error_of([&] { AtomicFile f(d / "nowhere.json"); }),
             fmt::format("cannot write '{}': it links to '{}': its directory '{}' does not exist", d / "nowhere.json",
                         d / "nodir/x.json", d / "nodir"));
+  // A loop of links is refused and left as it is (the rename replaced it by a file).
+  fs::create_symlink("loop_b.json", d / "loop_a.json");
+  fs::create_symlink("loop_a.json", d / "loop_b.json");
+  EXPECT_EQ(error_of([&] { AtomicFile f(d / "loop_a.json"); }),
+            fmt::format("cannot write '{}': its symbolic links form a loop or a chain of more than 40; give the file "
+                        "itself", d / "loop_a.json"));
+  EXPECT_TRUE(fs::is_symlink(d / "loop_a.json"));
+  EXPECT_TRUE(fs::is_symlink(d / "loop_b.json"));
 }
 
 TEST(AtomicFile, AFailedRenameLeavesNothing) {
