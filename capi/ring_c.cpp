@@ -258,23 +258,39 @@ RingSetup agreed_ring(Transports& t, const ringattn_attention_args* args, const 
   return s;
 }
 
+// A failure's text with the last hop events of this call (its own recorder: calls and threads
+// share none), as the CLI prints the process's after a failure; the error buffer is short, so a few.
+std::string with_hop_events(const char* what, const FlightRecorder& recorder) {
+  constexpr size_t kEvents = 6;
+  const std::vector<FlightEvent> ev = recorder.events();
+  if (ev.empty()) return what;
+  std::string text = fmt::format("{}; this rank's last hop events, oldest first:", what);
+  for (size_t i = ev.size() > kEvents ? ev.size() - kEvents : 0; i < ev.size(); ++i) {
+    const FlightEvent& e = ev[i];
+    text += fmt::format(" [t={:.6f}s {}hop {} {}{}]", e.t, e.phase == RingPhase::Backward ? "backward " : "", e.hop,
+                        hop_event_name(e.what), e.peer >= 0 ? fmt::format(" peer {}", e.peer) : std::string());
+  }
+  return text;
+}
+
 // Runs the ring `f`; a failure with ring.nccl (other than a refusal) marks the communicator failed (its NCCL state is
-// not known to be usable after a failed exchange) before it propagates.
+// not known to be usable after a failed exchange) before it propagates, with the call's hop events.
 template <typename F>
-void run_marking(Transports& t, F&& f) {
+void run_marking(Transports& t, const FlightRecorder& recorder, F&& f) {
   try {
     f();
   } catch (const InvalidArgument&) {
     throw;  // refused on every rank before any exchange: the communicator is untouched
   } catch (const std::exception& e) {
     if (t.nccl) t.nccl->failed(e.what());
-    throw;
+    throw RuntimeError(with_hop_events(e.what(), recorder));
   }
 }
 
-RunOptions options_of(const LocalRing& r) {
+RunOptions options_of(const LocalRing& r, FlightRecorder& recorder) {
   RunOptions opt;
   opt.deterministic = r.c.deterministic;
+  opt.recorder = &recorder;
   return opt;
 }
 
@@ -325,7 +341,8 @@ int32_t ringattn_ring_fwd(const ringattn_attention_args* args, const ringattn_ri
     const op::DeviceGuard guard(*q);
     const std::unique_ptr<Backend> b = op::backend_for(*q, *args);
     LocalTensors x{r.c.q, r.c.k, r.c.v, r.c.out, r.c.lse};
-    op::run_marking(t, [&] { run_ring_attention(s.p, *s.plan, x, *b, t.kv(), op::options_of(r)); });
+    FlightRecorder recorder;
+    op::run_marking(t, recorder, [&] { run_ring_attention(s.p, *s.plan, x, *b, t.kv(), op::options_of(r, recorder)); });
   });
 }
 
@@ -354,7 +371,10 @@ int32_t ringattn_ring_bwd(const ringattn_attention_args* args, const ringattn_ri
     const op::DeviceGuard guard(*q);
     const std::unique_ptr<Backend> b = op::backend_for(*q, *args);
     LocalTensors x{r.c.q, r.c.k, r.c.v, r.c.out, r.c.lse};
-    op::run_marking(t, [&] { run_attention_backward(s.p, *s.plan, x, g, *b, t.kv(), t.grad(), op::options_of(r)); });
+    FlightRecorder recorder;
+    op::run_marking(t, recorder, [&] {
+      run_attention_backward(s.p, *s.plan, x, g, *b, t.kv(), t.grad(), op::options_of(r, recorder));
+    });
   });
 }
 

@@ -148,7 +148,8 @@ RankStats run_ring(const GlobalProblem& p, const RingPlan& plan, const LocalTens
   // Every buffer is allocated before the hop loop.
   const auto t_setup = Clock::now();
   RowState rows(b, sched, x.out, x.lse);
-  BlockRing ring(b, t, x.k, x.v, plan, flight_recorder());
+  FlightRecorder& recorder = opt.recorder != nullptr ? *opt.recorder : flight_recorder();
+  BlockRing ring(b, t, x.k, x.v, plan, recorder);
   b.synchronize();
   st.setup_s = seconds_since(t_setup);
 
@@ -163,9 +164,9 @@ RankStats run_ring(const GlobalProblem& p, const RingPlan& plan, const LocalTens
   // empty blocks.
   st.hops.reserve(size_t(ring.hops()));
   st.transfer_s = ring.hops() > 1 ? 0.0 : -1.0;
-  flight_recorder().begin_pass(RingPhase::Forward);
+  recorder.begin_pass(RingPhase::Forward);
   for (int s = 0; s < ring.hops(); ++s)
-    add_hop(st, run_hop(s, sched.hops()[size_t(s)], base, x, ring, rows, b, flight_recorder()), ring.exchanges(s));
+    add_hop(st, run_hop(s, sched.hops()[size_t(s)], base, x, ring, rows, b, recorder), ring.exchanges(s));
 
   const auto t_fin = Clock::now();
   rows.finish();

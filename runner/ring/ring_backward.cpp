@@ -164,18 +164,19 @@ RankStats run_backward_ring(const GlobalProblem& p, const RingPlan& plan, const 
   RankStats st = begin_run(p, verdict, t, opt);
 
   const auto t_setup = Clock::now();
-  GradRing grads(b, grad_t, x.k, plan, flight_recorder());
-  BlockRing kv(b, t, x.k, x.v, plan, flight_recorder());
+  FlightRecorder& recorder = opt.recorder != nullptr ? *opt.recorder : flight_recorder();
+  GradRing grads(b, grad_t, x.k, plan, recorder);
+  BlockRing kv(b, t, x.k, x.v, plan, recorder);
   for (const TensorView* v : {&g.dq, &g.dk, &g.dv}) b.zero_f32(*v);
   b.synchronize();
   st.setup_s = seconds_since(t_setup);
 
   const BackwardParams base = base_params(p, x, g, opt);
   st.transfer_s = -1.0;  // the two rings overlap: their exchange times do not add up
-  flight_recorder().begin_pass(RingPhase::Backward);
+  recorder.begin_pass(RingPhase::Backward);
   for (int s = 0; s < P; ++s)
     if (s < kv.hops() || grads.exchanges(s))
-      st.add_hop(run_backward_hop(s, sched.hops()[size_t(s)], base, g, Rings{kv, grads}, b, flight_recorder()));
+      st.add_hop(run_backward_hop(s, sched.hops()[size_t(s)], base, g, Rings{kv, grads}, b, recorder));
   const auto t_fin = Clock::now();
   if (grads.exchanges(P)) st.add_hop(bring_home(grads, g, P));
   b.synchronize();

@@ -7,6 +7,7 @@
 #include "comm/transport.hpp"
 #include "core/types.hpp"
 #include "kernels/backend.hpp"
+#include "runner/diagnostics/flight_recorder.hpp"
 #include "runner/problem/problem.hpp"
 #include "runner/ring/stats.hpp"
 
@@ -38,6 +39,10 @@ struct RunOptions {
   bool deterministic = false;  // backward: bitwise reproducible dq (BackwardParams::deterministic)
   int decode_splits = 0;       // split-KV chunks inside a rank for decode (0: default)
   bool check_agreement = true; // run agree_on_problem first (collective: all ranks or none)
+  // Where the run records its hop events (posted, completed, failed): the caller's own (a library
+  // call's, so that threads and calls share no recorder), or null for the process's
+  // flight_recorder(), which the CLI prints on a failure and the fault decorators follow.
+  FlightRecorder* recorder = nullptr;
 };
 
 // Throws InvalidArgument naming the flag (--tile-q, --tile-k) and the allowed range. The runs

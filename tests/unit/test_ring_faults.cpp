@@ -85,6 +85,29 @@ TEST(RingFaults, EveryTransportFailureNamesTheHop) {
   }
 }
 
+// A caller's own recorder (RunOptions::recorder, what a library call passes so that calls and
+// threads share none) gets the run's events, the failed hop last; the process's gets none.
+TEST(RingFaults, TheCallersRecorderHoldsTheHopsAndTheProcessOneNone) {
+  const uint64_t seed = test::fresh_seed();
+  std::mt19937_64 rng(seed);
+  auto backend = make_cpu_backend();
+  const int world = 3, rank = 1, hop = 1;
+  RankProblem rp(rank, world, rng);
+  test::FaultyTransport t(rank, world, TransportFault::WaitThrows, hop);
+  flight_recorder().clear();
+  FlightRecorder mine;
+  RunOptions opt;
+  opt.recorder = &mine;
+  EXPECT_THROW(run_ring_attention(rp.p, rp.views(), *backend, t, opt), RuntimeError) << "seed " << seed;
+  EXPECT_TRUE(flight_recorder().events().empty());
+  const auto ev = mine.events();
+  ASSERT_GE(ev.size(), 3u);
+  EXPECT_EQ(ev.front().what, HopEvent::Posted);
+  EXPECT_EQ(ev.front().hop, 0);
+  EXPECT_EQ(ev.back().what, HopEvent::Failed);
+  EXPECT_EQ(ev.back().hop, hop);
+}
+
 // Whether the compute of `hop` is running: during hop s < P - 1 the exchange of hop s is in
 // flight (s + 1 posted); the last hop posts nothing.
 bool computing_hop(const test::FaultyTransport& t, int hop, int world) {
