@@ -16,6 +16,7 @@
 #include "comm/callback_transport.hpp"
 #include "descriptors.hpp"
 #include "nccl_c.hpp"
+#include "runner/diagnostics/flight_recorder.hpp"
 #include "runner/problem/agree.hpp"
 #include "runner/ring/ring_buffers.hpp"
 #include "runner/ring/ring_plan.hpp"

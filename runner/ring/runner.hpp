@@ -7,11 +7,12 @@
 #include "comm/transport.hpp"
 #include "core/types.hpp"
 #include "kernels/backend.hpp"
-#include "runner/diagnostics/flight_recorder.hpp"
 #include "runner/problem/problem.hpp"
 #include "runner/ring/stats.hpp"
 
 namespace ringattn {
+
+class FlightRecorder;  // runner/diagnostics/flight_recorder.hpp
 
 class RingPlan;  // runner/ring/ring_plan.hpp
 
