@@ -75,10 +75,13 @@ std::vector<Segment> segments(const AttentionCall& c) {
 }
 
 void attention_forward(Backend& b, const AttentionCall& c, const Allocator& a) {
-  // fp32 inputs: the state's o is the output itself; else fp32 scratch, cast by the call.
+  // fp32 inputs: the state's o is the output itself. Else a GPU decode (one segment of a few
+  // rows) has its split merge write the output directly, without an fp32 o (DecodeParams), and
+  // the rest write fp32 scratch that the call casts.
   const bool f32 = c.q.dtype == DType::F32;
-  Scratch o(b, a, f32 ? 0 : f32_bytes(c.q));
-  const StateView state = state_of(c, f32 ? c.out : f32_like(o.f32(), c.q));
+  const bool decode = b.device_memory() && c.cu.empty() && c.q.len <= kDecodeMaxRows;
+  Scratch o(b, a, f32 || decode ? 0 : f32_bytes(c.q));
+  const StateView state = state_of(c, f32 ? c.out : f32_like(o.f32(), c.q));  // o.f32() null for a decode
   for (const Segment& s : segments(c)) {
     FlashParams f;
     f.q = c.q.rows(s.q0, s.rows);
@@ -89,7 +92,7 @@ void attention_forward(Backend& b, const AttentionCall& c, const Allocator& a) {
     f.scale = c.scale;
     f.mask = s.mask;
     f.mode = StateMode::Write;
-    if (b.device_memory() && c.cu.empty() && s.rows <= kDecodeMaxRows)
+    if (decode)
       b.decode(DecodeParams{f, 0});
     else
       b.flash(f);

@@ -60,6 +60,9 @@ struct MergeParams {
 
 // Split-KV decode: the keys are split into `splits` chunks, each chunk's partial state is
 // computed separately and the partial states are merged. Same result as one flash call.
+// On a GPU backend, flash.state.o may be null when flash.mode is StateMode::Write and flash.out is
+// given: the split merge then writes out and the lse only, no fp32 o (the op's decode, which then
+// needs no scratch; validate_flash's `o_optional`). Elsewhere the state's o is required.
 struct DecodeParams {
   FlashParams flash;
   int splits = 0;  // 0 picks a default
@@ -112,8 +115,9 @@ struct BackwardParams {
 
 // Checks a flash call before any work. Throws InvalidArgument naming the offending value and
 // what is allowed. `complete` asks that every query row sees at least one key (a complete
-// attention); partial calls allow rows with no visible key.
-void validate_flash(const FlashParams& p, bool complete);
+// attention); partial calls allow rows with no visible key. `o_optional`: state.o may be null in
+// StateMode::Write when out is given (a GPU decode, DecodeParams).
+void validate_flash(const FlashParams& p, bool complete, bool o_optional = false);
 
 // Checks a backward call before any work, the same way: InvalidArgument naming the value and
 // what is allowed.

@@ -68,11 +68,12 @@ void refuse_alias(const char* a_name, const TensorView& a, const char* b_name, c
 
 }  // namespace
 
-void validate_flash(const FlashParams& p, bool complete) {
+void validate_flash(const FlashParams& p, bool complete, bool o_optional) {
   const TensorView &q = p.q, &k = p.k;
   validate_inputs(p.q, p.k, p.v, p.scale, p.tile_q, p.tile_k, p.descale);
   const StateView& s = p.state;
-  if (s.o == nullptr || s.lse == nullptr) fail_arg("the output state (o, lse) must point to memory");
+  const bool o_left_out = o_optional && s.o == nullptr && p.mode == StateMode::Write && p.out.data != nullptr;
+  if ((s.o == nullptr && !o_left_out) || s.lse == nullptr) fail_arg("the output state (o, lse) must point to memory");
   if (s.batch != q.batch || s.heads != q.heads || s.len != q.len || s.dim != q.dim)
     fail_arg("state shape [{}, {}, {}, {}] does not match q [{}, {}, {}, {}]", s.batch, s.heads, s.len, s.dim, q.batch,
              q.heads, q.len, q.dim);

@@ -221,7 +221,7 @@ class CudaBackend final : public Backend {
   }
 
   void decode(const DecodeParams& params) override {
-    validate_flash(params.flash, /*complete=*/false);
+    validate_flash(params.flash, /*complete=*/false, /*o_optional=*/true);  // the merge writes out alone then
     DecodeParams dp = params;
     dp.flash.mask = clamp_offset(dp.flash.mask, dp.flash.q.len, dp.flash.k.len);  // no offset overflow
     const FlashParams& f = dp.flash;

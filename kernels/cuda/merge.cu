@@ -75,7 +75,8 @@ __global__ void __launch_bounds__(kSplitThreads) merge_splits_kernel(const Merge
   const int64_t row = blockIdx.x, dim = in.dim;
   const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
   const RowIndex a = row_index(p.state, row);
-  float* o = state_o_row(p.state, a.b, a.h, a.t);
+  // A Write merge given `out` may have no fp32 o (DecodeParams): then only out and the lse are written.
+  float* o = p.state.o == nullptr ? nullptr : state_o_row(p.state, a.b, a.h, a.t);
   float* lse = state_lse_at(p.state, a.b, a.h, a.t);
   T* out = p.out.data == nullptr ? nullptr : static_cast<T*>(p.out.data) + view_offset(p.out, a.b, a.h, a.t);
   pdl_wait_for_prior_grid();
@@ -120,7 +121,8 @@ __global__ void __launch_bounds__(kSplitThreads) merge_splits_kernel(const Merge
   if (mx == neg_inf() && poisoned) mx = 0.f;  // only NaN partials: the row comes out NaN (0 * NaN) below
   if (mx == neg_inf()) {  // no partial saw a key: the state is empty (Write) or unchanged (Fold)
     if (p.mode == StateMode::Write) {
-      for (int64_t d = tid; d < dim; d += kSplitThreads) o[d] = 0.f;
+      if (o != nullptr)
+        for (int64_t d = tid; d < dim; d += kSplitThreads) o[d] = 0.f;
       if (tid == 0) *lse = neg_inf();
     }
     if (out != nullptr)
@@ -145,7 +147,7 @@ __global__ void __launch_bounds__(kSplitThreads) merge_splits_kernel(const Merge
     for (int w = 0; w < kSplitWarps; ++w) t += c[w] * partial_sums[w][d];
     t *= scale;
     const float od = a_empty ? t : o[d] * wa + t;
-    o[d] = od;
+    if (o != nullptr) o[d] = od;
     if (out != nullptr) out[d] = cast_from_float<T>(od);
   }
   if (tid == 0) *lse = merged;
