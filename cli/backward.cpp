@@ -646,7 +646,7 @@ int backward_on(const CommandLine& cl, World& w) {
   bool write_failed = false;
   int code = w.rank == 0 ? finish_on_rank0(cl, setup, bs, gg, tm, bad, bad_fwd, sampled, w, staged, write_failed)
                          : kExitOk;
-  write_failed = agree_exit_code(t, write_failed ? 1 : 0) != 0;
+  wait_after_check(o.check, w.timeout_s, [&] { write_failed = agree_exit_code(t, write_failed ? 1 : 0) != 0; });
   if (!write_failed && write_global_outputs(p, local, fwd, t, o.out_file, o.lse_file, setup.layout, staged) != 0)
     write_failed = true;
   if (!write_failed) write_failed = commit_outputs(staged) != 0;

@@ -176,7 +176,7 @@ SizeResult bench_size(const BenchOptions& o, const GlobalProblem& p, const RingP
   }
   RankReport mine = make_rank_report(w, stats, r.median_s, w.counter->peak_bytes());
   add_check(mine, chk);
-  r.sum = summarize(gather_reports(t, mine));
+  wait_after_check(r.checked, w.timeout_s, [&] { r.sum = summarize(gather_reports(t, mine)); });
   r.hidden = r.sum.hidden;
   if (o.backward) {  // after the forward's iterations: their out and lse feed the backward
     const BackwardBuffers g = make_backward(p, local, *w.backend,

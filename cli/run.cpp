@@ -205,7 +205,8 @@ int run_on(const CommandLine& cl, World& w, double world_s) {
   mine.inputs_s = times.inputs_s;
   mine.warm_s = times.warm_s;
   add_check(mine, check_phase(o, p, setup, local, result, w.rank, w.size, code));
-  const auto all = gather_reports(t, mine);
+  std::vector<RankReport> all;
+  wait_after_check(o.check, w.timeout_s, [&] { all = gather_reports(t, mine); });
   const Summary s = summarize(all);
   const bool check_ok = s.nan_count == 0 && s.violations == 0;
   if (o.check && !check_ok) code = std::max(code, kExitCheckFailed);

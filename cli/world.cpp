@@ -249,6 +249,17 @@ std::string world_choice_error(const ProblemOptions& o, const Settings& env, con
   return "";
 }
 
+void wait_after_check(bool check, double timeout_s, const std::function<void()>& wait) {
+  if (!check) return wait();
+  try {
+    wait();
+  } catch (const RuntimeError& e) {
+    throw RuntimeError(fmt::format("{} (with --check, another rank may still be comparing its results with the fp64 "
+                                   "reference: --timeout {:g} s bounds that wait too; raise it, or compare fewer rows "
+                                   "with --check-rows)", e.what(), timeout_s));
+  }
+}
+
 World make_world(const ProblemOptions& o, const Settings& env, const MpiSession& mpi, bool inject_faults) {
   World w;
   check_world_matches_launcher(mpi);

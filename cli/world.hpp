@@ -148,4 +148,10 @@ class CollectiveError : public InvalidArgument {
   using InvalidArgument::InvalidArgument;
 };
 
+// Runs `wait`, a collective after --check where ranks may still be comparing with the fp64
+// reference (their shares of it differ: a causal contiguous shard checks more pairs; in the
+// backward rank 0 checks alone), and restates a wait that ran out (RuntimeError) with that cause:
+// --timeout bounds this wait too. `check` false: `wait` runs as it is.
+void wait_after_check(bool check, double timeout_s, const std::function<void()>& wait);
+
 }  // namespace ringattn::cli

@@ -111,5 +111,30 @@ TEST(CliWorld, OmpNumThreadsWins) {
   EXPECT_EQ(s.threads, 0);
 }
 
+// A wait after --check that runs out names the check as a cause (it read as a hang: a rank with
+// more pairs to compare was still checking); without --check, and for other errors, unchanged.
+TEST(CliWorld, AWaitAfterTheCheckNamesTheCheck) {
+  const auto times_out = [] { throw RuntimeError("rank 0 on h: allgather did not complete within 3 s"); };
+  try {
+    wait_after_check(true, 3, times_out);
+    ADD_FAILURE() << "no error";
+  } catch (const RuntimeError& e) {
+    EXPECT_EQ(std::string(e.what()),
+              "rank 0 on h: allgather did not complete within 3 s (with --check, another rank may still be comparing "
+              "its results with the fp64 reference: --timeout 3 s bounds that wait too; raise it, or compare fewer "
+              "rows with --check-rows)");
+  }
+  try {
+    wait_after_check(false, 3, times_out);
+    ADD_FAILURE() << "no error";
+  } catch (const RuntimeError& e) {
+    EXPECT_EQ(std::string(e.what()), "rank 0 on h: allgather did not complete within 3 s");
+  }
+  EXPECT_THROW(wait_after_check(true, 3, [] { throw CollectiveError("ranks disagree"); }), CollectiveError);
+  int ran = 0;
+  wait_after_check(true, 3, [&] { ++ran; });
+  EXPECT_EQ(ran, 1);
+}
+
 }  // namespace
 }  // namespace ringattn::cli
