@@ -387,7 +387,6 @@ int bench_on(const CommandLine& cl, World& w) {
   ProblemSetup setup;
   std::vector<SweepSize> problems;
   try {
-    if (w.rank == 0) check_bench_outputs(o);  // only rank 0 writes; its verdict is shared below
     setup = setup_problem(o.problem);
     for (const int64_t n : sweep_sizes(o)) problems.push_back(problem_at(o, setup.problem, n, w.rank, w.size));
     // A plan fires in the first ring run, the first size's (a decode sweep has no hops to fault,
@@ -396,6 +395,9 @@ int bench_on(const CommandLine& cl, World& w) {
       fail_arg("{} applies to ring runs; bench --impl naive runs the oracle only", w.fault.text());
     if (!problems.empty())
       check_fault_plan(w.fault, problems.front().p, ring_of(problems.front().ring), w.size, o.backward);
+    // Last (as run's): only rank 0 writes, and its verdict is shared below; a problem every rank
+    // meets is what every rank reports first.
+    if (w.rank == 0) check_bench_outputs(o);
   } catch (const InvalidArgument& e) {
     error = e.what();
   }

@@ -68,12 +68,14 @@ std::string nonfinite_message(const Summary& s) {
 }  // namespace
 
 ProblemSetup prepare_run(const RunOptions& o, const World& w) {
-  if (w.rank == 0) check_run_outputs(o);  // only rank 0 writes; the callers share its verdict
   ProblemSetup setup = setup_problem(o.problem);
   validate_problem(setup.problem, w.size);
   setup.ring = plan_ring(o.problem, setup.problem, w.size, w.rank);
   if (o.backward) check_backward_setup(o, setup, w.size);
   check_fault_plan(w.fault, setup.problem, ring_of(setup.ring), w.size, o.backward);
+  // Last: only rank 0 writes (the callers share its verdict), so a problem every rank meets is
+  // what every rank reports first, one message, not rank 0's path beside the others' problem.
+  if (w.rank == 0) check_run_outputs(o);
   return setup;
 }
 

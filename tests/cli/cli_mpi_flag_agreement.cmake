@@ -61,3 +61,9 @@ step(EXPECT_RC 1 COMMAND ${MPIRUN} ${RINGATTN} run --seq 64 --causal --backward 
 step(EXPECT_RC 1 COMMAND ${RINGATTN} run --seq 64 --dk - --backward --dry-run STDERR "--dk -: a tensor is written")
 # plan's head counts, checked as run's (issue 39, second pass, low).
 step(EXPECT_RC 1 COMMAND ${RINGATTN} plan --heads 3 --kv-heads 2 STDERR "--heads 3 is not a multiple of --kv-heads 2")
+# A bad output path (rank 0 checks it) and a problem every rank meets: every rank reports the
+# problem, one message (rank 0 named its path while the others named the window).
+step(EXPECT_RC 1 COMMAND ${MPIRUN} ${RINGATTN} run --seq 64 --out nodir/o.npy --window 5
+     STDERR "--window '5' is not understood" STDERR_NOT "does not exist")
+step(EXPECT_RC 1 COMMAND ${MPIRUN} ${RINGATTN} bench -b 64 -e 64 --json nodir/b.json --window 5
+     STDERR "--window '5' is not understood" STDERR_NOT "does not exist")
