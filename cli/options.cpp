@@ -218,6 +218,11 @@ void parse_command_line(CLI::App& app, CommandLine& cl, int argc, const char* co
     if (!cl.bench.docs.empty() && cl.bench.problem.kv_seq)
       fail_arg("--docs packs self-attention; a --kv-seq sweep is decode over a cache: drop one of them");
     refuse_ignored_flags(sub, cl.bench.problem, cl.bench.check);
+    if (cl.bench.impl == "naive")  // the oracle alone: nothing sharded, tiled or checked
+      for (const char* name : {"--check-rows", "--tile-q", "--tile-k", "--shard", "--deterministic"})
+        if (given(sub, name))
+          fail_arg("{} does nothing with --impl naive (the fp64 oracle on one process: not sharded, not tiled, the "
+                   "reference itself); drop {} or run --impl flash or both", name, name);
     if (cl.bench.problem.q_offset && !cl.bench.problem.kv_seq)
       fail_arg("--q-offset {} applies to bench only with --kv-seq (a decode sweep); a sweep without --kv-seq runs "
                "self-attention at offset 0; add --kv-seq or drop --q-offset", *cl.bench.problem.q_offset);

@@ -99,3 +99,13 @@ step(EXPECT_RC 0 COMMAND ${RINGATTN} run --seq 4 --kv-seq 100 --shard auto --che
 # An alias beside the flag it sets: --naive is --impl naive, so --naive --impl both is refused (naive won).
 step(EXPECT_RC 1 COMMAND ${RINGATTN} bench -b 64 -e 64 -n 1 --naive --impl both
      STDERR "--naive is --impl naive and --impl is given too; give one of them")
+# bench --impl naive runs the fp64 oracle alone: flags of the flash runs are refused (they were
+# accepted and ignored), and the header says nothing is checked.
+foreach(f "--check-rows;4" "--tile-q;16" "--shard;zigzag" "--deterministic;--backward")
+  list(GET f 0 name)
+  step(EXPECT_RC 1 COMMAND ${RINGATTN} bench -b 64 -e 64 -n 1 --dim 8 --impl naive ${f}
+       STDERR "${name} does nothing with --impl naive \\(the fp64 oracle on one process: not sharded, not tiled, the reference itself\\); drop ${name}")
+endforeach()
+step(EXPECT_RC 1 COMMAND ${RINGATTN} bench -b 64 -e 64 -n 1 --dim 8 --naive --tile-k 16 STDERR "--tile-k does nothing with --impl naive")
+step(EXPECT_RC 0 COMMAND ${RINGATTN} bench -b 64 -e 64 -n 1 --dim 8 --impl naive
+     STDOUT "# check: none \\(the fp64 oracle is the reference; non-finite values counted\\)" "# Result: not checked")
