@@ -107,7 +107,7 @@ std::vector<Flag> problem_rows() {
        .check = Check::Range, .lo = 0, .samples = {"0", "5"}},
       {.names = "--log-level", .commands = kRunBench, .target = RA_PROBLEM(log_level), .agree = Agree::Local,
        .computes = false, .json_key = "log_level",
-       .help = "trace|debug|info|warn|error|off (default: $RINGATTN_LOG_LEVEL or info)", .unset = "default"},
+       .help = "trace|debug|info|warn|error|critical|off (default: $RINGATTN_LOG_LEVEL or info)", .unset = "default"},
       {.names = "--timeout", .commands = kRunBench, .target = RA_PROBLEM(timeout_s), .computes = false,
        .json_key = "timeout_s",
        .help = "bound in seconds on every wait for another rank (the first hop gets 3x); on expiry every rank exits "

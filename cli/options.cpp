@@ -134,7 +134,8 @@ void refuse_switch_values(int argc, const char* const* argv) {
 
 // Flags that a combination would silently ignore.
 void refuse_ignored_flags(const CLI::App& sub, const ProblemOptions& o, bool check) {
-  if (o.q_offset && !o.causal && o.window.empty())
+  // An unbounded window (-1,-1) is no window: it leaves the offset as idle as no --window does.
+  if (o.q_offset && !o.causal && (o.window.empty() || parse_window(o.window).none()))
     fail_arg("--q-offset {} only shifts the causal mask or the window and does nothing without --causal or "
              "--window; add one or drop --q-offset", *o.q_offset);
   if (given(sub, "--check-rows") && !check)

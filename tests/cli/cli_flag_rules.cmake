@@ -59,6 +59,8 @@ step(EXPECT_RC 1 COMMAND ${CMAKE_COMMAND} -E env RINGATTN_FAULT=0:0:throw ${RING
 # Flags a combination would silently ignore.
 step(EXPECT_RC 1 COMMAND ${RINGATTN} run --seq 64 --q-offset 3
      STDERR "--q-offset 3 only shifts the causal mask or the window and does nothing without --causal or --window")
+step(EXPECT_RC 1 COMMAND ${RINGATTN} run --seq 64 --window -1,-1 --q-offset 5
+     STDERR "--q-offset 5 only shifts the causal mask or the window and does nothing without --causal or --window")
 step(EXPECT_RC 1 COMMAND ${RINGATTN} run --seq 64 --check-rows 5 STDERR "--check-rows 5 without the check does nothing")
 step(EXPECT_RC 1 COMMAND sh -c "'${RINGATTN}' run --seq 64 --out ''" STDERR "--out: the path is empty; give a file name")
 step(EXPECT_RC 0 COMMAND ${NPY_TOOL} random q.npy fp32 1 2 64 16 ${SEED})
