@@ -2,6 +2,8 @@
 // (== the CPU merge on empty, one-empty and far-apart states), finalize and fill_empty on the GPU.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <cmath>
 #include <cstring>
 #include <iterator>
 #include <memory>
@@ -85,6 +87,26 @@ void expect_fused_out_equals_cast(Backend& be, DecodeParams dp, const HostState*
   fused.read(be, fo, fl);
   EXPECT_EQ(0, std::memcmp(po.data(), fo.data(), po.size() * 4)) << "state o";
   EXPECT_EQ(0, std::memcmp(pl.data(), fl.data(), pl.size() * 4)) << "state lse";
+  if (init != nullptr || dp.flash.mode != StateMode::Write) return;
+  // Without an fp32 o (DecodeParams: the op's decode, which then needs no scratch): the same
+  // output bytes and lse, and the o buffer beside it untouched (still NaN).
+  DeviceState lse_only(be, B, H, T, D);
+  DeviceBuffer out2(be, bytes);
+  be.copy_from_host(out2.get(), poison.data(), bytes);
+  dp.flash.state = lse_only.view;
+  dp.flash.state.o = nullptr;
+  dp.flash.out = bhtd_view(out2.get(), f.q.dtype, B, H, T, D);
+  be.decode(dp);
+  be.synchronize();
+  be.copy_to_host(got.data(), out2.get(), bytes);
+  diff = 0;
+  for (size_t i = 0; i < bytes; ++i) diff += want[i] != got[i];
+  EXPECT_EQ(diff, 0u) << "bytes of the output without an fp32 o that differ from state + finalize";
+  std::vector<float> no, nl;
+  lse_only.read(be, no, nl);
+  EXPECT_EQ(0, std::memcmp(pl.data(), nl.data(), pl.size() * 4)) << "lse without an fp32 o";
+  EXPECT_EQ(size_t(std::count_if(no.begin(), no.end(), [](float x) { return std::isnan(x); })), no.size())
+      << "the o buffer that was not passed was written";
 }
 
 // Decode of case c split 1, 3, default and 50 ways against the unsplit flash and the fp64 oracle,

@@ -289,6 +289,22 @@ TEST(Validation, RejectsBadInputWithClearMessages) {
   expect_rejected(p, true, "output dtype bf16 does not match q's dtype fp32");
   p.out.dtype = DType::F32;
   EXPECT_NO_THROW(validate_flash(p, true));
+  // The state's o may be left out only where the caller allows it (a GPU decode), in Write mode,
+  // with the output given; the CPU decode requires it.
+  p.state.o = nullptr;
+  EXPECT_NO_THROW(validate_flash(p, false, /*o_optional=*/true));
+  expect_rejected(p, false, "the output state (o, lse) must point to memory");
+  EXPECT_THROW(cpu::decode_split_kv(DecodeParams{p, 4}), InvalidArgument);
+  p.mode = StateMode::Fold;
+  try {
+    validate_flash(p, false, true);
+    ADD_FAILURE() << "a Fold without o was accepted";
+  } catch (const InvalidArgument& e) {
+    EXPECT_EQ(std::string(e.what()), "the output state (o, lse) must point to memory");
+  }
+  p.mode = StateMode::Write;
+  p.out = TensorView{};
+  EXPECT_THROW(validate_flash(p, false, true), InvalidArgument);
   // Scale factors have their place in the params, and no kernel takes them yet.
   const float one = 1.f;
   p = ok.p();
