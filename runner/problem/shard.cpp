@@ -306,11 +306,39 @@ void validate_problem_values(const GlobalProblem& p, int world) {
              "default is kv_len - q_len = {})", off, p.kv_len - p.q_len);
   // Both ends of a row's keys grow with the row and a band never skips a row: the first and the
   // last query decide whether every query sees a key.
+  // The rows without a key are then a run at the start (the window's upper edge below key 0) or
+  // at the end (its lower edge past the last key): named whole, found by bisection.
   const MaskSpec m = clamp_offset(p.mask(), p.q_len, p.kv_len);
-  for (const int64_t row : {int64_t(0), p.q_len - 1})
-    if (visible_range(m, row, p.kv_len).empty())
-      fail_arg("the window (left {}, right {}) leaves query {} (position {}) with no visible key among the {} keys: "
-               "every query needs one", p.window.left, p.window.right, row, off + row, p.kv_len);
+  const auto empty = [&](int64_t row) { return visible_range(m, row, p.kv_len).empty(); };
+  int64_t first = -1, last = -1;
+  if (empty(0)) {
+    int64_t lo = 0, hi = p.q_len - 1;  // the last empty row of the leading run: in [lo, hi]
+    while (lo < hi) {
+      const int64_t mid = lo + (hi - lo + 1) / 2;
+      if (empty(mid))
+        lo = mid;
+      else
+        hi = mid - 1;
+    }
+    first = 0, last = lo;
+  } else if (empty(p.q_len - 1)) {
+    int64_t lo = 1, hi = p.q_len - 1;  // the first empty row of the trailing run: in [lo, hi]
+    while (lo < hi) {
+      const int64_t mid = lo + (hi - lo) / 2;
+      if (empty(mid))
+        hi = mid;
+      else
+        lo = mid + 1;
+    }
+    first = lo, last = p.q_len - 1;
+  }
+  if (first < 0) return;
+  if (first == last)
+    fail_arg("the window (left {}, right {}) leaves query {} (position {}) with no visible key among the {} keys: "
+             "every query needs one", p.window.left, p.window.right, first, off + first, p.kv_len);
+  fail_arg("the window (left {}, right {}) leaves queries {} to {} (positions {} to {}) with no visible key among the "
+           "{} keys: every query needs one", p.window.left, p.window.right, first, last, off + first, off + last,
+           p.kv_len);
 }
 
 void validate_problem(const GlobalProblem& p, int world) {

@@ -50,6 +50,13 @@ step(EXPECT_RC 1 COMMAND ${RINGATTN} run ${P} --seq 64 --window 9999999999999999
 step(EXPECT_RC 1 COMMAND ${RINGATTN} plan --seq 64 --ranks 2 --window 4,-12345678901234567890
      STDERR "the right side -12345678901234567890 is out of range")
 step(EXPECT_RC 1 COMMAND ${RINGATTN} run ${P} --seq 4 --kv-seq 64 --window 2,1 --q-offset 70
-     STDERR "the window \\(left 2, right 1\\) leaves query 0 \\(position 70\\) with no visible key among the 64 keys")
+     STDERR "the window \\(left 2, right 1\\) leaves queries 0 to 3 \\(positions 70 to 73\\) with no visible key among the 64 keys")
+# The rows without a key are named whole, from the first (it named the last, 63, where 1 to 63 have none).
+step(EXPECT_RC 1 COMMAND ${RINGATTN} run ${P} --seq 64 --kv-seq 100 --causal --window 2,0 --q-offset 101
+     STDERR "leaves queries 1 to 63 \\(positions 102 to 164\\) with no visible key among the 100 keys")
+step(EXPECT_RC 1 COMMAND ${RINGATTN} run ${P} --seq 8 --kv-seq 64 --window 2,1 --q-offset -5
+     STDERR "leaves queries 0 to 3 \\(positions -5 to -2\\) with no visible key")
+step(EXPECT_RC 1 COMMAND ${RINGATTN} run ${P} --seq 2 --kv-seq 64 --window 0,0 --q-offset 63
+     STDERR "leaves query 1 \\(position 64\\) with no visible key")
 step(EXPECT_RC 1 COMMAND ${RINGATTN} plan --seq 64 --ranks 2 --causal --window 4,2
      STDERR "window right 2 does not fit causal attention")
