@@ -136,7 +136,8 @@ struct DeviceCopy {
 };
 
 // Relative errors of a rank's ring output (and fp32 LSE, [B, H, T] contiguous) against the fp64
-// oracle of the global problem, reduced over all ranks: the same verdict on every rank.
+// oracle of the global problem (packed documents: each row against its document's keys alone),
+// reduced over all ranks: the same verdict on every rank.
 struct RingErrors {
   double out = 0, lse = 0;
 };
@@ -144,13 +145,22 @@ inline RingErrors ring_errors_vs_oracle(const GlobalProblem& p, const GlobalInpu
                                         const ShardTensor& out, const std::vector<float>& lse) {
   const FlashParams gf = g.params(p);
   const int64_t T = l.tokens(), H = p.q_heads, D = p.head_dim;
+  const std::vector<int64_t> bounds = p.doc_bounds();
   ErrorSums eo, el;
   std::vector<double> ro(static_cast<size_t>(D));
   double rl = 0;
   for (int64_t b = 0; b < p.batch; ++b)
     for (int64_t h = 0; h < H; ++h)
       for (int64_t i = 0; i < T; ++i) {
-        cpu::naive_row(gf, b, h, l.global_position(i), ro.data(), &rl);
+        const int64_t pos = l.global_position(i);
+        FlashParams f = gf;
+        for (size_t d = 0; d + 1 < bounds.size(); ++d)
+          if (pos >= bounds[d] && pos < bounds[d + 1]) {  // its document [a, e): key j sits at a + j
+            f.k = gf.k.rows(bounds[d], bounds[d + 1] - bounds[d]);
+            f.v = gf.v.rows(bounds[d], bounds[d + 1] - bounds[d]);
+            f.mask = band_mask(p.causal, p.window, -bounds[d], 1);
+          }
+        cpu::naive_row(f, b, h, pos, ro.data(), &rl);
         for (int64_t d = 0; d < D; ++d) eo.add(out.at(b, h, i, d), ro[size_t(d)]);
         el.add(lse[size_t((b * H + h) * T + i)], rl);
       }

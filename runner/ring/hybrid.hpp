@@ -1,0 +1,34 @@
+// Hybrid context parallelism, CPU ranks first: U consecutive ranks form a group that exchanges
+// heads all-to-all (Ulysses: each rank then holds the group's tokens for 1/U of the heads), and
+// the G = P / U groups pass K/V around a ring, one ring per position inside a group. U = P is
+// all-to-all only; U = 1 is the ring.
+#pragma once
+
+#include "comm/transport.hpp"
+#include "kernels/backend.hpp"
+#include "runner/problem/problem.hpp"
+#include "runner/problem/sharding.hpp"
+#include "runner/ring/runner.hpp"
+#include "runner/ring/stats.hpp"
+
+namespace ringattn {
+
+// The tokens rank `rank` of `world` holds with groups of `group_size` ranks: the ring shard of
+// its group g = rank / U (p.sharding over the G = world / U groups, documents included), its rows
+// cut into U contiguous pieces in the shard's row order, the piece u = rank % U. Throws
+// InvalidArgument when U is not a divisor of world (the same on every rank).
+ShardLayout hybrid_layout(const GlobalProblem& p, int group_size, int rank, int world);
+
+// Attention of a self-attention problem (p.is_ring()) with x holding this rank's rows of
+// hybrid_layout(p, group.size(), rank, P), all heads: an all-to-all over `group` gives every rank
+// of a group the group's tokens for its block of q_heads / U query and kv_heads / U KV heads,
+// run_ring_attention over `ring` (this rank's place among the groups: ring.rank() is the group)
+// attends them, and a second all-to-all brings out and lse back to the rows x holds. `group` is
+// this rank's group (group.rank() its place in it), `ring` the ranks at the same place in every
+// group. q_heads and kv_heads must divide by the group size; host memory only (a backend with
+// device memory is refused). Refusals are InvalidArgument, on every rank alike, before any
+// exchange. Collective over both transports.
+RankStats run_hybrid_attention(const GlobalProblem& p, const LocalTensors& x, Backend& b, Transport& group,
+                               Transport& ring, const RunOptions& opt = {});
+
+}  // namespace ringattn
