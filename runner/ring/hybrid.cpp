@@ -2,14 +2,17 @@
 
 #include <algorithm>
 #include <cstring>
+#include <numeric>
 #include <string>
 #include <string_view>
+#include <tuple>
 #include <vector>
 
 #include <fmt/format.h>
 
 #include "core/error.hpp"
 #include "runner/problem/agree.hpp"
+#include "runner/ring/ring_buffers.hpp"
 
 namespace ringattn {
 namespace {
@@ -56,26 +59,89 @@ const char* unpack(const char* src, const TensorView& x, int64_t h0, int64_t hn,
   return src;
 }
 
-// What this rank refuses on its own (its tensors), "" when nothing.
-std::string local_problem(const GlobalProblem& p, const LocalTensors& x, int64_t rows) {
-  const std::pair<const char*, const TensorView*> views[] = {{"q", &x.q}, {"k", &x.k}, {"v", &x.v}, {"out", &x.out}};
-  for (const auto& [name, v] : views) {
-    const int64_t heads = v == &x.k || v == &x.v ? p.kv_heads : p.q_heads;
-    if (v->batch != p.batch || v->heads != heads || v->len != rows || v->dim != p.head_dim)
-      return fmt::format("{} is [{}, {}, {}, {}] but this rank's rows of the hybrid layout need [{}, {}, {}, {}]", name,
-                         v->batch, v->heads, v->len, v->dim, p.batch, heads, rows, p.head_dim);
-    if (v->data == nullptr && v->numel() > 0) return fmt::format("{} has no data", name);
+// A tensor the all-to-alls move: this rank's rows with every head, and the group's rows (every
+// rank's piece, in the group shard's row order) with this rank's block of heads (group.heads of
+// them: block u of rows.heads = U * group.heads).
+struct Moved {
+  TensorView rows, group;
+};
+
+enum class Toward { Group, Rows };
+
+// One all-to-all over `group` moving every tensor of `m`: toward the group, to rank w its rows of
+// w's heads (received: w's rows of this rank's heads, at rows [at[w], at[w + 1]) of m.group);
+// toward the rows, the inverse.
+void exchange(const std::vector<Moved>& m, const std::vector<int64_t>& at, Transport& group, Toward dir) {
+  const int U = group.size(), u = group.rank();
+  const int64_t mine = at[size_t(u) + 1] - at[size_t(u)];
+  std::vector<size_t> to_group(size_t(U), 0), to_rows(size_t(U), 0);  // bytes to or from rank w
+  for (int w = 0; w < U; ++w)
+    for (const Moved& t : m) {
+      const size_t one = size_t(t.group.batch * t.group.heads * t.group.dim) * dtype_size(t.group.dtype);
+      to_group[size_t(w)] += one * size_t(mine);
+      to_rows[size_t(w)] += one * size_t(at[size_t(w) + 1] - at[size_t(w)]);
+    }
+  const bool out = dir == Toward::Group;
+  const std::vector<size_t>& send_n = out ? to_group : to_rows;
+  const std::vector<size_t>& recv_n = out ? to_rows : to_group;
+  const auto total = [](const std::vector<size_t>& n) { return std::max<size_t>(1, std::accumulate(n.begin(), n.end(), size_t(0))); };
+  std::vector<char> send(total(send_n)), recv(total(recv_n));
+  char* to = send.data();
+  const char* from = recv.data();
+  for (int w = 0; w < U; ++w)
+    for (const Moved& t : m) {
+      const int64_t h = t.group.heads, r0 = at[size_t(w)], rn = at[size_t(w) + 1] - r0;
+      to = out ? pack(t.rows, w * h, h, 0, mine, to) : pack(t.group, 0, h, r0, rn, to);
+    }
+  group.alltoall(send.data(), send_n, recv.data(), recv_n);
+  for (int w = 0; w < U; ++w)
+    for (const Moved& t : m) {
+      const int64_t h = t.group.heads, r0 = at[size_t(w)], rn = at[size_t(w) + 1] - r0;
+      from = out ? unpack(from, t.group, 0, h, r0, rn) : unpack(from, t.rows, w * h, h, 0, mine);
+    }
+}
+
+// Host tensors of the group's rows, this rank's heads: owned storage and their views.
+struct GroupTensors {
+  std::vector<std::vector<char>> store;
+  TensorView add(DType dtype, int64_t batch, int64_t heads, int64_t rows, int64_t dim) {
+    store.emplace_back(std::max<size_t>(1, size_t(batch * heads * rows * dim) * dtype_size(dtype)));
+    return bhtd_view(store.back().data(), dtype, batch, heads, rows, dim);
   }
+};
+
+// What this rank refuses on its own (its tensors and, for a backward, its dK/dV ring), "" when
+// nothing: the shapes and dtypes run_ring_attention and run_attention_backward check, for the
+// rows of the hybrid layout.
+std::string local_problem(const GlobalProblem& p, const LocalTensors& x, const BackwardTensors* g, int64_t rows,
+                          Transport& ring, const Transport* grad_ring) {
+  const DType out = p.resolved_out_dtype();
+  std::vector<std::tuple<const char*, const TensorView*, int64_t, DType>> views = {
+      {"q", &x.q, p.q_heads, p.dtype}, {"k", &x.k, p.kv_heads, p.dtype}, {"v", &x.v, p.kv_heads, p.dtype},
+      {"out", &x.out, p.q_heads, out}};
+  if (g != nullptr)
+    views.insert(views.end(), {{"dout", &g->dout, p.q_heads, out}, {"dq", &g->dq, p.q_heads, DType::F32},
+                               {"dk", &g->dk, p.kv_heads, DType::F32}, {"dv", &g->dv, p.kv_heads, DType::F32}});
+  for (const auto& [what, v, heads, dtype] : views)
+    if (std::string e = check_view(what, *v, p.batch, heads, rows, p.head_dim, dtype); !e.empty()) return e;
+  if (g == nullptr) return "";
+  if (x.lse == nullptr && rows > 0) return "the backward needs the forward's lse (LocalTensors::lse is null)";
+  if (grad_ring->size() != ring.size() || grad_ring->rank() != ring.rank() || (ring.size() > 1 && grad_ring == &ring))
+    return fmt::format("the dK/dV ring is rank {} of {}{} but the ring rank {} of {}: pass a second transport over the "
+                       "same ranks as the ring", grad_ring->rank(), grad_ring->size(),
+                       grad_ring == &ring ? " (the ring itself)" : "", ring.rank(), ring.size());
   return "";
 }
 
 // Both agreements, the group's and then the ring's carrying the group's verdict ("in group G,
 // rank U: ..."): every ring holds one rank of every group, so a group that stops stops every rank,
 // with the same text.
-void agree_on_hybrid(const GlobalProblem& p, const std::string& error, Transport& group, Transport& ring) {
+void agree_on_hybrid(const GlobalProblem& p, const std::string& error, bool backward, Transport& group,
+                     Transport& ring) {
   constexpr std::string_view kStopped = "ranks stopped before the first hop: ";  // agree_on_run's
   LocalVerdict mine;
   mine.error = error;
+  mine.backward = backward;
   try {
     agree_on_run(p, mine, group);
     mine.error.clear();
@@ -85,6 +151,38 @@ void agree_on_hybrid(const GlobalProblem& p, const std::string& error, Transport
     mine.error = fmt::format("in group {}, {}", ring.rank(), what);
   }
   agree_on_run(p, mine, ring);
+}
+
+// The checks every hybrid run makes before it moves anything, and where each rank's piece of its
+// group's rows begins (at[w], w = 0 .. U; this rank's piece is [at[u], at[u + 1])).
+std::vector<int64_t> begin_hybrid(const GlobalProblem& p, const LocalTensors& x, const BackwardTensors* g, Backend& b,
+                                  Transport& group, Transport& ring, const Transport* grad_ring,
+                                  const RunOptions& opt) {
+  const int U = group.size(), u = group.rank();
+  if (!p.is_ring())
+    fail_arg("hybrid context parallelism runs self-attention (kv_len = q_len, no q_offset); decode runs on the ring's "
+             "KV split (run_attention)");
+  if (p.q_heads % U != 0 || p.kv_heads % U != 0)
+    fail_arg("hybrid context parallelism over groups of {} ranks: q_heads {} and kv_heads {} must both divide by {} "
+             "(each rank of a group attends q_heads / {} and kv_heads / {} of them)", U, p.q_heads, p.kv_heads, U, U, U);
+  if (b.device_memory())
+    fail_arg("hybrid context parallelism moves host memory only for now: a backend with device memory ({}) is "
+             "refused; run it on CPU ranks", b.name());
+  const int64_t n = group_shard(p, ring.rank(), ring.size()).tokens();
+  std::vector<int64_t> at(size_t(U) + 1);
+  for (int w = 0; w <= U; ++w) at[size_t(w)] = piece_begin(n, w, U);
+  const std::string error = local_problem(p, x, g, at[size_t(u) + 1] - at[size_t(u)], ring, grad_ring);
+  if (opt.check_agreement) agree_on_hybrid(p, error, g != nullptr, group, ring);
+  else if (!error.empty()) fail_arg("rank {}: {}", group.rank(), error);
+  return at;
+}
+
+// The problem one rank of a group attends after the first all-to-all: its block of heads.
+GlobalProblem heads_block(const GlobalProblem& p, int U) {
+  GlobalProblem sub = p;
+  sub.q_heads = p.q_heads / U;
+  sub.kv_heads = p.kv_heads / U;
+  return sub;
 }
 
 }  // namespace
@@ -102,76 +200,39 @@ ShardLayout hybrid_layout(const GlobalProblem& p, int group_size, int rank, int 
 
 RankStats run_hybrid_attention(const GlobalProblem& p, const LocalTensors& x, Backend& b, Transport& group,
                                Transport& ring, const RunOptions& opt) {
-  const int U = group.size(), u = group.rank(), G = ring.size(), g = ring.rank();
-  if (!p.is_ring())
-    fail_arg("hybrid context parallelism runs self-attention (kv_len = q_len, no q_offset); decode runs on the ring's "
-             "KV split (run_attention)");
-  if (p.q_heads % U != 0 || p.kv_heads % U != 0)
-    fail_arg("hybrid context parallelism over groups of {} ranks: q_heads {} and kv_heads {} must both divide by {} "
-             "(each rank of a group attends q_heads / {} and kv_heads / {} of them)", U, p.q_heads, p.kv_heads, U, U, U);
-  if (b.device_memory())
-    fail_arg("hybrid context parallelism moves host memory only for now: a backend with device memory ({}) is "
-             "refused; run it on CPU ranks", b.name());
-  const int64_t n = group_shard(p, g, G).tokens();
-  std::vector<int64_t> at(size_t(U) + 1);
-  for (int w = 0; w <= U; ++w) at[size_t(w)] = piece_begin(n, w, U);
-  const int64_t mine = at[size_t(u) + 1] - at[size_t(u)];
-  if (opt.check_agreement) agree_on_hybrid(p, local_problem(p, x, mine), group, ring);
-
-  // The first all-to-all: to rank w of the group, this rank's rows of w's heads of q, k and v.
-  const int64_t B = p.batch, D = p.head_dim, hq = p.q_heads / U, hk = p.kv_heads / U;
-  const size_t es = dtype_size(p.dtype);
-  std::vector<size_t> send_n(static_cast<size_t>(U)), recv_n(static_cast<size_t>(U));
-  for (int w = 0; w < U; ++w) {
-    send_n[size_t(w)] = size_t(B * (hq + 2 * hk) * mine * D) * es;
-    recv_n[size_t(w)] = size_t(B * (hq + 2 * hk) * (at[size_t(w) + 1] - at[size_t(w)]) * D) * es;
-  }
-  std::vector<char> send(std::max<size_t>(1, size_t(B * (p.q_heads + 2 * p.kv_heads) * mine * D) * es));
-  std::vector<char> recv(std::max<size_t>(1, size_t(B * (hq + 2 * hk) * n * D) * es));
-  char* to = send.data();
-  for (int w = 0; w < U; ++w) {
-    to = pack(x.q, w * hq, hq, 0, mine, to);
-    to = pack(x.k, w * hk, hk, 0, mine, to);
-    to = pack(x.v, w * hk, hk, 0, mine, to);
-  }
-  group.alltoall(send.data(), send_n, recv.data(), recv_n);
-
-  // The group's tokens of this rank's heads, in the ring shard's row order, and the ring over them.
-  std::vector<char> qg(std::max<size_t>(1, size_t(B * hq * n * D) * es)), og(qg.size()),
-      kg(std::max<size_t>(1, size_t(B * hk * n * D) * es)), vg(kg.size());
-  std::vector<float> lg(std::max<size_t>(1, size_t(B * hq * n)));
-  const TensorView Q = bhtd_view(qg.data(), p.dtype, B, hq, n, D), K = bhtd_view(kg.data(), p.dtype, B, hk, n, D),
-                   V = bhtd_view(vg.data(), p.dtype, B, hk, n, D), O = bhtd_view(og.data(), p.dtype, B, hq, n, D);
-  const char* from = recv.data();
-  for (int w = 0; w < U; ++w) {
-    const int64_t r0 = at[size_t(w)], rn = at[size_t(w) + 1] - r0;
-    from = unpack(unpack(unpack(from, Q, 0, hq, r0, rn), K, 0, hk, r0, rn), V, 0, hk, r0, rn);
-  }
-  GlobalProblem sub = p;
-  sub.q_heads = hq;
-  sub.kv_heads = hk;
-  const RankStats st = run_ring_attention(sub, LocalTensors{Q, K, V, O, lg.data()}, b, ring, opt);
-
-  // The second all-to-all: to rank w, its rows of this rank's heads of out and lse; from rank v,
-  // this rank's rows of v's heads.
-  const TensorView L = bhtd_view(lg.data(), DType::F32, B, hq, n, 1);
-  for (int w = 0; w < U; ++w) {
-    const int64_t rows = at[size_t(w) + 1] - at[size_t(w)];
-    send_n[size_t(w)] = size_t(B * hq * rows) * (size_t(D) * es + sizeof(float));
-    recv_n[size_t(w)] = size_t(B * hq * mine) * (size_t(D) * es + sizeof(float));
-  }
-  send.assign(std::max<size_t>(1, size_t(B * hq * n) * (size_t(D) * es + sizeof(float))), 0);
-  recv.assign(std::max<size_t>(1, size_t(B * p.q_heads * mine) * (size_t(D) * es + sizeof(float))), 0);
-  to = send.data();
-  for (int w = 0; w < U; ++w) {
-    const int64_t r0 = at[size_t(w)], rn = at[size_t(w) + 1] - r0;
-    to = pack(L, 0, hq, r0, rn, pack(O, 0, hq, r0, rn, to));
-  }
-  group.alltoall(send.data(), send_n, recv.data(), recv_n);
-  std::vector<float> lse_rows(std::max<size_t>(1, size_t(B * p.q_heads * mine)));
+  const std::vector<int64_t> at = begin_hybrid(p, x, nullptr, b, group, ring, nullptr, opt);
+  const GlobalProblem sub = heads_block(p, group.size());
+  const int64_t B = p.batch, D = p.head_dim, n = at.back(), hq = sub.q_heads, hk = sub.kv_heads;
+  GroupTensors t;
+  const TensorView Q = t.add(p.dtype, B, hq, n, D), K = t.add(p.dtype, B, hk, n, D), V = t.add(p.dtype, B, hk, n, D),
+                   O = t.add(p.resolved_out_dtype(), B, hq, n, D), L = t.add(DType::F32, B, hq, n, 1);
+  exchange({{x.q, Q}, {x.k, K}, {x.v, V}}, at, group, Toward::Group);
+  const RankStats st =
+      run_ring_attention(sub, LocalTensors{Q, K, V, O, static_cast<float*>(L.data)}, b, ring, opt);
+  const int64_t mine = x.q.len;
+  std::vector<float> lse_rows(x.lse != nullptr ? 0 : std::max<size_t>(1, size_t(B * p.q_heads * mine)));
   const TensorView Lx = bhtd_view(x.lse != nullptr ? x.lse : lse_rows.data(), DType::F32, B, p.q_heads, mine, 1);
-  from = recv.data();
-  for (int v = 0; v < U; ++v) from = unpack(unpack(from, x.out, v * hq, hq, 0, mine), Lx, v * hq, hq, 0, mine);
+  exchange({{x.out, O}, {Lx, L}}, at, group, Toward::Rows);
+  return st;
+}
+
+RankStats run_hybrid_attention_backward(const GlobalProblem& p, const LocalTensors& x, const BackwardTensors& g,
+                                        Backend& b, Transport& group, Transport& ring, Transport& grad_ring,
+                                        const RunOptions& opt) {
+  const std::vector<int64_t> at = begin_hybrid(p, x, &g, b, group, ring, &grad_ring, opt);
+  const GlobalProblem sub = heads_block(p, group.size());
+  const int64_t B = p.batch, D = p.head_dim, n = at.back(), hq = sub.q_heads, hk = sub.kv_heads;
+  const DType out = p.resolved_out_dtype();
+  GroupTensors t;
+  const TensorView Q = t.add(p.dtype, B, hq, n, D), K = t.add(p.dtype, B, hk, n, D), V = t.add(p.dtype, B, hk, n, D),
+                   O = t.add(out, B, hq, n, D), L = t.add(DType::F32, B, hq, n, 1), dO = t.add(out, B, hq, n, D),
+                   dQ = t.add(DType::F32, B, hq, n, D), dK = t.add(DType::F32, B, hk, n, D),
+                   dV = t.add(DType::F32, B, hk, n, D);
+  const TensorView Lx = bhtd_view(x.lse, DType::F32, B, p.q_heads, x.q.len, 1);
+  exchange({{x.q, Q}, {x.k, K}, {x.v, V}, {x.out, O}, {Lx, L}, {g.dout, dO}}, at, group, Toward::Group);
+  const RankStats st = run_attention_backward(sub, LocalTensors{Q, K, V, O, static_cast<float*>(L.data)},
+                                              BackwardTensors{dO, dQ, dK, dV}, b, ring, grad_ring, opt);
+  exchange({{g.dq, dQ}, {g.dk, dK}, {g.dv, dV}}, at, group, Toward::Rows);
   return st;
 }
 

@@ -31,4 +31,16 @@ ShardLayout hybrid_layout(const GlobalProblem& p, int group_size, int rank, int 
 RankStats run_hybrid_attention(const GlobalProblem& p, const LocalTensors& x, Backend& b, Transport& group,
                                Transport& ring, const RunOptions& opt = {});
 
+// The gradients of run_hybrid_attention for the loss whose gradient with respect to the output is
+// g.dout, x.out and x.lse (required) holding its results for this rank's rows: an all-to-all over
+// `group` gives every rank of a group the group's q, k, v, out, lse and dO of its block of heads,
+// run_attention_backward over `ring` and `grad_ring` (a second transport over the ring's ranks,
+// for the dK/dV accumulators) computes their gradients, and a second all-to-all brings dq, dk and
+// dv (fp32, every element written) back to the rows x holds. The refusals of run_hybrid_attention
+// and of run_attention_backward, on every rank alike, before any exchange. Collective over the
+// three transports.
+RankStats run_hybrid_attention_backward(const GlobalProblem& p, const LocalTensors& x, const BackwardTensors& g,
+                                        Backend& b, Transport& group, Transport& ring, Transport& grad_ring,
+                                        const RunOptions& opt = {});
+
 }  // namespace ringattn

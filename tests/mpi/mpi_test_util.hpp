@@ -6,6 +6,7 @@
 #include <mpi.h>
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
@@ -59,6 +60,26 @@ struct ShardTensor {
     for (int64_t i = 0; i < view.numel(); ++i) store_from_float(bytes.data(), view.dtype, i, NAN);
   }
   float at(int64_t b, int64_t h, int64_t t, int64_t d) const { return load_as_float(bytes.data(), view.dtype, view.offset(b, h, t) + d); }
+};
+
+// One rank's tensors: inputs and dO from the deterministic global inputs, outputs poisoned (NaN).
+struct BwdShard {
+  ShardTensor q, k, v, out, dout, dq, dk, dv;
+  std::vector<float> lse;
+  BwdShard(const GlobalProblem& p, const std::vector<Segment>& segs, int64_t T, uint64_t seed)
+      : q(p.dtype, p.batch, p.q_heads, T, p.head_dim), k(p.dtype, p.batch, p.kv_heads, T, p.head_dim),
+        v(p.dtype, p.batch, p.kv_heads, T, p.head_dim), out(p.dtype, p.batch, p.q_heads, T, p.head_dim),
+        dout(p.dtype, p.batch, p.q_heads, T, p.head_dim), dq(DType::F32, p.batch, p.q_heads, T, p.head_dim),
+        dk(DType::F32, p.batch, p.kv_heads, T, p.head_dim), dv(DType::F32, p.batch, p.kv_heads, T, p.head_dim),
+        lse(std::max<size_t>(1, size_t(p.batch * p.q_heads * T)), NAN) {
+    q.fill(seed, InputTensor::Q, segs);
+    k.fill(seed, InputTensor::K, segs);
+    v.fill(seed, InputTensor::V, segs);
+    dout.fill(seed, InputTensor::DO, segs);
+    for (ShardTensor* t : {&out, &dq, &dk, &dv}) t->poison();
+  }
+  LocalTensors tensors() { return LocalTensors{q.view, k.view, v.view, out.view, lse.data()}; }
+  BackwardTensors grads() { return BackwardTensors{dout.view, dq.view, dk.view, dv.view}; }
 };
 
 // The whole problem on one host: Q [B,Hq,q_len,D], K and V [B,Hkv,kv_len,D], for the oracle.

@@ -2,8 +2,9 @@
 // Hybrid context parallelism over real MPI ranks with the CPU backend (runner/ring/hybrid.hpp):
 // for every group size U that divides the world (U = P: all-to-all only; U = 1: the ring), the
 // layouts cover the sequence once, and out and lse of every rank's rows match the fp64 oracle and
-// the world-of-one run of the same inputs, over shardings, causal and full, GQA, windows, packed
-// documents and uneven lengths; heads that do not divide by U are refused on every rank alike.
+// the world-of-one run of the same inputs, and so do the gradients of the hybrid backward, over
+// shardings, causal and full, GQA, windows, packed documents and uneven lengths; heads that do not
+// divide by U, and tensors that do not fit, are refused on every rank alike.
 #include <algorithm>
 #include <cmath>
 
@@ -15,6 +16,7 @@ namespace ringattn {
 namespace {
 
 using test::GlobalInputs;
+using test::BwdShard;
 using test::ShardTensor;
 
 struct HybridCase {
@@ -109,6 +111,51 @@ TEST_P(Hybrid, EveryGroupSizeMatchesTheOracleAndTheWorldOfOne) {
   }
 }
 
+// max |x - whole| over this rank's rows (whole at their global positions) / max |whole|, over all
+// ranks; NaN (an unwritten element: the poison) counts as infinity.
+double rows_error(const ShardTensor& x, const ShardTensor& whole, const ShardLayout& l) {
+  double m[2] = {0, 0};
+  for (int64_t b = 0; b < x.view.batch; ++b)
+    for (int64_t h = 0; h < x.view.heads; ++h)
+      for (int64_t i = 0; i < x.view.len; ++i)
+        for (int64_t d = 0; d < x.view.dim; ++d) {
+          const double w = whole.at(b, h, l.global_position(i), d), e = std::abs(x.at(b, h, i, d) - w);
+          m[0] = std::isnan(e) ? INFINITY : std::max(m[0], e);
+          m[1] = std::max(m[1], std::abs(w));
+        }
+  double g[2];
+  MPI_Allreduce(m, g, 2, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
+  return g[0] / std::max(g[1], 1e-30);
+}
+
+TEST_P(Hybrid, TheBackwardOfEveryGroupSizeMatchesTheWorldOfOne) {
+  const HybridCase& c = GetParam();
+  const int P = test::world_size(), r = test::world_rank();
+  const uint64_t seed = test::shared_seed();
+  const GlobalProblem p = problem_of(c);
+  auto backend = make_cpu_backend();
+  RunOptions opt;
+  opt.tile_q = opt.tile_k = 16;
+  BwdShard whole(p, {{0, p.q_len, 1}}, p.q_len, seed);
+  auto one = make_local_transport();
+  run_ring_attention(p, whole.tensors(), *backend, *one, opt);
+  run_attention_backward(p, whole.tensors(), whole.grads(), *backend, *one, *one, opt);
+  for (int U = 1; U <= P; ++U) {
+    if (P % U != 0 || p.q_heads % U != 0 || p.kv_heads % U != 0) continue;
+    SCOPED_TRACE(fmt::format("seed {} rank {} of {}, groups of {}", seed, r, P, U));
+    const ShardLayout mine = hybrid_layout(p, U, r, P);
+    BwdShard x(p, mine.segments, mine.tokens(), seed);
+    Split s(U);
+    auto grad_ring = s.world->split(r % U, r / U);
+    run_hybrid_attention(p, x.tensors(), *backend, *s.group, *s.ring, opt);
+    run_hybrid_attention_backward(p, x.tensors(), x.grads(), *backend, *s.group, *s.ring, *grad_ring, opt);
+    // fp32 gradients summed in another order of blocks: a few roundings of the largest.
+    EXPECT_LT(rows_error(x.dq, whole.dq, mine), 1e-5) << "dq";
+    EXPECT_LT(rows_error(x.dk, whole.dk, mine), 1e-5) << "dk";
+    EXPECT_LT(rows_error(x.dv, whole.dv, mine), 1e-5) << "dv";
+  }
+}
+
 std::vector<HybridCase> cases() {
   return {
       {Sharding::Zigzag, true, 12, 6, 96, 16},
@@ -160,8 +207,23 @@ TEST(HybridRefusals, HeadsThatDoNotDivideAndBadGroupSizesAreNamed) {
     msg = e.what();
   }
   EXPECT_EQ(msg.rfind(fmt::format("ranks stopped before the first hop: rank 0: in group 0, rank 0: q is [2, 4, {}, 8] "
-                                  "but this rank's rows of the hybrid layout need [2, 4, {}, 8]",
+                                  "but this rank needs [2, 4, {}, 8] (batch, heads, tokens, head_dim)",
                                   rank0 + 1, rank0), 0),
+            0u) << msg;
+  EXPECT_TRUE(test::same_on_all_ranks(msg)) << msg;
+  // The backward: the ring as its own dK/dV ring is refused on every rank, before any exchange.
+  Split ring_only(1);
+  BwdShard x(p, hybrid_layout(p, 1, r, P).segments, hybrid_layout(p, 1, r, P).tokens(), test::shared_seed());
+  msg.clear();
+  try {
+    run_hybrid_attention_backward(p, x.tensors(), x.grads(), *backend, *ring_only.group, *ring_only.ring,
+                                  *ring_only.ring);
+  } catch (const InvalidArgument& e) {
+    msg = e.what();
+  }
+  EXPECT_EQ(msg.rfind(fmt::format("ranks stopped before the first hop: rank 0: in group 0, rank 0: the dK/dV ring is "
+                                  "rank 0 of {} (the ring itself) but the ring rank 0 of {}: pass a second transport "
+                                  "over the same ranks as the ring", P, P), 0),
             0u) << msg;
   EXPECT_TRUE(test::same_on_all_ranks(msg)) << msg;
 }

@@ -14,6 +14,7 @@ namespace ringattn {
 namespace {
 
 using test::GlobalInputs;
+using test::BwdShard;
 using test::ShardTensor;
 
 struct BwdCase {
@@ -70,26 +71,6 @@ std::vector<ShardLayout> case_layouts(const BwdCase& c, const GlobalProblem& p, 
   for (int r = 0; r < P; ++r) all.push_back(rank_layout(p, r, P));
   return all;
 }
-
-// One rank's tensors: inputs and dO from the deterministic global inputs, outputs poisoned (NaN).
-struct BwdShard {
-  ShardTensor q, k, v, out, dout, dq, dk, dv;
-  std::vector<float> lse;
-  BwdShard(const GlobalProblem& p, const std::vector<Segment>& segs, int64_t T, uint64_t seed)
-      : q(p.dtype, p.batch, p.q_heads, T, p.head_dim), k(p.dtype, p.batch, p.kv_heads, T, p.head_dim),
-        v(p.dtype, p.batch, p.kv_heads, T, p.head_dim), out(p.dtype, p.batch, p.q_heads, T, p.head_dim),
-        dout(p.dtype, p.batch, p.q_heads, T, p.head_dim), dq(DType::F32, p.batch, p.q_heads, T, p.head_dim),
-        dk(DType::F32, p.batch, p.kv_heads, T, p.head_dim), dv(DType::F32, p.batch, p.kv_heads, T, p.head_dim),
-        lse(size_t(p.batch * p.q_heads * T), NAN) {
-    q.fill(seed, InputTensor::Q, segs);
-    k.fill(seed, InputTensor::K, segs);
-    v.fill(seed, InputTensor::V, segs);
-    dout.fill(seed, InputTensor::DO, segs);
-    for (ShardTensor* t : {&out, &dq, &dk, &dv}) t->poison();
-  }
-  LocalTensors tensors() { return LocalTensors{q.view, k.view, v.view, out.view, lse.data()}; }
-  BackwardTensors grads() { return BackwardTensors{dout.view, dq.view, dk.view, dv.view}; }
-};
 
 // The fp64 gradients of the whole problem: naive_backward per document (one without documents).
 cpu::GradReference reference_grads(const BwdCase& c, const GlobalProblem& p, const GlobalInputs& g,
