@@ -69,11 +69,11 @@ struct GradCheck {
   }
 };
 
-// The gathered gradients (and for a sampled check the forward's output and lse), global token
-// order, on rank 0.
+// The gathered gradients (and for a check the forward's output, for a sampled one its lse), global
+// token order, on rank 0.
 struct GlobalGrads {
   std::vector<float> dq, dk, dv;  // [B, Hq, T, D], [B, Hkv, S, D] x2
-  std::vector<float> out, lse;    // [B, Hq, T, D], [B, Hq, T]: only for a sampled check
+  std::vector<float> out, lse;    // [B, Hq, T, D] for a check, [B, Hq, T] only for a sampled check
 };
 
 // Whether the check samples rows (the same answer on every rank).
@@ -104,6 +104,7 @@ void check_all(const GlobalProblem& p, InputSource& src, const DoutSource& ds, c
   bp.k = bhtd_view(k.data(), p.dtype, B, Hk, S, D);
   bp.v = bhtd_view(v.data(), p.dtype, B, Hk, S, D);
   bp.dout = bhtd_view(dout.data(), p.dtype, B, Hq, T, D);
+  bp.o = bhtd_view(const_cast<float*>(g.out.data()), DType::F32, B, Hq, T, D);
   bp.scale = p.resolved_scale();
   std::vector<float> qf(size_t(B * Hq * T * D)), kf(size_t(B * Hk * S * D));
   for (size_t e = 0; e < qf.size(); ++e) qf[e] = load_as_float(q.data(), p.dtype, int64_t(e));
@@ -118,9 +119,12 @@ void check_all(const GlobalProblem& p, InputSource& src, const DoutSource& ds, c
       dp.k = bp.k.rows(a, n);
       dp.v = bp.v.rows(a, n);
       dp.dout = bp.dout.rows(a, n);
+      dp.o = bp.o.rows(a, n);
     }
     dp.mask = mask;
-    const cpu::GradReference r = cpu::naive_backward(dp);
+    // D = rowsum(dO * out) from the forward's output, as the backward reads it (a 16-bit output's
+    // rounding moves D, and the gradients with it, in proportion to |dO| |out| |k|).
+    const cpu::GradReference r = cpu::naive_backward(dp, cpu::OracleDelta::FromOutput);
     const int64_t Td = dp.q.len, Sd = dp.k.len;
     auto cmp = [&](GradError& e, const std::vector<float>& got, const std::vector<double>& ref, int64_t H, int64_t len,
                    int64_t rows) {
@@ -158,18 +162,16 @@ double dot(const double* a, const double* b, int64_t n) {
 }
 
 // The fp64 dq row of query q with its upstream gradient dO, from its own softmax over the n keys
-// k and values v it sees (rows of D): dq = scale * sum_j P_j (dO . v_j - dO . o) k_j.
-std::vector<double> reference_dq_row(const double* q, const double* dO, const double* k, const double* v, int64_t n,
-                                     int64_t D, double scale) {
-  std::vector<double> s(static_cast<size_t>(n)), dq(static_cast<size_t>(D), 0.0), o(static_cast<size_t>(D), 0.0);
+// k and values v it sees (rows of D): dq = scale * sum_j P_j (dO . v_j - dO . o) k_j, with o the
+// forward's output row (as the backward reads it; cpu::OracleDelta::FromOutput).
+std::vector<double> reference_dq_row(const double* q, const double* dO, const float* o, const double* k,
+                                     const double* v, int64_t n, int64_t D, double scale) {
+  std::vector<double> s(static_cast<size_t>(n)), dq(static_cast<size_t>(D), 0.0);
   double m = -INFINITY, l = 0;
   for (int64_t j = 0; j < n; ++j) m = std::max(m, s[size_t(j)] = scale * dot(q, &k[size_t(j * D)], D));
   for (int64_t j = 0; j < n; ++j) l += std::exp(s[size_t(j)] - m);
-  for (int64_t j = 0; j < n; ++j) {
-    const double pj = std::exp(s[size_t(j)] - m) / l;
-    for (int64_t d = 0; d < D; ++d) o[size_t(d)] += pj * v[size_t(j * D + d)];
-  }
-  const double Di = dot(dO, o.data(), D);
+  double Di = 0;
+  for (int64_t d = 0; d < D; ++d) Di += dO[d] * double(o[d]);
   for (int64_t j = 0; j < n; ++j) {
     const double pj = std::exp(s[size_t(j)] - m) / l, ds_ = pj * (dot(dO, &v[size_t(j * D)], D) - Di);
     for (int64_t d = 0; d < D; ++d) dq[size_t(d)] += scale * ds_ * k[size_t(j * D + d)];
@@ -191,7 +193,8 @@ void add_query_to_key_row(const double* qi, const double* di, const float* oi, d
   }
 }
 
-// A seeded sample of rows. dq row (b, h, i): fp64 from the inputs alone (the row's own softmax).
+// A seeded sample of rows. dq row (b, h, i): fp64 from the inputs (the row's own softmax) and
+// D = dO . out with the forward's output row, as the backward reads it.
 // dk/dv row (b, kv head, j): fp64 over every query that sees key j, each with its softmax
 // statistics from the forward (the gathered lse, and D = dO . out with the forward's output);
 // the exact statistics would cost a whole forward per row.
@@ -235,7 +238,8 @@ void check_sample(const GlobalProblem& p, InputSource& src, const DoutSource& ds
                               v = rows(src, InputTensor::V, b, hk, Hk, S, kr.begin, kr.size());
     c.max_q = std::max(c.max_q, max_row_norm(q.data(), 1, D));
     c.max_k = std::max(c.max_k, max_row_norm(k.data(), kr.size(), D));
-    const std::vector<double> dq = reference_dq_row(q.data(), dO.data(), k.data(), v.data(), kr.size(), D, scale);
+    const std::vector<double> dq = reference_dq_row(q.data(), dO.data(), &g.out[size_t(((b * Hq + h) * T + i) * D)],
+                                                     k.data(), v.data(), kr.size(), D, scale);
     for (int64_t d = 0; d < D; ++d) c.dq.add(g.dq[size_t(((b * Hq + h) * T + i) * D + d)], dq[size_t(d)]);
   }
   // dk/dv rows, grouped by (batch, kv head): the queries of its heads are read once.
@@ -530,7 +534,8 @@ Timings time_forward_backward(const GlobalProblem& p, LocalProblem& local, const
 }
 
 // Rank 0 gathers what it writes or checks, in global token order (every rank takes part): the
-// gradients asked for, and for a sampled check the forward's output and lse.
+// gradients asked for, for a check the forward's output (the oracle's D reads it, as the backward
+// does) and for a sampled check its lse.
 GlobalGrads gather_grads(const RunOptions& o, const GlobalProblem& p, const LocalProblem& local, const HostGrads& h,
                          const HostResult& fwd, bool sampled, World& w) {
   Transport& t = *w.transport;
@@ -541,11 +546,11 @@ GlobalGrads gather_grads(const RunOptions& o, const GlobalProblem& p, const Loca
   if (o.check || !o.dq_file.empty()) gg.dq = gather_rows(t, ql, B * p.q_heads, p.q_len, D, h.dq.data());
   if (o.check || !o.dk_file.empty()) gg.dk = gather_rows(t, kl, B * p.kv_heads, p.kv_len, D, h.dk.data());
   if (o.check || !o.dv_file.empty()) gg.dv = gather_rows(t, kl, B * p.kv_heads, p.kv_len, D, h.dv.data());
-  if (sampled) {
+  if (o.check) {
     const std::vector<float> of = out_as_float(p, fwd);
     gg.out = gather_rows(t, ql, B * p.q_heads, p.q_len, D, of.data());
-    gg.lse = gather_rows(t, ql, B * p.q_heads, p.q_len, 1, fwd.lse.data());
   }
+  if (o.check && sampled) gg.lse = gather_rows(t, ql, B * p.q_heads, p.q_len, 1, fwd.lse.data());
   return gg;
 }
 

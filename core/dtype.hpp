@@ -42,8 +42,11 @@ struct DTypeInfo {
   Tolerance tolerance;                  // the forward's check (above)
   // The ring backward's check (`ringattn run --backward --check`, cli/backward.cpp): max |g - ref| <=
   // grad_tolerance * max |ref| per gradient. fp32: arithmetic only (measured near 1e-6). fp16/bf16:
-  // the oracle reads the same half inputs, but the forward's output is rounded to the dtype, and
-  // D = rowsum(dO * out) with it (measured up to 2e-3 for bf16).
+  // the oracle reads the same half inputs and takes D = rowsum(dO * out) from the forward's output
+  // as the backward does (cpu::OracleDelta::FromOutput: out's rounding would otherwise move D, and
+  // dq and dk with it, by up to ~10% at head dim 1 with N(0, 16^2) inputs); what remains is the
+  // arithmetic and, on GPUs, the half-precision P and dS in the products (measured up to 2e-3 for
+  // bf16).
   double grad_tolerance;
   // One backward call against the fp64 oracle, norm-wise: ||g - ref|| / ||ref|| per gradient
   // (measured: fp32 about 5e-7; fp16 and bf16 up to 1e-4 and 8e-4), for the same reason.

@@ -76,11 +76,15 @@ Reference naive_attention(const FlashParams& p);
 // from q, k, v and dout alone (it recomputes o and lse in double and reads neither p.o nor p.lse,
 // nor p.dq/dk/dv, p.mode or the tiles). Results are contiguous: dq [B, Hq, T, D], dk and dv
 // [B, Hkv, S, D], dk and dv summed over each group's query heads. Rows with no visible key
-// contribute nothing.
+// contribute nothing. With OracleDelta::FromOutput, D = rowsum(dout * o) reads p.o, the forward's
+// output as the backward reads it, instead of the oracle's own o: a 16-bit output moves D by a
+// rounding of o, which the gradients carry in proportion to |dout| |o| |k| (or |q|), far above
+// their arithmetic error when the inputs are large and the head dim small.
 struct GradReference {
   std::vector<double> dq, dk, dv;
 };
-GradReference naive_backward(const BackwardParams& p);
+enum class OracleDelta { Exact, FromOutput };
+GradReference naive_backward(const BackwardParams& p, OracleDelta delta = OracleDelta::Exact);
 
 // One row (b, h, i) of the oracle into o_out[0..D) and *lse_out.
 void naive_row(const FlashParams& p, int64_t b, int64_t h, int64_t i, double* o_out, double* lse_out);

@@ -84,8 +84,10 @@ double dot(const double* a, const double* b, int64_t n) {
 
 // One query row i (q_i, do_i) against the keys it sees (k, v: all keys of its kv head): adds its
 // share to dq_i (D values), dk and dv ([S][D] of the kv head).
-void backward_row(const BackwardParams& p, int64_t i, const double* q_i, const double* do_i, const double* k,
-                  const double* v, double* dq_i, double* dk, double* dv) {
+// o_i: the forward's output row to take D from (OracleDelta::FromOutput), or null for the row's
+// own fp64 output.
+void backward_row(const BackwardParams& p, int64_t i, const double* q_i, const double* do_i, const double* o_i,
+                  const double* k, const double* v, double* dq_i, double* dk, double* dv) {
   const int64_t D = p.q.dim, S = p.k.len;
   const double scale = double(p.scale);
   const KeyRange keys = visible_range(clamp_offset(p.mask, p.q.len, S), i, S);
@@ -105,6 +107,7 @@ void backward_row(const BackwardParams& p, int64_t i, const double* q_i, const d
     const double pj = std::exp(s[size_t(j - keys.begin)] - lse);
     for (int64_t d = 0; d < D; ++d) o[size_t(d)] += pj * v[j * D + d];
   }
+  if (o_i != nullptr) std::copy_n(o_i, D, o.begin());
   // D_i = do_i . o_i; per key dP = do_i . v_j, dS = P (dP - D_i).
   const double delta = dot(do_i, o.data(), D);
   for (int64_t j = keys.begin; j < keys.end; ++j) {
@@ -120,7 +123,7 @@ void backward_row(const BackwardParams& p, int64_t i, const double* q_i, const d
 
 }  // namespace
 
-GradReference naive_backward(const BackwardParams& p) {
+GradReference naive_backward(const BackwardParams& p, OracleDelta delta) {
   const int64_t B = p.q.batch, Hq = p.q.heads, Hkv = p.k.heads, T = p.q.len, S = p.k.len, D = p.q.dim;
   const int64_t group = Hq / Hkv;
   GradReference g;
@@ -135,10 +138,13 @@ GradReference naive_backward(const BackwardParams& p) {
       double* dk = &g.dk[size_t((b * Hkv + hk) * S * D)];
       double* dv = &g.dv[size_t((b * Hkv + hk) * S * D)];
       for (int64_t h = hk * group; h < (hk + 1) * group; ++h) {
-        const std::vector<double> q = rows_as_double(p.q, b, h, T), dout = rows_as_double(p.dout, b, h, T);
+        const std::vector<double> q = rows_as_double(p.q, b, h, T), dout = rows_as_double(p.dout, b, h, T),
+                                  o = delta == OracleDelta::FromOutput ? rows_as_double(p.o, b, h, T)
+                                                                       : std::vector<double>();
         double* dq = &g.dq[size_t((b * Hq + h) * T * D)];
         for (int64_t i = 0; i < T; ++i)
-          backward_row(p, i, &q[size_t(i * D)], &dout[size_t(i * D)], k.data(), v.data(), dq + i * D, dk, dv);
+          backward_row(p, i, &q[size_t(i * D)], &dout[size_t(i * D)], o.empty() ? nullptr : &o[size_t(i * D)],
+                       k.data(), v.data(), dq + i * D, dk, dv);
       }
     }
   return g;

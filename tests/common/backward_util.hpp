@@ -38,12 +38,16 @@ struct Problem {
   std::vector<float> lse, o_state, dq, dk, dv;
   BackwardParams p;
 
-  Problem(const Shape& sh, DType dt, std::mt19937_64& rng, bool bthd = false)
+  // q, k and v are N(0, input_scale^2) (a power of two keeps the draws exact in every dtype).
+  Problem(const Shape& sh, DType dt, std::mt19937_64& rng, bool bthd = false, float input_scale = 1.f)
       : q(dt, sh.b, sh.hq, sh.t, sh.d, rng, bthd), k(dt, sh.b, sh.hkv, sh.s, sh.d, rng, bthd),
         v(dt, sh.b, sh.hkv, sh.s, sh.d, rng, bthd), dout(dt, sh.b, sh.hq, sh.t, sh.d, rng, bthd),
         o(dt, sh.b, sh.hq, sh.t, sh.d, rng, bthd),
         lse(size_t(sh.b * sh.hq * sh.t)), o_state(size_t(sh.b * sh.hq * sh.t * sh.d)),
         dq(o_state.size(), kNaN), dk(size_t(sh.b * sh.hkv * sh.s * sh.d), kNaN), dv(dk.size(), kNaN) {
+    for (HostTensor* x : {&q, &k, &v})
+      for (int64_t i = 0; i < x->view.numel(); ++i)
+        store_from_float(x->bytes.data(), dt, i, load_as_float(x->bytes.data(), dt, i) * input_scale);
     FlashParams f;
     f.q = q.view;
     f.k = k.view;

@@ -231,6 +231,27 @@ TEST(CpuBackward, HalfInputs) {
     }
 }
 
+// A 16-bit output moves D = rowsum(dO * o) by a rounding of o, which the gradients carry in
+// proportion to |dO| |o| |k|: with N(0, 16^2) inputs and head dim 1 or 2 it is ~10% of dq against
+// the exact oracle. The oracle whose D reads the stored output (OracleDelta::FromOutput) leaves
+// only the arithmetic's error, inside the dtype's bound.
+TEST(CpuBackward, HalfOutputsOfLargeInputsAgainstTheOracleOfTheStoredOutput) {
+  const uint64_t seed = test::fresh_seed();
+  std::mt19937_64 rng(seed);
+  for (DType dt : {DType::F16, DType::BF16})
+    for (int64_t d : {1, 2})
+      for (bool causal : {true, false}) {
+        const Shape sh{1, 4, 2, 300, 300, d, causal, 0};
+        Problem pr(sh, dt, rng, false, 16.f);
+        cpu::flash_backward(pr.p);
+        const Errors e = errors_of(pr, cpu::naive_backward(pr.p, cpu::OracleDelta::FromOutput));
+        SCOPED_TRACE(::testing::Message() << "seed " << seed << " " << dtype_name(dt) << " " << describe(sh));
+        EXPECT_LT(e.dq, grad_tolerance(dt));
+        EXPECT_LT(e.dk, grad_tolerance(dt));
+        EXPECT_LT(e.dv, grad_tolerance(dt));
+      }
+}
+
 TEST(CpuBackward, RowsWithoutKeysContributeNothing) {
   std::mt19937_64 rng(test::fresh_seed());
   const Shape sh{1, 2, 1, 9, 6, 8, true, -4};  // rows 0..3 see no key
