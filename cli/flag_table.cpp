@@ -110,7 +110,7 @@ std::vector<Flag> problem_rows() {
        .help = "trace|debug|info|warn|error|critical|off (default: $RINGATTN_LOG_LEVEL or info)", .unset = "default"},
       {.names = "--timeout", .commands = kRunBench, .target = RA_PROBLEM(timeout_s), .computes = false,
        .json_key = "timeout_s",
-       .help = "bound in seconds on every wait for another rank (the first hop gets 3x); on expiry every rank exits "
+       .help = "bound in seconds on every wait for another rank (the first hop gets 3x, and waits behind it up to 4.5x); on expiry every rank exits "
                "with a message (default: $RINGATTN_MPI_TIMEOUT_S or 300)",
        .check = Check::Seconds, .unset = "default", .samples = {"5", "6"}},
   };

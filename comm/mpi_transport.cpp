@@ -56,6 +56,12 @@ double exchange_timeout_s(double requested) {
 // The first exchange also pays connection set-up (shared-memory segments, sockets, IB queue
 // pairs on first contact), so it gets this many times the bound.
 constexpr double kFirstExchangeFactor = 3.0;
+// While that allowance runs, a later wait must not expire before it: a rank that stops at its
+// first exchange leaves its ring neighbour waiting there (3x), and the ranks behind it waiting at
+// later exchanges or in a collective. Exchange k (2, 3, ...) waits at least until the first
+// exchange's post + (3 + min(k, 2P) / 2P) x the bound, a collective until + kGraceCollective x:
+// the nearest rank to the stop, waiting at the lowest count, reports first and names it.
+constexpr double kGraceCollective = 4.5;
 
 // Auto: the process's RINGATTN_MPI_PROGRESS (core/settings.hpp) when set, else by thread level.
 MpiProgress resolve_progress(MpiProgress requested, int thread_level) {
@@ -170,6 +176,7 @@ class MpiTransport final : public Transport {
     pending_from_ = from;
     bytes_sent_ += send_bytes;
     posted_ = std::chrono::steady_clock::now();
+    if (exchanges_ == 1) first_posted_ = posted_;
     if (mode_ == MpiProgress::HelperThread) {
       {
         std::lock_guard<std::mutex> lk(mu_);
@@ -369,32 +376,47 @@ class MpiTransport final : public Transport {
   // A collective is bounded like an exchange: a rank that never joins must not hang the others.
   void wait_collective(MPI_Request& rq, const char* what) {
     const auto t0 = std::chrono::steady_clock::now();
+    const double limit = limit_s(t0, kGraceCollective);
     int flag = 0;
     for (;;) {
       const int rc = MPI_Test(&rq, &flag, MPI_STATUS_IGNORE);
       if (rc != MPI_SUCCESS) stuck_ = true, coll_.keep();  // the collective's state is unknown
       RA_CHECK_MPI(rc);
       if (flag) return;
-      if (seconds_since(t0) > timeout_s_) {
+      if (seconds_since(t0) > limit) {
         stuck_ = true;
         coll_.keep();  // MPI may still write the collective's buffers
         fail_runtime("rank {} on {}: {} did not complete within {} s (--timeout, RINGATTN_MPI_TIMEOUT_S); some rank "
-                     "has stopped before it or hangs", rank_, host_name(), what, timeout_s_);
+                     "has stopped before it or hangs", rank_, host_name(), what, fmt::format("{:.4g}", limit));
       }
       std::this_thread::sleep_for(std::chrono::microseconds(20));
     }
   }
 
-  double exchange_limit_s() const { return exchanges_ == 1 ? kFirstExchangeFactor * timeout_s_ : timeout_s_; }
+  // Seconds a wait that began at `start` may last: the bound, or longer to end no earlier than
+  // `factor` x the bound after the first exchange's post (none yet: the bound).
+  double limit_s(std::chrono::steady_clock::time_point start, double factor) const {
+    if (exchanges_ == 0) return timeout_s_;
+    const double after_first = std::chrono::duration<double>(start - first_posted_).count();
+    return std::max(timeout_s_, factor * timeout_s_ - after_first);
+  }
+  double exchange_limit_s() const {
+    if (exchanges_ == 1) return kFirstExchangeFactor * timeout_s_;
+    const double k = double(std::min<uint64_t>(exchanges_, 2 * uint64_t(size_)));
+    return limit_s(posted_, kFirstExchangeFactor + k / (2.0 * size_));
+  }
 
   [[noreturn]] void timed_out() {
     stuck_ = true;
     const int next = pending_to_, prev = pending_from_;
     const std::string peers = next == prev ? fmt::format("rank {}", prev) : fmt::format("rank {} or rank {}", prev, next);
+    const double limit = exchange_limit_s();
+    const char* why = exchanges_ == 1           ? " (the first exchange's allowance)"
+                      : limit > timeout_s_ * 1.0001 ? " (waiting out the first exchange's allowance)"
+                                                 : "";
     fail_runtime("rank {} on {}: exchange {} (send {} bytes to rank {}, receive {} bytes from rank {}) did not "
-                 "complete within {} s{} (--timeout, RINGATTN_MPI_TIMEOUT_S): {} has stopped or hangs", rank_,
-                 host_name(), exchanges_, pending_send_, next, pending_recv_, prev, exchange_limit_s(),
-                 exchanges_ == 1 ? " (the first exchange's allowance)" : "", peers);
+                 "complete within {:.4g} s{} (--timeout, RINGATTN_MPI_TIMEOUT_S): {} has stopped or hangs", rank_,
+                 host_name(), exchanges_, pending_send_, next, pending_recv_, prev, limit, why, peers);
   }
 
   MPI_Comm comm_ = MPI_COMM_NULL;
@@ -409,6 +431,7 @@ class MpiTransport final : public Transport {
   std::vector<int> expected_;
   double timeout_s_ = 300.0;
   uint64_t exchanges_ = 0;
+  std::chrono::steady_clock::time_point first_posted_{};  // the first exchange's post
   size_t pending_send_ = 0, pending_recv_ = 0;
   int pending_to_ = 0, pending_from_ = 0;  // the peers of the exchange posted last
   bool stuck_ = false;

@@ -175,7 +175,7 @@ const std::vector<SettingDoc>& setting_docs() {
        "the log level when --log-level is not given (ranks other than 0 log warnings and errors only)"},
       {kMpiTimeout, fmt::format("seconds, >= {:g} and <= {:g}", kMinTimeoutS, kMaxTimeoutS),
        fmt::format("{:g}", kDefaultTimeoutS),
-       "bound on every wait for another rank when --timeout is not given (the first exchange gets 3x)"},
+       "bound on every wait for another rank when --timeout is not given (the first exchange gets 3x, and waits behind it up to 4.5x)"},
       {kMpiProgress, allowed(mpi_progresses()),
        "thread under MPI_THREAD_SERIALIZED or more, else nonblocking",
        "how the MPI transport progresses exchanges: a helper thread, or MPI_Isend/MPI_Irecv"},
