@@ -394,8 +394,11 @@ int bench_on(const CommandLine& cl, World& w) {
     // the naive oracle no ring).
     if (o.impl == "naive" && w.fault.active())
       fail_arg("{} applies to ring runs; bench --impl naive runs the oracle only", w.fault.text());
-    if (!problems.empty())
-      check_fault_plan(w.fault, problems.front().p, ring_of(problems.front().ring), w.size, o.backward);
+    if (!problems.empty()) try {
+        check_fault_plan(w.fault, problems.front().p, ring_of(problems.front().ring), w.size, o.backward);
+      } catch (const InvalidArgument& e) {
+        fail_arg("{} (bench faults the ring of its first size, seq {}: -b sets it)", e.what(), problems.front().p.q_len);
+      }
     // Last (as run's): only rank 0 writes, and its verdict is shared below; a problem every rank
     // meets is what every rank reports first.
     if (w.rank == 0) check_bench_outputs(o);

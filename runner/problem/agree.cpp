@@ -75,6 +75,8 @@ std::string first_difference(const Description& a, const Description& ref, int r
     if (va == vr) return "";
     return fmt::format("{} = {} (rank {} has {})", name, va, ref_rank, vr);
   };
+  // Hashes read as what they are: 16 hex digits, not a signed decimal.
+  auto hash = [](auto v) { return fmt::format("{:016x}", static_cast<uint64_t>(v)); };
   const std::pair<const char*, std::pair<int64_t, int64_t>> ints[] = {
       {"magic", {a.magic, ref.magic}},          {"version", {a.version, ref.version}},
       {"world size", {a.world, ref.world}},
@@ -84,12 +86,12 @@ std::string first_difference(const Description& a, const Description& ref, int r
       {"kv_len", {a.kv_len, ref.kv_len}},       {"head_dim", {a.head_dim, ref.head_dim}},
       {"q_offset", {a.q_offset, ref.q_offset}}, {"causal", {a.causal, ref.causal}},
       {"documents (count)", {a.doc_count, ref.doc_count}},
-      {"document lengths (hash)", {a.doc_hash, ref.doc_hash}},
       {"window left", {a.window_left, ref.window_left}}, {"window right", {a.window_right, ref.window_right}},
       {"k layout (0 bhtd, 1 bthd, 2 strided)", {a.k_layout, ref.k_layout}},
       {"v layout (0 bhtd, 1 bthd, 2 strided)", {a.v_layout, ref.v_layout}}};
   for (const auto& [name, v] : ints)
     if (std::string s = field(name, v.first, v.second); !s.empty()) return s;
+  if (a.doc_hash != ref.doc_hash) return field("document lengths (hash)", hash(a.doc_hash), hash(ref.doc_hash));
   if (a.dtype != ref.dtype)
     return field("dtype", dtype_name(DType(a.dtype)), dtype_name(DType(ref.dtype)));
   if (a.out_dtype != ref.out_dtype)
@@ -98,7 +100,8 @@ std::string first_difference(const Description& a, const Description& ref, int r
     return field("sharding", sharding_name(Sharding(a.sharding)), sharding_name(Sharding(ref.sharding)));
   if (a.scale_bits != ref.scale_bits) return field("scale", bits_to_float(a.scale_bits), bits_to_float(ref.scale_bits));
   // Last: layouts of one sharding differ only when the fields above do.
-  if (a.layouts_hash != ref.layouts_hash) return field("ring layouts (hash)", a.layouts_hash, ref.layouts_hash);
+  if (a.layouts_hash != ref.layouts_hash)
+    return field("ring layouts (hash)", hash(a.layouts_hash), hash(ref.layouts_hash));
   return "";
 }
 

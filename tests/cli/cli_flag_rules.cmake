@@ -53,7 +53,7 @@ step(EXPECT_RC 1 COMMAND ${CMAKE_COMMAND} -E env RINGATTN_FAULT=1:0:exit ${RINGA
 step(EXPECT_RC 1 COMMAND ${CMAKE_COMMAND} -E env RINGATTN_FAULT=0:0:exit ${RINGATTN} run --seq 64
      STDERR "RINGATTN_FAULT=0:0:exit can never fire: rank 0 posts no exchange at hop 0 of the forward ring \\(this problem's ring takes 1 hop over 1 rank\\); on rank 0, exit can fire at no hop\n")
 step(EXPECT_RC 1 COMMAND ${CMAKE_COMMAND} -E env RINGATTN_FAULT=0:1:throw ${RINGATTN} bench -b 64 -e 64
-     STDERR "RINGATTN_FAULT=0:1:throw can never fire: rank 0 computes on no block at hop 1 of the forward ring \\(this problem's ring takes 1 hop over 1 rank\\); on rank 0, throw can fire at hop 0\n")
+     STDERR "RINGATTN_FAULT=0:1:throw can never fire: rank 0 computes on no block at hop 1 of the forward ring \\(this problem's ring takes 1 hop over 1 rank\\); on rank 0, throw can fire at hop 0 \\(bench faults the ring of its first size, seq 64: -b sets it\\)\n")
 step(EXPECT_RC 1 COMMAND ${CMAKE_COMMAND} -E env RINGATTN_FAULT=0:0:throw ${RINGATTN} run --seq 4 --kv-seq 64 --dry-run
      STDERR "RINGATTN_FAULT=0:0:throw applies to ring runs; this is a distributed decode \\(q_len 4 != kv_len 64\\)")
 # Flags a combination would silently ignore.

@@ -22,7 +22,7 @@ step(EXPECT_RC 0 COMMAND ${MPIRUN} -x RINGATTN_FAULT=0:0:exit ${RINGATTN} run --
 step(EXPECT_RC 0 COMMAND ${MPIRUN} -x RINGATTN_FAULT=1:0:throw ${RINGATTN} run --seq 64 --backward --dry-run
      STDOUT "faults   ok: RINGATTN_FAULT=1:0:throw fires in the run" "dry run: OK" STDERR_NOT "injected")
 step(EXPECT_RC 1 COMMAND ${MPIRUN} -x RINGATTN_FAULT=0:1:throw ${RINGATTN} bench -b 512 -e 1024 --causal
-     --shard contiguous STDERR "RINGATTN_FAULT=0:1:throw can never fire: rank 0 computes on no block at hop 1")
+     --shard contiguous STDERR "RINGATTN_FAULT=0:1:throw can never fire: rank 0 computes on no block at hop 1[^\n]* \\(bench faults the ring of its first size, seq 512: -b sets it\\)\n")
 step(EXPECT_RC 1 COMMAND ${MPIRUN} -x RINGATTN_FAULT=1:0:corrupt ${RINGATTN} run --seq 512 --causal --shard contiguous
      STDERR "RINGATTN_FAULT=1:0:corrupt can never fire: rank 1 sends no block at hop 0 of the forward ring \\(this problem's ring takes 2 hops over 2 ranks\\); on rank 1, corrupt can fire at no hop\n")
 # The phase: backward needs --backward; an unknown phase is named with the allowed ones.
@@ -56,7 +56,7 @@ step(EXPECT_RC 1 COMMAND ${MPIRUN} -x RINGATTN_FAULT=0:1:exit:grads ${RINGATTN} 
      STDERR "RINGATTN_FAULT=0:1:exit:grads can never fire: rank 0 posts no dK/dV exchange at hop 1 of the grads ring \\(the dK/dV accumulators of this problem travel at hop 2 over 2 ranks\\); on rank 0, exit can fire at hop 2\n")
 step(EXPECT_RC 1 COMMAND ${MPIRUN} -x RINGATTN_FAULT=1:2:throw:grads ${RINGATTN} bench -b 512 -e 512 --causal
      --shard contiguous --backward
-     STDERR "RINGATTN_FAULT=1:2:throw:grads can never fire: rank 1 folds in no received accumulator at hop 2 of the grads ring \\(the dK/dV accumulators of this problem travel at hop 2 over 2 ranks\\); on rank 1, throw can fire at no hop\n")
+     STDERR "RINGATTN_FAULT=1:2:throw:grads can never fire: rank 1 folds in no received accumulator at hop 2 of the grads ring \\(the dK/dV accumulators of this problem travel at hop 2 over 2 ranks\\); on rank 1, throw can fire at no hop \\(bench faults the ring of its first size, seq 512: -b sets it\\)\n")
 step(EXPECT_RC 1 COMMAND ${MPIRUN4} -x RINGATTN_FAULT=1:3:corrupt:grads ${RINGATTN} run ${windowed} --backward
      STDERR "RINGATTN_FAULT=1:3:corrupt:grads can never fire: rank 1 sends no accumulator at hop 3 of the grads ring \\(the dK/dV accumulators of this problem travel at hops 2..4 over 4 ranks\\); on rank 1, corrupt can fire at hops 2, 4\n")
 step(EXPECT_RC 1 COMMAND ${MPIRUN} -x RINGATTN_FAULT=1:2:exit:grads ${RINGATTN} run --seq 512 --causal
