@@ -12,6 +12,7 @@
 #include <spdlog/spdlog.h>
 
 #include "cli/check.hpp"
+#include "cli/context_parallel.hpp"
 #include "cli/finite.hpp"
 #include "cli/flags.hpp"
 #include "cli/gather.hpp"
@@ -296,7 +297,8 @@ void print_report(std::FILE* f, const CommandLine& cl, const GlobalProblem& p, c
   const double flops = attention_flops(p), bflops = kBackwardFlopFactor * flops;
   fmt::print(f, "# ringattn run --backward: {}\n", problem_line(p));
   fmt::print(f, "# flags: {}\n", given_flags_line(cl));
-  fmt::print(f, "# world {}, transport {}, device {}, dq {}\n", w.size, w.transport_name, w.device_label,
+  fmt::print(f, "# world {}, transport {}, cp {}, device {}, dq {}\n", w.size, w.transport_name,
+             cp_words(cp_group_size(cl.run.problem.cp, w.size), w.size), w.device_label,
              deterministic ? "deterministic" : "fast");
   fmt::print(f, "forward  {:.3f} ms, {}\n", t.forward_s * 1e3, rate_string(flops, t.forward_s));
   fmt::print(f, "backward {:.3f} ms, {} ({:.3f} GFLOP = 2.5 x the forward's)\n", t.backward_s * 1e3,
@@ -372,7 +374,7 @@ int load_phase(const RunOptions& o, World& w, ProblemSetup& setup, LocalProblem&
     const GlobalProblem& p = setup.problem;
     if (w.rank == 0)
       spdlog::info("problem: {}; forward and backward over {} rank(s), {}", problem_line(p), w.size, w.transport_name);
-    local = load_local(p, ring_of(setup.ring), *setup.source, *w.backend, w.rank, w.size);
+    local = load_local(p, ring_of(setup.ring), *setup.source, *w.backend, w.rank, w.size, setup.cp_group);
     if (o.check_finite)
       if (std::string error = check_inputs_finite(p, local, *w.backend, w.rank, *setup.source); !error.empty())
         return error;
@@ -427,7 +429,7 @@ DoutSource dout_source(const GlobalProblem& p, const BackwardSetup& s) {
 
 std::string check_finite_before_run(const RunOptions& o, const ProblemSetup& setup, World& w) {
   const GlobalProblem& p = setup.problem;
-  const LocalProblem local = load_local(p, ring_of(setup.ring), *setup.source, *w.backend, w.rank, w.size);
+  const LocalProblem local = load_local(p, ring_of(setup.ring), *setup.source, *w.backend, w.rank, w.size, setup.cp_group);
   if (std::string e = check_inputs_finite(p, local, *w.backend, w.rank, *setup.source); !e.empty()) return e;
   if (!o.backward) return "";
   const BackwardSetup bs{o.problem.seed, o.do_file, o.deterministic, o.problem.tile_q, o.problem.tile_k, setup.layout};
@@ -477,8 +479,12 @@ BackwardBuffers make_backward(const GlobalProblem& p, const LocalProblem& local,
 void run_backward(const GlobalProblem& p, const LocalProblem& local, const BackwardBuffers& g, World& w,
                   const ringattn::RunOptions& ro) {
   try {
-    if (local.ring) {
-      const BackwardTensors bt{g.params.dout, g.params.dq, g.params.dk, g.params.dv};
+    const BackwardTensors bt{g.params.dout, g.params.dq, g.params.dk, g.params.dv};
+    if (local.cp_group > 1) {
+      if (local.cp == nullptr) fail_arg("--cp groups of {} ranks: their transports are not split", local.cp_group);
+      run_hybrid_attention_backward(p, local.views, bt, *w.backend, *local.cp->group, *local.cp->ring,
+                                    *local.cp->grad_ring, ro);
+    } else if (local.ring) {
       run_attention_backward(p, *local.ring, local.views, bt, *w.backend, *w.transport, grad_transport(w), ro);
     } else {
       w.backend->flash_backward(g.params);  // a decode problem: a world of one (load_phase)
@@ -539,8 +545,8 @@ Timings time_forward_backward(const GlobalProblem& p, LocalProblem& local, const
 GlobalGrads gather_grads(const RunOptions& o, const GlobalProblem& p, const LocalProblem& local, const HostGrads& h,
                          const HostResult& fwd, bool sampled, World& w) {
   Transport& t = *w.transport;
-  const std::vector<ShardLayout> ql = all_layouts(p, local.ring, w.size, false),
-                                 kl = all_layouts(p, local.ring, w.size, true);
+  const std::vector<ShardLayout> ql = all_layouts(p, local.ring, w.size, false, local.cp_group),
+                                 kl = all_layouts(p, local.ring, w.size, true, local.cp_group);
   const int64_t B = p.batch, D = p.head_dim;
   GlobalGrads gg;
   if (o.check || !o.dq_file.empty()) gg.dq = gather_rows(t, ql, B * p.q_heads, p.q_len, D, h.dq.data());
@@ -632,7 +638,13 @@ int backward_on(const CommandLine& cl, World& w) {
   if (load_phase(o, w, setup, local, g, bs) != kExitOk) return kExitError;
   const GlobalProblem& p = setup.problem;
   agree_on_loaded_inputs(p, input_files_of(o), t);
-  grad_transport(w);  // collective: made here, outside the timed backward
+  CpTransports cp;  // collective, as grad_transport: made here, outside the timed runs
+  if (setup.cp_group > 1) {
+    cp = split_cp(t, setup.cp_group);
+    local.cp = &cp;
+  } else {
+    grad_transport(w);
+  }
 
   ringattn::RunOptions ro;
   ro.tile_q = o.problem.tile_q;

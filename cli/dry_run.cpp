@@ -13,6 +13,7 @@
 #include <spdlog/spdlog.h>
 
 #include "cli/backward.hpp"
+#include "cli/context_parallel.hpp"
 #include "cli/flags.hpp"
 #include "cli/gather.hpp"
 #include "cli/input_agreement.hpp"
@@ -105,6 +106,22 @@ std::string ring_exchange(World& w) {
   return "";
 }
 
+// --cp groups of U > 1 ranks: the split of the world into them, and one all-to-all of every
+// rank's world rank inside each (host memory, as the run's).
+std::string group_exchange(World& w, int U) {
+  if (U <= 1) return "";
+  const CpTransports cp = split_cp(*w.transport, U);
+  const std::vector<int64_t> mine(size_t(U), w.rank);
+  std::vector<int64_t> got(size_t(U), -1);
+  const std::vector<size_t> n(size_t(U), sizeof(int64_t));
+  cp.group->alltoall(mine.data(), n, got.data(), n);
+  for (int u = 0; u < U; ++u)
+    if (const int64_t want = w.rank - w.rank % U + u; got[size_t(u)] != want)
+      return fmt::format("rank {}: the all-to-all of its group delivered {} where rank {}'s number was expected",
+                         w.rank, got[size_t(u)], want);
+  return "";
+}
+
 }  // namespace
 
 int dry_run_on(const CommandLine& cl, World& w) {
@@ -141,20 +158,26 @@ int dry_run_on(const CommandLine& cl, World& w) {
   agree_on_loaded_inputs(p, input_files_of(o), t);
   const std::string ring_error = ring_exchange(w);
   if (agree_on_errors(t, ring_error.empty() ? kExitOk : kExitError, ring_error) != kExitOk) return kExitError;
+  const std::string group_error = group_exchange(w, setup.cp_group);
+  if (agree_on_errors(t, group_error.empty() ? kExitOk : kExitError, group_error) != kExitOk) return kExitError;
 
   if (w.rank == 0) {
     // Ranks' query tokens: the smallest and largest shard (uneven shards differ by a token or two).
     int64_t tmin = 0, tmax = 0;
-    const std::vector<ShardLayout> layouts = all_layouts(p, ring_of(setup.ring), w.size, false);
+    const std::vector<ShardLayout> layouts = all_layouts(p, ring_of(setup.ring), w.size, false, setup.cp_group);
     for (size_t r = 0; r < layouts.size(); ++r) {
       if (r == 0 || layouts[r].tokens() < tmin) tmin = layouts[r].tokens();
       if (r == 0 || layouts[r].tokens() > tmax) tmax = layouts[r].tokens();
     }
     fmt::print(f, "problem  ok: {}{}\n", problem_line(p), o.backward ? ", forward and backward" : "");
     fmt::print(f, "flags    ok: {}\n", given_flags_line(cl));
-    fmt::print(f, "shards   ok: {} over {} ranks, {} query tokens per rank\n",
+    const int U = setup.cp_group;
+    fmt::print(f, "shards   ok: {} over {}, {} query tokens per rank\n",
                p.is_ring() ? fmt::format("{} sharding", sharding_name(p.sharding)) : std::string("decode KV split"),
-               w.size, tmin == tmax ? std::to_string(tmin) : fmt::format("{} to {}", tmin, tmax));
+               U > 1 ? fmt::format("{} groups of {} ranks (--cp {}: the all-to-all cuts a group's rows {} ways)",
+                                   w.size / U, U, o.problem.cp, U)
+                     : fmt::format("{} ranks", w.size),
+               tmin == tmax ? std::to_string(tmin) : fmt::format("{} to {}", tmin, tmax));
     fmt::print(f, "agree    ok: every rank was started with the same flags, describes the same problem and loaded "
                "the same libraries\n");
     if (!o.out_file.empty() || !o.lse_file.empty() || !o.dq_file.empty() || !o.dk_file.empty() ||
@@ -165,6 +188,8 @@ int dry_run_on(const CommandLine& cl, World& w) {
                  w.fault.text());
     fmt::print(f, "ring     ok: {}\n", w.size > 1 ? fmt::format("one exchange around the ring of {} ranks", w.size)
                                                : std::string("a world of one (no exchange)"));
+    if (U > 1)
+      fmt::print(f, "groups   ok: one all-to-all inside each of the {} groups of {} consecutive ranks\n", w.size / U, U);
     fmt::print(f, "dry run: OK (no attention was computed)\n");
     std::fflush(f);
   }

@@ -29,6 +29,10 @@ const std::vector<const char*> kDtypes = [] {
 constexpr const char* kShardHelp =
     "sequence sharding over ranks (auto: the best balanced for the mask and documents; doc-zigzag: zigzag inside "
     "every document)";
+constexpr const char* kCpHelp =
+    "context parallelism: ring (K/V around a ring of every rank), ulysses (an all-to-all over heads: every rank "
+    "attends all tokens of heads / P heads) or hybrid:U (all-to-all inside groups of U consecutive ranks, a ring "
+    "across the P / U groups); CPU ranks only for ulysses and hybrid";
 constexpr const char* kDocLensHelp =
     "packed documents: their lengths, comma-separated, summing to the sequence; each attends only to itself (causal "
     "within it with --causal)";
@@ -98,6 +102,8 @@ std::vector<Flag> problem_rows() {
        .samples = {"0", "16"}},
       {.names = "--shard", .commands = kRunBench, .target = RA_PROBLEM(shard), .json_key = "shard", .help = kShardHelp,
        .check = Check::Choice, .choices = kShards, .show_default = true, .samples = {"zigzag", "striped"}},
+      {.names = "--cp", .commands = kRun, .target = RA_PROBLEM(cp), .json_key = "cp", .help = kCpHelp,
+       .show_default = true, .samples = {"ring", "ulysses"}},
       {.names = "--transport", .commands = kRunBench, .target = RA_PROBLEM(transport), .computes = false,
        .json_key = "transport", .help = "auto: nccl between GPUs when built, mpi under mpirun, else local",
        .check = Check::Choice, .choices = transport_choices(), .show_default = true,

@@ -122,7 +122,7 @@ int write_global_outputs(const GlobalProblem& p, const LocalProblem& l, const Ho
 
   const bool spread = p.is_ring() && P > 1;
   if (!spread && me != 0) return agree_exit_code(t, code);
-  HeadGather hg(p, all_layouts(p, l.ring, P, false), l.q_layout.tokens(), spread);
+  HeadGather hg(p, all_layouts(p, l.ring, P, false, l.cp_group), l.q_layout.tokens(), spread);
   for (int64_t b = 0; b < p.batch; ++b)
     for (int64_t h = 0; h < p.q_heads; ++h) {
       hg.gather(t, r, b, h, l.q_layout.tokens());
@@ -170,12 +170,13 @@ std::vector<float> gather_rows(Transport& t, const std::vector<ShardLayout>& lay
   return g;
 }
 
-std::vector<ShardLayout> all_layouts(const GlobalProblem& p, const RingPlan* ring, int world, bool kv) {
-  if (p.is_ring() && ring != nullptr) return ring->layouts();
+std::vector<ShardLayout> all_layouts(const GlobalProblem& p, const RingPlan* ring, int world, bool kv,
+                                     int cp_group) {
+  if (p.is_ring() && ring != nullptr && cp_group <= 1) return ring->layouts();
   std::vector<ShardLayout> out(static_cast<size_t>(world));
   for (int r = 0; r < world; ++r) {
     ShardLayout q, k;
-    layouts_for(p, ring, r, world, q, k);
+    layouts_for(p, ring, r, world, q, k, cp_group);
     out[size_t(r)] = kv ? k : q;
   }
   return out;

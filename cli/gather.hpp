@@ -36,6 +36,7 @@ std::vector<float> gather_rows(Transport& t, const std::vector<ShardLayout>& lay
 
 // Every rank's q (kv: k/v) layout of `p` over `world` ranks: the ring plan's (`ring`) for a ring
 // problem, else layouts_for's.
-std::vector<ShardLayout> all_layouts(const GlobalProblem& p, const RingPlan* ring, int world, bool kv);
+std::vector<ShardLayout> all_layouts(const GlobalProblem& p, const RingPlan* ring, int world, bool kv,
+                                     int cp_group = 1);
 
 }  // namespace ringattn::cli

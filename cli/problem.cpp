@@ -10,9 +10,11 @@
 #include <cstring>
 #include <limits>
 
+#include "cli/context_parallel.hpp"
 #include "core/mask.hpp"
 #include "core/error.hpp"
 #include "runner/io/npy.hpp"
+#include "runner/ring/hybrid.hpp"
 #include "runner/ring/ring_plan.hpp"
 
 namespace ringattn::cli {
@@ -290,8 +292,10 @@ ProblemSetup setup_problem(const ProblemOptions& o) {
 }
 
 void layouts_for(const GlobalProblem& p, const RingPlan* ring, int rank, int world, ShardLayout& q_layout,
-                 ShardLayout& kv_layout) {
-  if (p.is_ring()) {
+                 ShardLayout& kv_layout, int cp_group) {
+  if (cp_group > 1) {
+    q_layout = kv_layout = hybrid_layout(p, cp_group, rank, world);
+  } else if (p.is_ring()) {
     if (ring == nullptr || ring->world() != world)
       fail_arg("the rows of rank {} of a ring problem over {} ranks come from its ring plan (none was made for {} "
                "ranks)", rank, world, world);
@@ -303,10 +307,11 @@ void layouts_for(const GlobalProblem& p, const RingPlan* ring, int rank, int wor
 }
 
 LocalProblem load_local(const GlobalProblem& p, const RingPlan* ring, InputSource& src, Backend& b, int rank,
-                        int world) {
+                        int world, int cp_group) {
   LocalProblem l;
-  layouts_for(p, ring, rank, world, l.q_layout, l.kv_layout);
-  l.ring = p.is_ring() ? ring : nullptr;
+  layouts_for(p, ring, rank, world, l.q_layout, l.kv_layout, cp_group);
+  l.ring = p.is_ring() && cp_group <= 1 ? ring : nullptr;
+  l.cp_group = cp_group;
   const int64_t tq = l.q_layout.tokens(), tk = l.kv_layout.tokens();
   const int es = dtype_size(p.dtype);
   const size_t qn = size_t(p.batch * p.q_heads * tq * p.head_dim), kn = size_t(p.batch * p.kv_heads * tk * p.head_dim);
@@ -355,6 +360,10 @@ double visible_pairs(const GlobalProblem& p) {
 
 RankStats run_forward(const GlobalProblem& p, const LocalProblem& local, Backend& b, Transport& t,
                       const ringattn::RunOptions& ro) {
+  if (local.cp_group > 1) {
+    if (local.cp == nullptr) fail_arg("--cp groups of {} ranks: their transports are not split", local.cp_group);
+    return run_hybrid_attention(p, local.views, b, *local.cp->group, *local.cp->ring, ro);
+  }
   return local.ring ? run_ring_attention(p, *local.ring, local.views, b, t, ro)
                     : run_distributed_decode(p, local.views, b, t, ro);
 }

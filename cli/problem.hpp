@@ -51,8 +51,11 @@ struct ProblemSetup {
   // --out/--lse and the backward's --do/--dq/--dk/--dv use it too.
   FileLayout layout = FileLayout::Bhsd;
   // The ring plan of a ring problem over the world, keeping this rank's calls (plan_ring), made
-  // once and passed to everything that follows it; none for a decode.
+  // once and passed to everything that follows it; none for a decode and for --cp groups.
   std::optional<RingPlan> ring;
+  // --cp's ranks per all-to-all group (cli/context_parallel.hpp): 1 for the ring; above 1 the rows
+  // of every rank are hybrid_layout's and the run builds its ring over the groups itself.
+  int cp_group = 1;
 };
 ProblemSetup setup_problem(const ProblemOptions& o);
 
@@ -74,26 +77,31 @@ std::optional<RingPlan> plan_ring(const ProblemOptions& o, GlobalProblem& p, int
 // The plan of an optional one, or null.
 inline const RingPlan* ring_of(const std::optional<RingPlan>& ring) { return ring ? &*ring : nullptr; }
 
+struct CpTransports;
+
 // This rank's tensors, in backend memory, with the poisoned output buffers.
 struct LocalProblem {
   ShardLayout q_layout, kv_layout;  // local rows of q and of k/v as global positions
   const RingPlan* ring = nullptr;   // a ring problem's plan (its layouts); null for a decode
+  int cp_group = 1;                 // --cp's group size (ProblemSetup::cp_group)
+  const CpTransports* cp = nullptr;  // its transports, set once split (cp_group > 1)
   DeviceBuffer q, k, v, out, lse;
   LocalTensors views;
 };
 
 // Which global rows this rank holds: the ring plan's layout for self-attention (`ring`, which a
-// ring problem needs), all queries and the kv_shard for decode (ARCHITECTURE.md "Sharding";
-// runner/problem/sharding.hpp).
+// ring problem needs), hybrid_layout's with --cp groups of cp_group > 1 ranks, all queries and the
+// kv_shard for decode (ARCHITECTURE.md "Sharding"; runner/problem/sharding.hpp).
 void layouts_for(const GlobalProblem& p, const RingPlan* ring, int rank, int world, ShardLayout& q_layout,
-                 ShardLayout& kv_layout);
+                 ShardLayout& kv_layout, int cp_group = 1);
 
 // Allocates and fills this rank's q, k, v and poisons out and lse with NaN, so that anything the
 // run does not write shows up in the check. `ring`: as for layouts_for (kept in LocalProblem).
 LocalProblem load_local(const GlobalProblem& p, const RingPlan* ring, InputSource& src, Backend& b, int rank,
-                        int world);
+                        int world, int cp_group = 1);
 
-// The forward on this rank's tensors: the ring along local.ring, or the distributed decode.
+// The forward on this rank's tensors: the ring along local.ring, the hybrid over local.cp (--cp
+// groups; refused while they are not split), or the distributed decode.
 RankStats run_forward(const GlobalProblem& p, const LocalProblem& local, Backend& b, Transport& t,
                       const ringattn::RunOptions& ro);
 

@@ -26,6 +26,7 @@ RankReport make_rank_report(const World& w, const RankStats& s, double wall_s, u
   r.transfer_s = s.transfer_s;
   r.hidden = s.hidden_fraction();
   r.bytes_sent = s.bytes_sent;
+  r.group_bytes_sent = s.group_bytes_sent;
   r.hops = int64_t(s.hops.size());
   r.peak_rss = peak_rss_bytes();
   r.workspace = workspace;
@@ -149,6 +150,7 @@ nlohmann::json ranks_json(const std::vector<RankReport>& all) {
                  {"transfer_s", r.transfer_s},
                  {"hidden_fraction", r.hidden},
                  {"bytes_sent", r.bytes_sent},
+                 {"group_bytes_sent", r.group_bytes_sent},
                  {"hops", r.hops},
                  {"peak_rss_bytes", r.peak_rss},
                  {"workspace_bytes", r.workspace},

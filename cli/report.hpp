@@ -25,6 +25,7 @@ struct RankReport {
   double setup_s = 0, world_s = 0, inputs_s = 0, warm_s = -1;
   double compute_s = 0, exposed_comm_s = 0, transfer_s = -1, hidden = -1;
   uint64_t bytes_sent = 0;
+  uint64_t group_bytes_sent = 0;  // --cp groups: the all-to-alls' part of bytes_sent
   int64_t hops = 0;  // ring hops taken (the ring stops after the last one that computes); 0 for decode
   uint64_t peak_rss = 0, workspace = 0;
   int64_t rows_checked = 0, rows_total = 0, nan_count = 0, violations = 0;

@@ -7,6 +7,7 @@
 
 #include "cli/backward.hpp"
 #include "cli/check.hpp"
+#include "cli/context_parallel.hpp"
 #include "cli/finite.hpp"
 #include "cli/flags.hpp"
 #include "cli/gather.hpp"
@@ -22,11 +23,11 @@
 namespace ringattn::cli {
 namespace {
 
-void print_run_report(std::FILE* f, const CommandLine& cl, const GlobalProblem& p, const World& w,
+void print_run_report(std::FILE* f, const CommandLine& cl, const GlobalProblem& p, const World& w, int cp_group,
                       const std::vector<RankReport>& all, const Summary& s, bool checked) {
   fmt::print(f, "# ringattn run: {}\n", problem_line(p));
   fmt::print(f, "# flags: {}\n", given_flags_line(cl));
-  fmt::print(f, "# world {}, transport {}\n", w.size, w.transport_name);
+  fmt::print(f, "# world {}, transport {}, cp {}\n", w.size, w.transport_name, cp_words(cp_group, w.size));
   fmt::print(f, "# {:>4}  {:<16} {:<18} {:>9} {:>9} {:>11} {:>11} {:>8} {:>11} {:>11} {:>11}\n", "rank", "host", "device",
              "setup_ms", "wall_ms", "compute_ms", "exposed_ms", "hidden%", "sent", "peak_rss", "workspace");
   for (const RankReport& r : all)
@@ -70,7 +71,12 @@ std::string nonfinite_message(const Summary& s) {
 ProblemSetup prepare_run(const RunOptions& o, const World& w) {
   ProblemSetup setup = setup_problem(o.problem);
   validate_problem(setup.problem, w.size);
-  setup.ring = plan_ring(o.problem, setup.problem, w.size, w.rank);
+  const int U = setup.cp_group = cp_group_size(o.problem.cp, w.size);
+  check_cp(o.problem.cp, setup.problem, U, w.backend->device_memory(), w.fault.active());
+  if (U > 1)  // --shard auto resolves over the ring of the groups, which the hybrid run plans itself
+    plan_ring(o.problem, setup.problem, w.size / U, w.rank / U);
+  else
+    setup.ring = plan_ring(o.problem, setup.problem, w.size, w.rank);
   if (o.backward) check_backward_setup(o, setup, w.size);
   check_fault_plan(w.fault, setup.problem, ring_of(setup.ring), w.size, o.backward);
   // Last: only rank 0 writes (the callers share its verdict), so a problem every rank meets is
@@ -113,7 +119,7 @@ int load_phase(const RunOptions& o, World& w, ProblemSetup& setup, LocalProblem&
   const int code = agreed_step(*w.transport, [&] {
     setup = prepare_run(o, w);
     if (w.rank == 0) spdlog::info("problem: {}; world {} over {}", problem_line(setup.problem), w.size, w.transport_name);
-    local = load_local(setup.problem, ring_of(setup.ring), *setup.source, *w.backend, w.rank, w.size);
+    local = load_local(setup.problem, ring_of(setup.ring), *setup.source, *w.backend, w.rank, w.size, setup.cp_group);
     return o.check_finite ? check_inputs_finite(setup.problem, local, *w.backend, w.rank, *setup.source) : std::string();
   });
   times.inputs_s = seconds_since(t0);
@@ -183,6 +189,11 @@ int run_on(const CommandLine& cl, World& w, double world_s) {
   const GlobalProblem& p = setup.problem;
   agree_on_loaded_inputs(p, input_files_of(o), t);  // before the warm-up, whose block size p sets
   times.warm_s = warm_up(local.ring, w);
+  CpTransports cp;
+  if (setup.cp_group > 1) {
+    cp = split_cp(t, setup.cp_group);
+    local.cp = &cp;
+  }
 
   ringattn::RunOptions ro;
   ro.tile_q = o.problem.tile_q;
@@ -222,7 +233,7 @@ int run_on(const CommandLine& cl, World& w, double world_s) {
   bool write_failed = false;
   if (w.rank == 0) {
     // With --json - the record owns stdout; the table moves to stderr.
-    print_run_report(o.json_file == "-" ? stderr : stdout, cl, p, w, all, s, o.check);
+    print_run_report(o.json_file == "-" ? stderr : stdout, cl, p, w, setup.cp_group, all, s, o.check);
     if (!o.json_file.empty()) {
       try {
         stage_json(staged, o.json_file, run_json(cl, p, w, all, s, check_ok));

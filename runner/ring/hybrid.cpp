@@ -1,6 +1,7 @@
 #include "runner/ring/hybrid.hpp"
 
 #include <algorithm>
+#include <chrono>
 #include <cstring>
 #include <numeric>
 #include <string>
@@ -13,6 +14,7 @@
 #include "core/error.hpp"
 #include "runner/problem/agree.hpp"
 #include "runner/ring/ring_buffers.hpp"
+#include "runner/ring/ring_plan.hpp"
 
 namespace ringattn {
 namespace {
@@ -70,8 +72,10 @@ enum class Toward { Group, Rows };
 
 // One all-to-all over `group` moving every tensor of `m`: toward the group, to rank w its rows of
 // w's heads (received: w's rows of this rank's heads, at rows [at[w], at[w + 1]) of m.group);
-// toward the rows, the inverse.
-void exchange(const std::vector<Moved>& m, const std::vector<int64_t>& at, Transport& group, Toward dir) {
+// toward the rows, the inverse. Adds its bytes to the other ranks and its time to `st`.
+void exchange(const std::vector<Moved>& m, const std::vector<int64_t>& at, Transport& group, Toward dir,
+              RankStats& st) {
+  const auto t0 = std::chrono::steady_clock::now();
   const int U = group.size(), u = group.rank();
   const int64_t mine = at[size_t(u) + 1] - at[size_t(u)];
   std::vector<size_t> to_group(size_t(U), 0), to_rows(size_t(U), 0);  // bytes to or from rank w
@@ -99,6 +103,13 @@ void exchange(const std::vector<Moved>& m, const std::vector<int64_t>& at, Trans
       const int64_t h = t.group.heads, r0 = at[size_t(w)], rn = at[size_t(w) + 1] - r0;
       from = out ? unpack(from, t.group, 0, h, r0, rn) : unpack(from, t.rows, w * h, h, 0, mine);
     }
+  const uint64_t sent = std::accumulate(send_n.begin(), send_n.end(), uint64_t(0)) - send_n[size_t(u)];
+  const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  st.group_bytes_sent += sent;
+  st.bytes_sent += sent;
+  st.group_s += s;
+  st.exposed_comm_s += s;
+  st.total_s += s;
 }
 
 // Host tensors of the group's rows, this rank's heads: owned storage and their views.
@@ -177,6 +188,15 @@ std::vector<int64_t> begin_hybrid(const GlobalProblem& p, const LocalTensors& x,
   return at;
 }
 
+// The first all-to-all's counts (`a`, measured before the ring's stats existed) added to `st`.
+void add_group(RankStats& st, const RankStats& a) {
+  st.group_bytes_sent += a.group_bytes_sent;
+  st.bytes_sent += a.bytes_sent;
+  st.group_s += a.group_s;
+  st.exposed_comm_s += a.exposed_comm_s;
+  st.total_s += a.total_s;
+}
+
 // The problem one rank of a group attends after the first all-to-all: its block of heads.
 GlobalProblem heads_block(const GlobalProblem& p, int U) {
   GlobalProblem sub = p;
@@ -198,6 +218,29 @@ ShardLayout hybrid_layout(const GlobalProblem& p, int group_size, int rank, int 
   return rows_of(shard, piece_begin(n, u, U), piece_begin(n, u + 1, U));
 }
 
+std::vector<HybridBytes> hybrid_bytes(const GlobalProblem& p, int group_size, int world, bool backward) {
+  hybrid_layout(p, group_size, 0, world);  // the group size's refusal
+  const int U = group_size, G = world / U;
+  if (p.q_heads % U != 0 || p.kv_heads % U != 0)
+    fail_arg("groups of {} ranks: q_heads {} and kv_heads {} must both divide by {}", U, p.q_heads, p.kv_heads, U);
+  const GlobalProblem sub = heads_block(p, U);
+  const RingPlan plan = ring_plan(sub, G);
+  const uint64_t B = uint64_t(p.batch), D = uint64_t(p.head_dim), hq = uint64_t(sub.q_heads),
+                 hk = uint64_t(sub.kv_heads), es = dtype_size(p.dtype), eo = dtype_size(p.resolved_out_dtype());
+  // Bytes of one row of every moved tensor toward the group (this rank's heads block of each) and
+  // back toward the rows: the tensors exchange() moves in each run.
+  const uint64_t to_group = backward ? B * (D * (hq * es + 2 * hk * es + 2 * hq * eo) + hq * 4) : B * D * (hq + 2 * hk) * es;
+  const uint64_t to_rows = backward ? B * D * 4 * (hq + 2 * hk) : B * hq * (D * eo + 4);
+  std::vector<HybridBytes> out(static_cast<size_t>(world));
+  for (int r = 0; r < world; ++r) {
+    const int g = r / U, u = r % U;
+    const int64_t n = group_shard(p, g, G).tokens(), mine = piece_begin(n, u + 1, U) - piece_begin(n, u, U);
+    out[size_t(r)].group = uint64_t(U - 1) * uint64_t(mine) * to_group + uint64_t(n - mine) * to_rows;
+    out[size_t(r)].ring = backward ? plan.backward_bytes(g) : plan.ring_bytes(g);
+  }
+  return out;
+}
+
 RankStats run_hybrid_attention(const GlobalProblem& p, const LocalTensors& x, Backend& b, Transport& group,
                                Transport& ring, const RunOptions& opt) {
   const std::vector<int64_t> at = begin_hybrid(p, x, nullptr, b, group, ring, nullptr, opt);
@@ -206,13 +249,14 @@ RankStats run_hybrid_attention(const GlobalProblem& p, const LocalTensors& x, Ba
   GroupTensors t;
   const TensorView Q = t.add(p.dtype, B, hq, n, D), K = t.add(p.dtype, B, hk, n, D), V = t.add(p.dtype, B, hk, n, D),
                    O = t.add(p.resolved_out_dtype(), B, hq, n, D), L = t.add(DType::F32, B, hq, n, 1);
-  exchange({{x.q, Q}, {x.k, K}, {x.v, V}}, at, group, Toward::Group);
-  const RankStats st =
-      run_ring_attention(sub, LocalTensors{Q, K, V, O, static_cast<float*>(L.data)}, b, ring, opt);
+  RankStats before;
+  exchange({{x.q, Q}, {x.k, K}, {x.v, V}}, at, group, Toward::Group, before);
+  RankStats st = run_ring_attention(sub, LocalTensors{Q, K, V, O, static_cast<float*>(L.data)}, b, ring, opt);
+  add_group(st, before);
   const int64_t mine = x.q.len;
   std::vector<float> lse_rows(x.lse != nullptr ? 0 : std::max<size_t>(1, size_t(B * p.q_heads * mine)));
   const TensorView Lx = bhtd_view(x.lse != nullptr ? x.lse : lse_rows.data(), DType::F32, B, p.q_heads, mine, 1);
-  exchange({{x.out, O}, {Lx, L}}, at, group, Toward::Rows);
+  exchange({{x.out, O}, {Lx, L}}, at, group, Toward::Rows, st);
   return st;
 }
 
@@ -229,10 +273,12 @@ RankStats run_hybrid_attention_backward(const GlobalProblem& p, const LocalTenso
                    dQ = t.add(DType::F32, B, hq, n, D), dK = t.add(DType::F32, B, hk, n, D),
                    dV = t.add(DType::F32, B, hk, n, D);
   const TensorView Lx = bhtd_view(x.lse, DType::F32, B, p.q_heads, x.q.len, 1);
-  exchange({{x.q, Q}, {x.k, K}, {x.v, V}, {x.out, O}, {Lx, L}, {g.dout, dO}}, at, group, Toward::Group);
-  const RankStats st = run_attention_backward(sub, LocalTensors{Q, K, V, O, static_cast<float*>(L.data)},
-                                              BackwardTensors{dO, dQ, dK, dV}, b, ring, grad_ring, opt);
-  exchange({{g.dq, dQ}, {g.dk, dK}, {g.dv, dV}}, at, group, Toward::Rows);
+  RankStats before;
+  exchange({{x.q, Q}, {x.k, K}, {x.v, V}, {x.out, O}, {Lx, L}, {g.dout, dO}}, at, group, Toward::Group, before);
+  RankStats st = run_attention_backward(sub, LocalTensors{Q, K, V, O, static_cast<float*>(L.data)},
+                                        BackwardTensors{dO, dQ, dK, dV}, b, ring, grad_ring, opt);
+  add_group(st, before);
+  exchange({{g.dq, dQ}, {g.dk, dK}, {g.dv, dV}}, at, group, Toward::Rows, st);
   return st;
 }
 

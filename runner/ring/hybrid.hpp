@@ -4,6 +4,9 @@
 // all-to-all only; U = 1 is the ring.
 #pragma once
 
+#include <cstdint>
+#include <vector>
+
 #include "comm/transport.hpp"
 #include "kernels/backend.hpp"
 #include "runner/problem/problem.hpp"
@@ -18,6 +21,18 @@ namespace ringattn {
 // cut into U contiguous pieces in the shard's row order, the piece u = rank % U. Throws
 // InvalidArgument when U is not a divisor of world (the same on every rank).
 ShardLayout hybrid_layout(const GlobalProblem& p, int group_size, int rank, int world);
+
+// The bytes rank r of `world` sends under groups of `group_size` ranks (p.sharding over the
+// groups): to the other ranks of its group through the all-to-alls, and across the groups through
+// the ring of the group's heads block. Forward: run_hybrid_attention's two all-to-alls and ring;
+// backward: run_hybrid_attention_backward's (the ring backward's K/V and dK/dV rings). What the
+// runs count in RankStats::group_bytes_sent and bytes_sent (group + ring). One per rank; throws
+// InvalidArgument as hybrid_layout, or when the heads do not divide by the group size.
+struct HybridBytes {
+  uint64_t group = 0, ring = 0;
+  uint64_t total() const { return group + ring; }
+};
+std::vector<HybridBytes> hybrid_bytes(const GlobalProblem& p, int group_size, int world, bool backward);
 
 // Attention of a self-attention problem (p.is_ring()) with x holding this rank's rows of
 // hybrid_layout(p, group.size(), rank, P), all heads: an all-to-all over `group` gives every rank

@@ -32,7 +32,10 @@ struct RankStats {
   double transfer_s = -1;      // sum of measured exchange times (-1 when the transport cannot tell)
   double merge_s = 0;          // decode: merging the gathered states
   double finalize_s = 0;       // the cast to the output dtype
-  uint64_t bytes_sent = 0;     // through Transport::start_exchange (decode: its allgather bytes)
+  uint64_t bytes_sent = 0;     // through Transport::start_exchange (decode: its allgather bytes;
+                               // hybrid: the ring's and the all-to-alls')
+  uint64_t group_bytes_sent = 0;  // hybrid: what its all-to-alls sent to the other ranks of the group
+  double group_s = 0;          // hybrid: the all-to-alls, packing included (also in exposed_comm_s)
   int64_t visible_pairs = 0;   // query-key pairs computed: the deterministic cost of this rank
   int kernel_calls = 0;
   std::vector<HopStats> hops;  // ring: one per hop (P of them); decode: empty

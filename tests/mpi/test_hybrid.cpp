@@ -91,8 +91,13 @@ TEST_P(Hybrid, EveryGroupSizeMatchesTheOracleAndTheWorldOfOne) {
     Split s(U);
     RunOptions opt;
     opt.tile_q = opt.tile_k = 16;
-    run_hybrid_attention(p, LocalTensors{q.view, k.view, v.view, out.view, lse.data()}, *backend, *s.group, *s.ring,
-                         opt);
+    const RankStats st = run_hybrid_attention(p, LocalTensors{q.view, k.view, v.view, out.view, lse.data()},
+                                              *backend, *s.group, *s.ring, opt);
+    // The bytes it counts are the model's (plan prints it), inside the group and across.
+    const HybridBytes want = hybrid_bytes(p, U, P, false)[size_t(r)];
+    EXPECT_EQ(st.group_bytes_sent, want.group);
+    EXPECT_EQ(st.bytes_sent, want.total());
+    if (U > 1 && r % U == 0 && P > 1) EXPECT_GT(want.group, 0u);
     const test::RingErrors e = test::ring_errors_vs_oracle(p, g, mine, out, lse);
     EXPECT_LT(e.out, 2e-6);
     EXPECT_LT(e.lse, 2e-6);
@@ -148,7 +153,11 @@ TEST_P(Hybrid, TheBackwardOfEveryGroupSizeMatchesTheWorldOfOne) {
     Split s(U);
     auto grad_ring = s.world->split(r % U, r / U);
     run_hybrid_attention(p, x.tensors(), *backend, *s.group, *s.ring, opt);
-    run_hybrid_attention_backward(p, x.tensors(), x.grads(), *backend, *s.group, *s.ring, *grad_ring, opt);
+    const RankStats st =
+        run_hybrid_attention_backward(p, x.tensors(), x.grads(), *backend, *s.group, *s.ring, *grad_ring, opt);
+    const HybridBytes want = hybrid_bytes(p, U, P, true)[size_t(r)];
+    EXPECT_EQ(st.group_bytes_sent, want.group);
+    EXPECT_EQ(st.bytes_sent, want.total());
     // fp32 gradients summed in another order of blocks: a few roundings of the largest.
     EXPECT_LT(rows_error(x.dq, whole.dq, mine), 1e-5) << "dq";
     EXPECT_LT(rows_error(x.dk, whole.dk, mine), 1e-5) << "dk";
