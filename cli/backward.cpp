@@ -283,6 +283,7 @@ void check_sample(const GlobalProblem& p, InputSource& src, const DoutSource& ds
 
 struct Timings {
   double forward_s = 0, backward_s = 0;
+  std::vector<uint64_t> forward_bytes, backward_bytes;  // what every rank sent in each (RankStats::bytes_sent)
 };
 
 std::string check_scope(const GradCheck& c) {
@@ -345,6 +346,8 @@ nlohmann::json run_json(const CommandLine& cl, const GlobalProblem& p, const Wor
           {"gflops_per_s", rate(flops, t.forward_s)},
           {"backward_gflops_per_s", rate(bflops, t.backward_s)},
           {"total_gflops_per_s", rate(flops + bflops, total)},
+          {"forward_bytes_sent", t.forward_bytes},
+          {"backward_bytes_sent", t.backward_bytes},
           {"flags", flags_json(cl)}};
 }
 
@@ -353,6 +356,13 @@ double slowest(Transport& t, double dt) {
   std::vector<double> all(static_cast<size_t>(t.size()), 0.0);
   t.allgather(&dt, all.data(), sizeof(double));
   return *std::max_element(all.begin(), all.end());
+}
+
+// Every rank's `n`, in rank order (collective).
+std::vector<uint64_t> every_rank(Transport& t, uint64_t n) {
+  std::vector<uint64_t> all(static_cast<size_t>(t.size()), 0);
+  t.allgather(&n, all.data(), sizeof(uint64_t));
+  return all;
 }
 
 // The sum over ranks of `n` (collective).
@@ -476,16 +486,17 @@ BackwardBuffers make_backward(const GlobalProblem& p, const LocalProblem& local,
   return g;
 }
 
-void run_backward(const GlobalProblem& p, const LocalProblem& local, const BackwardBuffers& g, World& w,
-                  const ringattn::RunOptions& ro) {
+RankStats run_backward(const GlobalProblem& p, const LocalProblem& local, const BackwardBuffers& g, World& w,
+                       const ringattn::RunOptions& ro) {
+  RankStats st;
   try {
     const BackwardTensors bt{g.params.dout, g.params.dq, g.params.dk, g.params.dv};
     if (local.cp_group > 1) {
       if (local.cp == nullptr) fail_arg("--cp groups of {} ranks: their transports are not split", local.cp_group);
-      run_hybrid_attention_backward(p, local.views, bt, *w.backend, *local.cp->group, *local.cp->ring,
-                                    *local.cp->grad_ring, ro);
+      st = run_hybrid_attention_backward(p, local.views, bt, *w.backend, *local.cp->group, *local.cp->ring,
+                                         *local.cp->grad_ring, ro);
     } else if (local.ring) {
-      run_attention_backward(p, *local.ring, local.views, bt, *w.backend, *w.transport, grad_transport(w), ro);
+      st = run_attention_backward(p, *local.ring, local.views, bt, *w.backend, *w.transport, grad_transport(w), ro);
     } else {
       w.backend->flash_backward(g.params);  // a decode problem: a world of one (load_phase)
     }
@@ -495,6 +506,7 @@ void run_backward(const GlobalProblem& p, const LocalProblem& local, const Backw
   } catch (const InvalidArgument& e) {
     throw CollectiveError(e.what());  // the runtime validates identically on every rank
   }
+  return st;
 }
 
 HostGrads copy_grads(const BackwardBuffers& g, Backend& b) {
@@ -525,8 +537,9 @@ Timings time_forward_backward(const GlobalProblem& p, LocalProblem& local, const
   Timings tm;
   t.barrier();
   auto t0 = std::chrono::steady_clock::now();
+  RankStats fwd;
   try {
-    run_forward(p, local, *w.backend, t, ro);
+    fwd = run_forward(p, local, *w.backend, t, ro);
     w.backend->synchronize();
   } catch (const InvalidArgument& e) {
     throw CollectiveError(e.what());
@@ -534,8 +547,10 @@ Timings time_forward_backward(const GlobalProblem& p, LocalProblem& local, const
   tm.forward_s = slowest(t, seconds_since(t0));
   t.barrier();
   t0 = std::chrono::steady_clock::now();
-  run_backward(p, local, g, w, ro);
+  const RankStats bwd = run_backward(p, local, g, w, ro);
   tm.backward_s = slowest(t, seconds_since(t0));
+  tm.forward_bytes = every_rank(t, fwd.bytes_sent);
+  tm.backward_bytes = every_rank(t, bwd.bytes_sent);
   return tm;
 }
 

@@ -57,10 +57,11 @@ BackwardBuffers make_backward(const GlobalProblem& p, const LocalProblem& local,
 std::string check_finite_before_run(const RunOptions& o, const ProblemSetup& setup, World& w);
 
 // One backward on every rank, synchronized: the ring backward over w.transport and
-// grad_transport(w) for self-attention, Backend::flash_backward for a decode problem (a world of
-// one only). Collective. An InvalidArgument of the runtime becomes a CollectiveError.
-void run_backward(const GlobalProblem& p, const LocalProblem& local, const BackwardBuffers& g, World& w,
-                  const ringattn::RunOptions& ro);
+// grad_transport(w) for self-attention, the hybrid backward over local.cp with --cp groups,
+// Backend::flash_backward for a decode problem (a world of one only; its stats are empty).
+// Collective. An InvalidArgument of the runtime becomes a CollectiveError.
+RankStats run_backward(const GlobalProblem& p, const LocalProblem& local, const BackwardBuffers& g, World& w,
+                       const ringattn::RunOptions& ro);
 
 // The gradients copied to the host (fp32, contiguous like the buffers).
 struct HostGrads {

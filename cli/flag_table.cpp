@@ -221,6 +221,10 @@ std::vector<Flag> plan_rows() {
        .check = Check::Range, .lo = 1, .hi = 1 << 20, .show_default = true, .samples = {"2", "3"}},
       {.names = "--shard", .commands = kPlan, .target = RA_PLAN(shard), .json_key = "shard", .help = kShardHelp,
        .check = Check::Choice, .choices = kShards, .show_default = true, .samples = {"zigzag", "striped"}},
+      {.names = "--cp", .commands = kPlan, .target = RA_PLAN(cp), .json_key = "cp",
+       .help = "the context parallelism whose ranks are printed, as run's --cp (ring, ulysses or hybrid:U); the bytes "
+               "of every layout are summed up below them",
+       .show_default = true, .samples = {"ring", "ulysses"}},
       {.names = "--causal", .commands = kPlan, .target = RA_PLAN(causal), .json_key = "causal", .help = "causal mask"},
       {.names = "--window", .commands = kPlan, .target = RA_PLAN(window), .json_key = "window", .help = kWindowHelp,
        .samples = {"4,0", "8,0"}},

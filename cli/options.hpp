@@ -81,6 +81,7 @@ struct PlanOptions {
   std::string window;        // "LEFT,RIGHT", as for run
   std::string doc_lens;      // packed documents, as for run
   std::string dtype = "fp32";  // scales the bytes column
+  std::string cp = "ring";     // the layout whose rows are printed (run's --cp); every layout is summed up
 };
 
 // The whole command line: every subcommand's options after parsing. parse_command_line fills it

@@ -14,11 +14,13 @@
 
 #include <fmt/format.h>
 
+#include "cli/context_parallel.hpp"
 #include "cli/problem.hpp"
 #include "cli/report.hpp"
 #include "cli/run.hpp"
 #include "runner/problem/checked.hpp"
 #include "core/error.hpp"
+#include "runner/ring/hybrid.hpp"
 #include "runner/ring/ring.hpp"
 #include "runner/ring/ring_plan.hpp"
 
@@ -183,6 +185,59 @@ PairStats stats_of(Sharding s, const PlanOptions& o, const std::vector<RingPlan>
   return pair_stats(plans[size_t(std::find(kAutoOrder, kAutoOrder + kShardings, s) - kAutoOrder)]);
 }
 
+// The sharding of the ring across G groups: --shard, or the runner's auto rule over them.
+Sharding group_sharding(const PlanOptions& o, const GlobalProblem& p, int G) {
+  if (o.shard != "auto") return parse_sharding(o.shard);
+  const std::vector<RingPlan> plans = candidate_plans(p, G);
+  return kAutoOrder[best_of(plans, !p.window.none())];
+}
+
+// One row per rank of --cp's groups of U > 1 ranks: its group and place, its tokens and the bytes
+// it sends inside the group (the all-to-alls) and across the groups (the ring), in the forward and
+// in the backward (run --json's bytes_sent and backward_bytes_sent).
+void print_cp_rows(const PlanOptions& o, GlobalProblem p, int U) {
+  const int G = o.ranks / U;
+  p.sharding = group_sharding(o, p, G);
+  const std::vector<HybridBytes> f = hybrid_bytes(p, U, o.ranks, false), b = hybrid_bytes(p, U, o.ranks, true);
+  fmt::print("# --cp {}: {} groups of {} ranks, {} sharding over the groups; bytes sent inside the group (all-to-all) "
+             "and across the groups (ring), forward and backward\n", o.cp, G, U, sharding_name(p.sharding));
+  fmt::print("# {:>4} {:>6} {:>6} {:>10} {:>12} {:>12} {:>12} {:>12} {:>12} {:>12}\n", "rank", "group", "place", "tokens",
+             "fwd_group", "fwd_ring", "fwd_sent", "bwd_group", "bwd_ring", "bwd_sent");
+  for (int r = 0; r < o.ranks; ++r) {
+    const HybridBytes& x = f[size_t(r)];
+    const HybridBytes& y = b[size_t(r)];
+    fmt::print("  {:>4} {:>6} {:>6} {:>10} {:>12} {:>12} {:>12} {:>12} {:>12} {:>12}\n", r, r / U, r % U,
+               hybrid_layout(p, U, r, o.ranks).tokens(), x.group, x.ring, x.total(), y.group, y.ring, y.total());
+  }
+}
+
+// Every layout the heads allow (groups of U | ranks, U | heads and kv_heads): the largest rank's
+// bytes inside its group and across the groups, forward and backward, the ring's hops and its
+// balance (max / mean visible pairs per rank).
+void print_cp_layouts(const PlanOptions& o, const GlobalProblem& p0) {
+  fmt::print("# layouts (--cp): the largest bytes any rank sends, inside its group | across the groups\n");
+  fmt::print("# {:<12} {:>8} {:>6} {:>14} {:>14} {:>14} {:>14} {:>8}\n", "cp", "groups", "hops", "fwd_group", "fwd_ring",
+             "bwd_group", "bwd_ring", "balance");
+  for (int U = 1; U <= o.ranks; ++U) {
+    if (o.ranks % U != 0 || p0.q_heads % U != 0 || p0.kv_heads % U != 0) continue;
+    const int G = o.ranks / U;
+    GlobalProblem p = p0;
+    p.sharding = group_sharding(o, p, G);
+    const std::vector<HybridBytes> f = hybrid_bytes(p, U, o.ranks, false), b = hybrid_bytes(p, U, o.ranks, true);
+    uint64_t m[4] = {0, 0, 0, 0};
+    for (int r = 0; r < o.ranks; ++r) {
+      m[0] = std::max(m[0], f[size_t(r)].group);
+      m[1] = std::max(m[1], f[size_t(r)].ring);
+      m[2] = std::max(m[2], b[size_t(r)].group);
+      m[3] = std::max(m[3], b[size_t(r)].ring);
+    }
+    const RingPlan ring = ring_plan(p, G);
+    const std::string name = U == 1 ? "ring" : U == o.ranks ? "ulysses" : fmt::format("hybrid:{}", U);
+    fmt::print("  {:<12} {:>8} {:>6} {:>14} {:>14} {:>14} {:>14} {:>8.2f}\n", name, fmt::format("{}x{}", G, U),
+               ring.hops(), m[0], m[1], m[2], m[3], imbalance(pair_stats(ring), G));
+  }
+}
+
 }  // namespace
 
 int plan_command(const PlanOptions& o) {
@@ -191,6 +246,12 @@ int plan_command(const PlanOptions& o) {
   const std::vector<RingPlan> plans = scheduled_plans(p, o.ranks);  // each sharding's, built once
   const Sharding sharding = p.sharding = plan_sharding(o, p, plans);
   const double flop_per_pair = 4.0 * double(o.batch) * double(o.heads) * double(o.dim);
+  const int U = cp_group_size(o.cp, o.ranks);
+  if (U > 1) {
+    check_cp(o.cp, p, U, false, false);
+    if (o.ranks > kPlanRowRanks)
+      fail_arg("plan --cp {} prints one row per rank: up to {} ranks (got --ranks {})", o.cp, kPlanRowRanks, o.ranks);
+  }
   fmt::print("# ringattn plan: seq {} over {} ranks, {} sharding{}, {}{}{}; batch {} heads {}/{} dim {}\n", o.seq,
              o.ranks, sharding_name(sharding), o.shard == "auto" ? " (auto: the best balanced)" : "",
              o.causal ? "causal" : "full", w.none() ? "" : fmt::format(", window {},{}", w.left, w.right),
@@ -209,6 +270,8 @@ int plan_command(const PlanOptions& o) {
     fmt::print(" {} {:.2f}", sharding_name(s), imbalance(s == sharding ? mine : stats_of(s, o, plans), o.ranks));
   }
   fmt::print("\n");
+  if (U > 1) print_cp_rows(o, p, U);
+  if (o.ranks <= kPlanRowRanks) print_cp_layouts(o, p);
   return kExitOk;
 }
 
