@@ -22,6 +22,17 @@ Efficiency (weak and strong alike) is T_1(N) / (P x T_P(N)), T_1(N) the one-GPU 
 global problem from the same rate curve (the definition of launch/multigpu_summary.py's "same
 problem" column; for N beyond one GPU's memory it is the rate curve's, not a measurement).
 
+Context parallelism layouts (ringattn run --cp hybrid:U; U = 1 is the ring, U = P ulysses). U
+consecutive GPUs form a group (inside a node while U <= --node-gpus) and G = P / U groups a ring.
+An all-to-all inside the group gives every GPU the group's U t tokens for heads / U query and
+kv_heads / U KV heads: each GPU sends (U - 1) / U of its q, k and v (t x batch x dim x elem bytes x
+(heads + 2 kv_heads)) and, after the ring, of its out and lse (t x batch x heads x (dim x elem bytes
++ 4)), each in latency + bytes / bandwidth + o over the group's link (NVLink inside a node, else
+InfiniBand). The ring across the groups then moves the same bytes per hop as the plain ring (K/V of
+U t tokens for kv_heads / U heads) over G - 1 hops, each computing heads / U heads of a causal
+self-attention over U t tokens (the rate at U t tokens); its link is InfiniBand once the groups span
+nodes. T = A2A_in + (G - 1) x (max(Tc, Tx) + o) + Tc + A2A_out; U must divide both head counts.
+
 Sources of the defaults (all bf16, batch 1, 32 query / 8 KV heads, head dim 128, causal):
   --hop-ms   launch/results/kernels/2026-11-29-h200-ours.csv, rows "1,32,8,8192,8192,128,causal,ours"
              (0.937 ms) and "1,32,8,32768,32768,128,causal,ours" (14.778 ms): one H200, measured
@@ -150,6 +161,9 @@ def parse_args(argv):
     tab.add_argument("--nodes", type=int_list, default=[2, 4, 16], help="multi-node rows: these node counts")
     tab.add_argument("--weak-tokens", type=int_list, default=[8192, 32768], help="weak scaling: tokens per GPU")
     tab.add_argument("--strong-tokens", type=int_list, default=[131072, 1048576], help="strong scaling: total tokens")
+    tab.add_argument("--cp-gpus", type=int_list, default=[8, 16, 32, 64],
+                     help="the layouts table (--cp): these GPU counts, --node-gpus per node")
+    tab.add_argument("--cp-tokens", type=int_list, default=[8192, 32768], help="the layouts table: tokens per GPU")
     a = ap.parse_args(argv)
     if a.hop_ms is not None and a.rate is not None:
         ap.error("--hop-ms and --rate both describe one GPU's compute: give one of them")
@@ -222,6 +236,28 @@ class Model:
         return {"tc": tc, "tx": tx, "link": name if gpus > 1 else "-", "total": total,
                 "bound": "-" if gpus == 1 else ("link" if tx > tc else "compute")}
 
+    def layout(self, gpus, n, u):
+        """Predicted forward of n tokens over `gpus` GPUs (--node-gpus per node) with groups of u:
+        the all-to-alls inside the groups, then the ring across the gpus / u groups."""
+        a = self.a
+        t = n / gpus
+        g = gpus // u
+        def link(span_nodes):
+            return ((a.ib_gbps * 1e9, a.ib_latency_us * 1e-6) if span_nodes
+                    else (a.nvlink_gbps * 1e9, a.nvlink_latency_us * 1e-6))
+        share = (u - 1) / u
+        bw, lat = link(u > a.node_gpus)
+        a2a_in = a2a_out = 0.0
+        if u > 1:
+            a2a_in = lat + share * t * a.batch * a.dim * a.elem_bytes * (a.heads + 2 * a.kv_heads) / bw + self.overhead_s
+            a2a_out = lat + share * t * a.batch * a.heads * (a.dim * a.elem_bytes + 4) / bw + self.overhead_s
+        tc = self.one_gpu_s(u * t) / u  # heads / u heads of the group's u t tokens
+        rbw, rlat = link(gpus > a.node_gpus)
+        tx = rlat + self.block_per_token * t / rbw if g > 1 else 0.0
+        total = a2a_in + (g - 1) * (max(tc, tx) + self.overhead_s) + tc + a2a_out
+        return {"a2a": a2a_in + a2a_out, "tc": tc, "tx": tx, "hops": g, "total": total,
+                "held": self.rate(u * t)[1]}
+
     def fit_overhead(self, p, n, ms):
         """The per-exchange overhead that makes the model meet one measured point (P > 1, one node)."""
         self.overhead_s = 0.0
@@ -288,6 +324,24 @@ def table(title, m, rows):
     print()
 
 
+def layouts_table(a, m, tokens):
+    print(f"## layouts (--cp): {tokens} tokens per GPU, {a.node_gpus} GPUs per node (predicted)\n")
+    print("| GPUs | cp | groups x GPUs | all-to-alls ms | compute/hop ms | transfer/hop ms | ms | TFLOP/s | best |")
+    print("|---:|---|---|---:|---:|---:|---:|---:|---|")
+    for gpus in a.cp_gpus:
+        n = tokens * gpus
+        us = [u for u in range(1, gpus + 1) if gpus % u == 0 and a.heads % u == 0 and a.kv_heads % u == 0]
+        rows = [(u, m.layout(gpus, n, u)) for u in us]
+        best = min(rows, key=lambda r: r[1]["total"])[0]
+        for u, f in rows:
+            name = "ring" if u == 1 else "ulysses" if u == gpus else f"hybrid:{u}"
+            mark = "*" if f["held"] else ""
+            print(f"| {gpus} | {name} | {gpus // u} x {u} | {f['a2a'] * 1e3:.3f} | {f['tc'] * 1e3:.3f}{mark} | "
+                  f"{f['tx'] * 1e3:.3f} | {f['total'] * 1e3:.2f} | {m.flops(n) / f['total'] / 1e12:.0f} | "
+                  f"{'best' if u == best else ''} |")
+    print()
+
+
 def main(argv):
     a = parse_args(argv)
     m = Model(a)
@@ -298,6 +352,8 @@ def main(argv):
         table(f"weak scaling: {t} tokens per GPU", m, [(g, nodes, t * g) for g, nodes in configs])
     for n in a.strong_tokens:
         table(f"strong scaling: {n} tokens in all", m, [(g, nodes, n) for g, nodes in configs if n % g == 0])
+    for t in a.cp_tokens:
+        layouts_table(a, m, t)
     lo, hi = m.rates[0][0], m.rates[-1][0]
     print(f"efficiency = one GPU's time for the same tokens / (GPUs x the ring's time). * = outside the measured "
           f"compute points ({lo}..{hi} tokens), the rate held at the nearest one: on compute/hop for the shard, on "

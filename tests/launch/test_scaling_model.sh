@@ -38,6 +38,21 @@ python3 "$MODEL" --hop-ms 8192:1 --overhead-ms 0 --measured 2:16384:2 --nvlink-g
 grep -q "| 2 | 16384 | 2.000 | 34.559 |" "$WORK/slow" || fail "link-bound: $(grep ratio "$WORK/slow")"
 grep -q "| 2 | 1 x 2 | 16384 | 8192 | 1.000 | 33.559 | NVLink | link | 34.56 |" "$WORK/slow" || fail "link-bound row"
 
+# The layouts (--cp) by hand, same GPU, 2 GPUs at 8192 tokens each: the ring is the 2 x 1 ms above;
+# ulysses sends half of q, k and v (8192 x 128 x 2 bytes x (32 + 16) heads / 2 = 50.3 MB) and half
+# of out and lse (8192 x 32 x (256 + 4) / 2 = 34.1 MB) at 450 GB/s + 5 us each (0.198 ms), and
+# computes 16 of the 32 heads over all 16384 tokens (4 x the 8192-token time / 2: 2.000 ms).
+python3 "$MODEL" --hop-ms 8192:1 --overhead-ms 0 --measured 2:16384:2 --cp-gpus 2 --cp-tokens 8192 >"$WORK/cp"
+grep -qF "| 2 | ring | 2 x 1 | 0.000 | 1.000 | 0.080 | 2.00 | 1100 | best |" "$WORK/cp" || fail "cp ring row: $(cat "$WORK/cp")"
+grep -qF "| 2 | ulysses | 1 x 2 | 0.198 | 2.000 | 0.000 | 2.20 | 1001 |  |" "$WORK/cp" || fail "cp ulysses row"
+# The defaults print the layouts of 8, 16, 32 and 64 GPUs (8 per node), every divisor of the
+# 8 KV heads, at 8192 and 32768 tokens per GPU, with one best per GPU count.
+for t in 8192 32768; do
+  grep -q "## layouts (--cp): $t tokens per GPU, 8 GPUs per node (predicted)" "$WORK/out" || fail "no layouts table at $t"
+done
+[ "$(grep -c "^| \(8\|16\|32\|64\) | hybrid:4 | " "$WORK/out")" -eq 8 ] || fail "hybrid:4 rows"
+[ "$(grep -c "^| [0-9]* | [a-z:0-9]* | .* | best |$" "$WORK/out")" -eq 8 ] || fail "one best per GPU count and table"
+
 # The help names where each default comes from.
 python3 "$MODEL" --help >"$WORK/help" || fail "--help: exit $?"
 grep -q "launch/results/kernels/2026-11-29-h200-ours.csv" "$WORK/help" || fail "--help does not name the compute source"
