@@ -11,6 +11,7 @@
 
 #include "cli/backward.hpp"
 #include "cli/check.hpp"
+#include "cli/context_parallel.hpp"
 #include "cli/flags.hpp"
 #include "cli/outputs.hpp"
 #include "cli/problem.hpp"
@@ -150,8 +151,8 @@ double time_calls(const BenchOptions& o, World& w, Call&& call) {
 }
 
 // One size, one implementation, on every rank.
-SizeResult bench_size(const BenchOptions& o, const GlobalProblem& p, const RingPlan* ring, InputSource& src, World& w,
-                      const std::string& impl) {
+SizeResult bench_size(const BenchOptions& o, const GlobalProblem& p, const RingPlan* ring, const CpTransports* cp,
+                      InputSource& src, World& w, const std::string& impl) {
   Transport& t = *w.transport;
   SizeResult r;
   r.seq = p.q_len;
@@ -159,7 +160,8 @@ SizeResult bench_size(const BenchOptions& o, const GlobalProblem& p, const RingP
   r.flops = attention_flops(p);
   if (!p.is_ring()) r.kv_bytes = kv_read_bytes(p);
   w.counter->reset_peak();  // each size reports its own workspace
-  LocalProblem local = load_local(p, ring, src, *w.backend, w.rank, w.size);
+  LocalProblem local = load_local(p, ring, src, *w.backend, w.rank, w.size, cp != nullptr ? cp->group_size : 1);
+  local.cp = cp;
   ringattn::RunOptions ro;
   ro.tile_q = o.problem.tile_q;
   ro.tile_k = o.problem.tile_k;
@@ -181,7 +183,7 @@ SizeResult bench_size(const BenchOptions& o, const GlobalProblem& p, const RingP
   if (o.backward) {  // after the forward's iterations: their out and lse feed the backward
     const BackwardBuffers g = make_backward(p, local, *w.backend,
                                             {o.problem.seed, "", o.deterministic, o.problem.tile_q, o.problem.tile_k});
-    grad_transport(w);  // collective: made before the timing
+    if (cp == nullptr) grad_transport(w);  // collective: made before the timing (--cp groups have theirs)
     r.backward_s = time_calls(o, w, [&] {
       if (impl == "naive")
         run_naive_backward(p, g);
@@ -204,8 +206,8 @@ bool decode_sweep(const BenchOptions& o) { return o.problem.kv_seq.has_value(); 
 void print_header(std::FILE* f, const CommandLine& cl, const GlobalProblem& p, const World& w,
                   const std::vector<RankReport>& ranks) {
   const BenchOptions& o = cl.bench;
-  fmt::print(f, "# ringattn bench: impl {}, device {}, transport {}, world {}\n", o.impl, o.problem.device,
-             w.transport_name, w.size);
+  fmt::print(f, "# ringattn bench: impl {}, device {}, transport {}, world {}, cp {}\n", o.impl, o.problem.device,
+             w.transport_name, w.size, cp_words(cp_group_size(o.problem.cp, w.size), w.size));
   const std::string sweep =
       decode_sweep(o) ? fmt::format("queries {}..{} x{} over a K/V cache of {} (decode, K/V split over ranks; q_offset {})",
                                     o.seq_min, o.seq_max, o.seq_factor, p.kv_len,
@@ -311,13 +313,13 @@ std::vector<int64_t> sweep_sizes(const BenchOptions& o) {
 // One size of the sweep: its problem and, for a ring, its plan (made once, for every call).
 struct SweepSize {
   GlobalProblem p;
-  std::optional<RingPlan> ring;
+  std::optional<RingPlan> ring;  // none for a decode and for --cp groups (U > 1)
 };
 
 // The problem of one size: self-attention of n tokens (with its ring plan for this rank), or n
 // queries against the fixed cache. Throws InvalidArgument (the same on every rank) when it
 // cannot run.
-SweepSize problem_at(const BenchOptions& o, const GlobalProblem& base, int64_t n, int rank, int world) {
+SweepSize problem_at(const BenchOptions& o, const GlobalProblem& base, int64_t n, int rank, int world, int U) {
   GlobalProblem p = base;
   p.q_len = n;
   if (!decode_sweep(o)) {
@@ -325,6 +327,10 @@ SweepSize problem_at(const BenchOptions& o, const GlobalProblem& base, int64_t n
     p.q_offset.reset();
     if (!o.docs.empty()) p.doc_lens = generate_documents(o.docs, n, o.problem.seed);
     validate_problem(p, world);
+    if (U > 1) {  // --shard auto over the ring of the groups, which the hybrid run plans itself
+      plan_ring(o.problem, p, world / U, rank / U);
+      return {std::move(p), std::nullopt};
+    }
     std::optional<RingPlan> ring = plan_ring(o.problem, p, world, rank);
     return {std::move(p), std::move(ring)};
   }
@@ -389,7 +395,12 @@ int bench_on(const CommandLine& cl, World& w) {
   std::vector<SweepSize> problems;
   try {
     setup = setup_problem(o.problem);
-    for (const int64_t n : sweep_sizes(o)) problems.push_back(problem_at(o, setup.problem, n, w.rank, w.size));
+    setup.cp_group = cp_group_size(o.problem.cp, w.size);
+    if (setup.cp_group > 1 && decode_sweep(o))
+      fail_arg("--cp {} runs self-attention; a --kv-seq sweep is decode: use --cp ring", o.problem.cp);
+    check_cp(o.problem.cp, setup.problem, setup.cp_group, w.backend->device_memory(), w.fault.active());
+    for (const int64_t n : sweep_sizes(o))
+      problems.push_back(problem_at(o, setup.problem, n, w.rank, w.size, setup.cp_group));
     // A plan fires in the first ring run, the first size's (a decode sweep has no hops to fault,
     // the naive oracle no ring).
     if (o.impl == "naive" && w.fault.active())
@@ -408,6 +419,8 @@ int bench_on(const CommandLine& cl, World& w) {
   if (agree_on_errors(t, error.empty() ? kExitOk : kExitError, error) != kExitOk) return kExitError;
   const std::vector<std::string> impls = o.impl == "both" ? std::vector<std::string>{"flash", "naive"}
                                                           : std::vector<std::string>{o.impl};
+  CpTransports cp;  // --cp groups: split once, after the agreement, for every size
+  if (setup.cp_group > 1) cp = split_cp(t, setup.cp_group);
   RankReport me = make_rank_report(w, RankStats{}, 0, 0);
   const auto ranks = gather_reports(t, me);
   // With --json - the record owns stdout; the table moves to stderr.
@@ -428,7 +441,8 @@ int bench_on(const CommandLine& cl, World& w) {
     }
     double flash_s = 0;
     for (const std::string& impl : impls) {
-      const SizeResult r = bench_size(o, p, ring_of(problems[i].ring), *setup.source, w, impl);
+      const SizeResult r =
+          bench_size(o, p, ring_of(problems[i].ring), setup.cp_group > 1 ? &cp : nullptr, *setup.source, w, impl);
       all_ok = all_ok && r.pass;
       any_checked = any_checked || r.checked;
       if (impl == "flash") flash_s = r.median_s;

@@ -102,7 +102,7 @@ std::vector<Flag> problem_rows() {
        .samples = {"0", "16"}},
       {.names = "--shard", .commands = kRunBench, .target = RA_PROBLEM(shard), .json_key = "shard", .help = kShardHelp,
        .check = Check::Choice, .choices = kShards, .show_default = true, .samples = {"zigzag", "striped"}},
-      {.names = "--cp", .commands = kRun, .target = RA_PROBLEM(cp), .json_key = "cp", .help = kCpHelp,
+      {.names = "--cp", .commands = kRunBench, .target = RA_PROBLEM(cp), .json_key = "cp", .help = kCpHelp,
        .show_default = true, .samples = {"ring", "ulysses"}},
       {.names = "--transport", .commands = kRunBench, .target = RA_PROBLEM(transport), .computes = false,
        .json_key = "transport", .help = "auto: nccl between GPUs when built, mpi under mpirun, else local",

@@ -33,7 +33,7 @@ struct ProblemOptions {
   int tile_q = 0, tile_k = 0;
   std::string shard = "auto";       // auto: the best balanced for the mask and documents (best_sharding)
   std::string transport = "auto";   // auto | mpi | nccl | local
-  std::string cp = "ring";          // context parallelism: ring | ulysses | hybrid:U (run only; cp_group_size)
+  std::string cp = "ring";          // context parallelism: ring | ulysses | hybrid:U (cp_group_size)
   int64_t check_rows = 0;           // 0: all rows when small, a seeded sample when large
   std::string log_level;            // empty: RINGATTN_LOG_LEVEL, else info
   // Bound on every blocking wait (exchanges, collectives, NCCL); the first hop gets 3x for

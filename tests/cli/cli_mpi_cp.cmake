@@ -33,6 +33,13 @@ endforeach()
 step(EXPECT_RC 0 COMMAND ${MPIRUN4} ${RINGATTN} run ${H} ${causal} --cp hybrid:2 --check --layout bshd
      --out ob.npy STDOUT "cp hybrid:2 \\(2 groups of 2 ranks, a ring across them\\)" "over tolerance 0 -> OK")
 
+# bench sweeps under a layout, checked forward and backward.
+step(EXPECT_RC 0 COMMAND ${MPIRUN4} ${RINGATTN} bench ${H} -b 64 -e 128 --causal --cp hybrid:2 --backward -n 2 -w 0
+     STDOUT "# ringattn bench: impl flash, device cpu, transport mpi, world 4, cp hybrid:2" "non-finite gradients 0"
+            "# Result: OK")
+step(EXPECT_RC 1 COMMAND ${MPIRUN} ${RINGATTN} bench ${H} -b 4 -e 8 --kv-seq 64 --cp ulysses
+     STDERR "--cp ulysses runs self-attention; a --kv-seq sweep is decode: use --cp ring")
+
 # plan's rows for a layout are what the run sends, forward and backward, rank by rank.
 foreach(layout "4;ulysses" "6;hybrid:3" "6;hybrid:2")
   list(GET layout 0 np)
