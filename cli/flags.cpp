@@ -82,8 +82,23 @@ CLI::Validator file_layout_check() {
       "bhsd|bshd");
 }
 
+// A path: not a word that starts with '-' (CLI11 takes "--out --causal" as the path "--causal",
+// which would drop the flag it names); "-" itself (stdout for --json) passes to the command's own
+// checks.
+CLI::Validator path_check() {
+  return CLI::Validator(
+      [](std::string& s) -> std::string {
+        if (s.size() < 2 || s[0] != '-') return std::string();
+        return fmt::format("'{}' is a flag, not a path: give the path first (a file whose name starts with '-' as "
+                           "./{})", s, s);
+      },
+      "PATH");
+}
+
 template <class T>
 void add_check(CLI::Option* opt, const Flag& f) {
+  if constexpr (std::is_same_v<T, std::string>)
+    if (f.io != Io::None) opt->check(path_check());
   switch (f.check) {
     case Check::None: return;
     case Check::Range:

@@ -111,3 +111,9 @@ endforeach()
 step(EXPECT_RC 1 COMMAND ${RINGATTN} bench -b 64 -e 64 -n 1 --dim 8 --naive --tile-k 16 STDERR "--tile-k does nothing with --impl naive")
 step(EXPECT_RC 0 COMMAND ${RINGATTN} bench -b 64 -e 64 -n 1 --dim 8 --impl naive
      STDOUT "# check: none \\(the fp64 oracle is the reference; non-finite values counted\\)" "# Result: not checked")
+# A path option followed by a flag takes the flag as its path in CLI11: refused, naming both, so
+# that "--out --causal" does not write a file named --causal and run without the mask.
+step(EXPECT_RC 1 COMMAND ${RINGATTN} run --seq 64 --out --causal
+     STDERR "--out: '--causal' is a flag, not a path: give the path first \\(a file whose name starts with '-' as ./--causal\\)")
+step(EXPECT_RC 1 COMMAND ${RINGATTN} run --seq 64 --json --check --dry-run STDERR "--json: '--check' is a flag, not a path")
+step(EXPECT_RC 1 COMMAND ${RINGATTN} bench -b 64 -e 64 --json --no-check STDERR "--json: '--no-check' is a flag, not a path")
