@@ -298,8 +298,8 @@ void print_report(std::FILE* f, const CommandLine& cl, const GlobalProblem& p, c
   const double flops = attention_flops(p), bflops = kBackwardFlopFactor * flops;
   fmt::print(f, "# ringattn run --backward: {}\n", problem_line(p));
   fmt::print(f, "# flags: {}\n", given_flags_line(cl));
-  fmt::print(f, "# world {}, transport {}, cp {}, device {}, dq {}\n", w.size, w.transport_name,
-             cp_words(cp_group_size(cl.run.problem.cp, w.size), w.size), w.device_label,
+  fmt::print(f, "# world {}, transport {}{}, device {}, dq {}\n", w.size, w.transport_name,
+             cp_suffix(cp_group_size(cl.run.problem.cp, w.size), w.size), w.device_label,
              deterministic ? "deterministic" : "fast");
   fmt::print(f, "forward  {:.3f} ms, {}\n", t.forward_s * 1e3, rate_string(flops, t.forward_s));
   fmt::print(f, "backward {:.3f} ms, {} ({:.3f} GFLOP = 2.5 x the forward's)\n", t.backward_s * 1e3,

@@ -206,8 +206,8 @@ bool decode_sweep(const BenchOptions& o) { return o.problem.kv_seq.has_value(); 
 void print_header(std::FILE* f, const CommandLine& cl, const GlobalProblem& p, const World& w,
                   const std::vector<RankReport>& ranks) {
   const BenchOptions& o = cl.bench;
-  fmt::print(f, "# ringattn bench: impl {}, device {}, transport {}, world {}, cp {}\n", o.impl, o.problem.device,
-             w.transport_name, w.size, cp_words(cp_group_size(o.problem.cp, w.size), w.size));
+  fmt::print(f, "# ringattn bench: impl {}, device {}, transport {}, world {}{}\n", o.impl, o.problem.device,
+             w.transport_name, w.size, cp_suffix(cp_group_size(o.problem.cp, w.size), w.size));
   const std::string sweep =
       decode_sweep(o) ? fmt::format("queries {}..{} x{} over a K/V cache of {} (decode, K/V split over ranks; q_offset {})",
                                     o.seq_min, o.seq_max, o.seq_factor, p.kv_len,

@@ -32,5 +32,7 @@ struct CpTransports {
 };
 CpTransports split_cp(Transport& world, int U);
 std::string cp_words(int U, int world);
+// ", cp <cp_words>" for groups of U > 1 ranks, "" for the ring (the reports' lines stay as they were).
+inline std::string cp_suffix(int U, int world) { return U > 1 ? ", cp " + cp_words(U, world) : std::string(); }
 
 }  // namespace ringattn::cli

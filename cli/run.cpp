@@ -27,7 +27,7 @@ void print_run_report(std::FILE* f, const CommandLine& cl, const GlobalProblem& 
                       const std::vector<RankReport>& all, const Summary& s, bool checked) {
   fmt::print(f, "# ringattn run: {}\n", problem_line(p));
   fmt::print(f, "# flags: {}\n", given_flags_line(cl));
-  fmt::print(f, "# world {}, transport {}, cp {}\n", w.size, w.transport_name, cp_words(cp_group, w.size));
+  fmt::print(f, "# world {}, transport {}{}\n", w.size, w.transport_name, cp_suffix(cp_group, w.size));
   fmt::print(f, "# {:>4}  {:<16} {:<18} {:>9} {:>9} {:>11} {:>11} {:>8} {:>11} {:>11} {:>11}\n", "rank", "host", "device",
              "setup_ms", "wall_ms", "compute_ms", "exposed_ms", "hidden%", "sent", "peak_rss", "workspace");
   for (const RankReport& r : all)
